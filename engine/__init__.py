@@ -1,0 +1,2 @@
+"""gguf_serve.engine: GGUF → torch model with packed layers, kernels per device,
+tokenizer and chat template, generation. Built on gguf_io; knows nothing of HTTP."""

@@ -1,0 +1,254 @@
+"""The one table of GGUF facts: magic, versions, value types, ggml tensor types and
+their block geometry, and the metadata key names the rest of the package uses.
+
+Everything that reads, writes or (de)quantizes looks sizes up here; nothing else in
+the code base spells a block size or a key name.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Union
+from dataclasses import dataclass
+
+import numpy as np
+
+GGUF_MAGIC = b"GGUF"
+GGUF_VERSIONS = (2, 3)  # v1 (uint32 counts) is long obsolete and refused
+GGUF_DEFAULT_ALIGNMENT = 32
+GGML_MAX_DIMS = 4
+QK_K = 256
+
+
+class GGUFValueType(enum.IntEnum):
+    """Type codes of metadata values."""
+
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
+
+
+# Fixed-size metadata scalars: struct format (little-endian) and numpy dtype.
+VALUE_FORMATS: dict[GGUFValueType, tuple[str, np.dtype]] = {
+    GGUFValueType.UINT8: ("<B", np.dtype("<u1")),
+    GGUFValueType.INT8: ("<b", np.dtype("<i1")),
+    GGUFValueType.UINT16: ("<H", np.dtype("<u2")),
+    GGUFValueType.INT16: ("<h", np.dtype("<i2")),
+    GGUFValueType.UINT32: ("<I", np.dtype("<u4")),
+    GGUFValueType.INT32: ("<i", np.dtype("<i4")),
+    GGUFValueType.FLOAT32: ("<f", np.dtype("<f4")),
+    GGUFValueType.BOOL: ("<?", np.dtype("?")),
+    GGUFValueType.UINT64: ("<Q", np.dtype("<u8")),
+    GGUFValueType.INT64: ("<q", np.dtype("<i8")),
+    GGUFValueType.FLOAT64: ("<d", np.dtype("<f8")),
+}
+
+INT_RANGES: dict[GGUFValueType, tuple[int, int]] = {
+    GGUFValueType.UINT8: (0, 2**8 - 1),
+    GGUFValueType.INT8: (-(2**7), 2**7 - 1),
+    GGUFValueType.UINT16: (0, 2**16 - 1),
+    GGUFValueType.INT16: (-(2**15), 2**15 - 1),
+    GGUFValueType.UINT32: (0, 2**32 - 1),
+    GGUFValueType.INT32: (-(2**31), 2**31 - 1),
+    GGUFValueType.UINT64: (0, 2**64 - 1),
+    GGUFValueType.INT64: (-(2**63), 2**63 - 1),
+}
+
+
+@dataclass(frozen=True)
+class TypeInfo:
+    block_size: int  # elements per block
+    type_size: int  # bytes per block
+    quantized: bool
+    dtype: np.dtype | None = None  # numpy dtype of unquantized types
+
+
+class GGMLType(enum.IntEnum):
+    """Every tensor type of today's ggml (ids are the file's type codes)."""
+
+    F32 = 0
+    F16 = 1
+    Q4_0 = 2
+    Q4_1 = 3
+    Q5_0 = 6
+    Q5_1 = 7
+    Q8_0 = 8
+    Q8_1 = 9
+    Q2_K = 10
+    Q3_K = 11
+    Q4_K = 12
+    Q5_K = 13
+    Q6_K = 14
+    Q8_K = 15
+    IQ2_XXS = 16
+    IQ2_XS = 17
+    IQ3_XXS = 18
+    IQ1_S = 19
+    IQ4_NL = 20
+    IQ3_S = 21
+    IQ2_S = 22
+    IQ4_XS = 23
+    I8 = 24
+    I16 = 25
+    I32 = 26
+    I64 = 27
+    F64 = 28
+    IQ1_M = 29
+    BF16 = 30
+    TQ1_0 = 34
+    TQ2_0 = 35
+    MXFP4 = 39
+    NVFP4 = 40
+    Q1_0 = 41
+    Q2_0 = 42
+
+    @property
+    def info(self) -> TypeInfo:
+        return TYPE_INFO[self]
+
+    @property
+    def block_size(self) -> int:
+        return TYPE_INFO[self].block_size
+
+    @property
+    def type_size(self) -> int:
+        return TYPE_INFO[self].type_size
+
+    @property
+    def quantized(self) -> bool:
+        return TYPE_INFO[self].quantized
+
+    def row_nbytes(self, n_elements: int) -> int:
+        """Bytes taken by `n_elements` values (a multiple of the block size)."""
+        bs, ts = TYPE_INFO[self].block_size, TYPE_INFO[self].type_size
+        if n_elements % bs:
+            raise ValueError(f"{self.name}: {n_elements} elements is not a multiple of the block size {bs}")
+        return n_elements // bs * ts
+
+
+def _q(block: int, size: int) -> TypeInfo:
+    return TypeInfo(block, size, True)
+
+
+def _f(dtype: str) -> TypeInfo:
+    dt = np.dtype(dtype)
+    return TypeInfo(1, dt.itemsize, False, dt)
+
+
+# (elements per block, bytes per block), as in ggml-common.h.
+TYPE_INFO: dict[GGMLType, TypeInfo] = {
+    GGMLType.F32: _f("<f4"),
+    GGMLType.F16: _f("<f2"),
+    GGMLType.BF16: TypeInfo(1, 2, False, np.dtype("<u2")),  # numpy has no bfloat16
+    GGMLType.F64: _f("<f8"),
+    GGMLType.I8: _f("<i1"),
+    GGMLType.I16: _f("<i2"),
+    GGMLType.I32: _f("<i4"),
+    GGMLType.I64: _f("<i8"),
+    GGMLType.Q4_0: _q(32, 2 + 16),
+    GGMLType.Q4_1: _q(32, 2 + 2 + 16),
+    GGMLType.Q5_0: _q(32, 2 + 4 + 16),
+    GGMLType.Q5_1: _q(32, 2 + 2 + 4 + 16),
+    GGMLType.Q8_0: _q(32, 2 + 32),
+    GGMLType.Q8_1: _q(32, 2 + 2 + 32),
+    GGMLType.Q2_K: _q(QK_K, 2 + 2 + QK_K // 16 + QK_K // 4),
+    GGMLType.Q3_K: _q(QK_K, 2 + QK_K // 4 + QK_K // 8 + 12),
+    GGMLType.Q4_K: _q(QK_K, 2 + 2 + 12 + QK_K // 2),
+    GGMLType.Q5_K: _q(QK_K, 2 + 2 + 12 + QK_K // 2 + QK_K // 8),
+    GGMLType.Q6_K: _q(QK_K, 2 + QK_K // 2 + QK_K // 4 + QK_K // 16),
+    GGMLType.Q8_K: _q(QK_K, 4 + QK_K + QK_K // 8),
+    GGMLType.IQ2_XXS: _q(QK_K, 2 + QK_K // 4),
+    GGMLType.IQ2_XS: _q(QK_K, 2 + QK_K // 4 + QK_K // 32),
+    GGMLType.IQ2_S: _q(QK_K, 2 + QK_K // 4 + QK_K // 16),
+    GGMLType.IQ3_XXS: _q(QK_K, 2 + QK_K // 4 + QK_K // 8),
+    GGMLType.IQ3_S: _q(QK_K, 2 + QK_K // 4 + QK_K // 8 + QK_K // 32 + 4),
+    GGMLType.IQ1_S: _q(QK_K, 2 + QK_K // 8 + QK_K // 16),
+    GGMLType.IQ1_M: _q(QK_K, QK_K // 8 + QK_K // 16 + QK_K // 32),
+    GGMLType.IQ4_NL: _q(32, 2 + 16),
+    GGMLType.IQ4_XS: _q(QK_K, 2 + 2 + QK_K // 64 + QK_K // 2),
+    GGMLType.TQ1_0: _q(QK_K, 2 + QK_K // 64 + (QK_K - 4 * QK_K // 64) // 5),
+    GGMLType.TQ2_0: _q(QK_K, 2 + QK_K // 4),
+    GGMLType.MXFP4: _q(32, 1 + 16),
+    GGMLType.NVFP4: _q(64, 4 + 32),
+    GGMLType.Q1_0: _q(128, 2 + 16),
+    GGMLType.Q2_0: _q(64, 2 + 16),
+}
+
+# Types that carry no weights (activation-side formats and integer tensors).
+NON_WEIGHT_TYPES = frozenset({GGMLType.Q8_1, GGMLType.Q8_K})
+
+# llama.cpp's `general.file_type` (enum llama_ftype), for display.
+FILE_TYPES: dict[int, str] = {
+    0: "ALL_F32", 1: "MOSTLY_F16", 2: "MOSTLY_Q4_0", 3: "MOSTLY_Q4_1",
+    7: "MOSTLY_Q8_0", 8: "MOSTLY_Q5_0", 9: "MOSTLY_Q5_1", 10: "MOSTLY_Q2_K",
+    11: "MOSTLY_Q3_K_S", 12: "MOSTLY_Q3_K_M", 13: "MOSTLY_Q3_K_L", 14: "MOSTLY_Q4_K_S",
+    15: "MOSTLY_Q4_K_M", 16: "MOSTLY_Q5_K_S", 17: "MOSTLY_Q5_K_M", 18: "MOSTLY_Q6_K",
+    19: "MOSTLY_IQ2_XXS", 20: "MOSTLY_IQ2_XS", 21: "MOSTLY_Q2_K_S", 22: "MOSTLY_IQ3_XS",
+    23: "MOSTLY_IQ3_XXS", 24: "MOSTLY_IQ1_S", 25: "MOSTLY_IQ4_NL", 26: "MOSTLY_IQ3_S",
+    27: "MOSTLY_IQ3_M", 28: "MOSTLY_IQ2_S", 29: "MOSTLY_IQ2_M", 30: "MOSTLY_IQ4_XS",
+    31: "MOSTLY_IQ1_M", 32: "MOSTLY_BF16", 36: "MOSTLY_TQ1_0", 37: "MOSTLY_TQ2_0",
+    38: "MOSTLY_MXFP4_MOE", 39: "MOSTLY_NVFP4", 40: "MOSTLY_Q1_0",
+}
+
+
+class Keys:
+    """Metadata key names. Per-architecture keys are templates over `{arch}`."""
+
+    ARCHITECTURE = "general.architecture"
+    NAME = "general.name"
+    ALIGNMENT = "general.alignment"
+    FILE_TYPE = "general.file_type"
+    QUANTIZATION_VERSION = "general.quantization_version"
+    SIZE_LABEL = "general.size_label"
+    BASENAME = "general.basename"
+
+    SPLIT_NO = "split.no"
+    SPLIT_COUNT = "split.count"
+    SPLIT_TENSORS_COUNT = "split.tensors.count"
+
+    CONTEXT_LENGTH = "{arch}.context_length"
+    EMBEDDING_LENGTH = "{arch}.embedding_length"
+    BLOCK_COUNT = "{arch}.block_count"
+    FEED_FORWARD_LENGTH = "{arch}.feed_forward_length"
+    EXPERT_COUNT = "{arch}.expert_count"
+    EXPERT_USED_COUNT = "{arch}.expert_used_count"
+    HEAD_COUNT = "{arch}.attention.head_count"
+    HEAD_COUNT_KV = "{arch}.attention.head_count_kv"
+    KEY_LENGTH = "{arch}.attention.key_length"
+    VALUE_LENGTH = "{arch}.attention.value_length"
+    LAYERNORM_RMS_EPS = "{arch}.attention.layer_norm_rms_epsilon"
+    SLIDING_WINDOW = "{arch}.attention.sliding_window"
+    ROPE_FREQ_BASE = "{arch}.rope.freq_base"
+    ROPE_DIMENSION_COUNT = "{arch}.rope.dimension_count"
+
+    TOKENIZER_MODEL = "tokenizer.ggml.model"
+    TOKENIZER_PRE = "tokenizer.ggml.pre"
+    TOKENIZER_TOKENS = "tokenizer.ggml.tokens"
+    TOKENIZER_SCORES = "tokenizer.ggml.scores"
+    TOKENIZER_TOKEN_TYPE = "tokenizer.ggml.token_type"
+    TOKENIZER_MERGES = "tokenizer.ggml.merges"
+    TOKENIZER_BOS_ID = "tokenizer.ggml.bos_token_id"
+    TOKENIZER_EOS_ID = "tokenizer.ggml.eos_token_id"
+    TOKENIZER_PAD_ID = "tokenizer.ggml.padding_token_id"
+    TOKENIZER_UNK_ID = "tokenizer.ggml.unknown_token_id"
+    TOKENIZER_ADD_BOS = "tokenizer.ggml.add_bos_token"
+    TOKENIZER_ADD_EOS = "tokenizer.ggml.add_eos_token"
+    CHAT_TEMPLATE = "tokenizer.chat_template"
+
+    @staticmethod
+    def arch(template: str, arch: str) -> str:
+        return template.format(arch=arch)
+
+
+# The type of a metadata value: a scalar type, or (ARRAY, element spec) for arrays.
+ValueSpec = Union[GGUFValueType, tuple]

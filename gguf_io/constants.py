@@ -229,7 +229,16 @@ class Keys:
     LAYERNORM_RMS_EPS = "{arch}.attention.layer_norm_rms_epsilon"
     SLIDING_WINDOW = "{arch}.attention.sliding_window"
     ROPE_FREQ_BASE = "{arch}.rope.freq_base"
+    ROPE_FREQ_BASE_SWA = "{arch}.rope.freq_base_swa"
     ROPE_DIMENSION_COUNT = "{arch}.rope.dimension_count"
+    ROPE_SCALING_TYPE = "{arch}.rope.scaling.type"
+    ROPE_SCALING_FACTOR = "{arch}.rope.scaling.factor"
+    ROPE_SCALING_ORIG_CTX = "{arch}.rope.scaling.original_context_length"
+    EXPERT_FEED_FORWARD_LENGTH = "{arch}.expert_feed_forward_length"
+    EXPERT_SHARED_FEED_FORWARD_LENGTH = "{arch}.expert_shared_feed_forward_length"
+    EXPERT_WEIGHTS_NORM = "{arch}.expert_weights_norm"
+    FINAL_LOGIT_SOFTCAPPING = "{arch}.final_logit_softcapping"
+    ATTN_LOGIT_SOFTCAPPING = "{arch}.attn_logit_softcapping"
 
     TOKENIZER_MODEL = "tokenizer.ggml.model"
     TOKENIZER_PRE = "tokenizer.ggml.pre"
@@ -243,6 +252,9 @@ class Keys:
     TOKENIZER_UNK_ID = "tokenizer.ggml.unknown_token_id"
     TOKENIZER_ADD_BOS = "tokenizer.ggml.add_bos_token"
     TOKENIZER_ADD_EOS = "tokenizer.ggml.add_eos_token"
+    TOKENIZER_ADD_SPACE_PREFIX = "tokenizer.ggml.add_space_prefix"
+    TOKENIZER_EOT_ID = "tokenizer.ggml.eot_token_id"
+    TOKENIZER_EOM_ID = "tokenizer.ggml.eom_token_id"
     CHAT_TEMPLATE = "tokenizer.chat_template"
 
     @staticmethod

@@ -1,3 +1,74 @@
-"""Kernels for packed GGUF weights. `reference` is the portable torch implementation
-of the kernel interface (dequantize, get_rows, mul_mat_vec) that every device can
-run and every fast kernel is tested against."""
+"""Kernels for packed GGUF weights, chosen once per (device, type).
+
+Every implementation offers the interface of ggml's hub kernel
+`ggml-org/ggml-quantization`: `mul_mat_vec`, `dequantize`, `get_rows` (and, for MoE,
+`mul_mat_id`). `reference` is the portable torch implementation that runs on any
+device and is the ground truth for the fast ones.
+
+Selection order: the environment override `GGUF_SERVE_KERNELS` (`reference`, or the
+name of a registered implementation), then a registered native kernel for the
+device and type, then the reference. One log line says which was chosen and why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ...gguf_io import GGMLType
+from . import reference
+
+log = logging.getLogger("gguf_serve.kernels")
+
+ENV_OVERRIDE = "GGUF_SERVE_KERNELS"
+
+
+@dataclass(frozen=True)
+class KernelOps:
+    name: str
+    mul_mat: Callable  # (weight, x, ggml_type, out_features) -> y
+    get_rows: Callable  # (weight, indices, ggml_type, cols, dtype) -> rows
+    dequantize: Callable  # (weight, ggml_type, rows, cols, dtype) -> matrix
+
+
+REFERENCE = KernelOps("reference", reference.mul_mat_vec, reference.get_rows, reference.dequantize)
+
+# name -> (supports(device_type, ggml_type) -> bool, KernelOps); filled by native back-ends
+_REGISTRY: dict[str, tuple[Callable[[str, GGMLType], bool], KernelOps]] = {}
+_CHOSEN: dict[tuple[str, GGMLType], KernelOps] = {}
+
+
+def register(name: str, supports: Callable[[str, GGMLType], bool], ops: KernelOps) -> None:
+    """Make a kernel implementation available to `select`."""
+    _REGISTRY[name] = (supports, ops)
+    _CHOSEN.clear()
+
+
+def select(device: torch.device | str, ggml_type: GGMLType) -> KernelOps:
+    """The kernels for weights of `ggml_type` on `device` (decided once per pair)."""
+    dev = torch.device(device).type
+    key = (dev, GGMLType(ggml_type))
+    if key in _CHOSEN:
+        return _CHOSEN[key]
+    forced = os.environ.get(ENV_OVERRIDE)
+    if forced:
+        if forced == "reference":
+            ops, why = REFERENCE, f"forced by {ENV_OVERRIDE}"
+        elif forced in _REGISTRY:
+            ops, why = _REGISTRY[forced][1], f"forced by {ENV_OVERRIDE}"
+        else:
+            raise ValueError(f"{ENV_OVERRIDE}={forced!r}: no such kernel implementation; "
+                             f"known: reference, {', '.join(sorted(_REGISTRY)) or '(none registered)'}")
+    else:
+        ops, why = REFERENCE, "no native kernel for this device and type"
+        for name, (supports, candidate) in _REGISTRY.items():
+            if supports(dev, key[1]):
+                ops, why = candidate, "native kernel available"
+                break
+    log.info("kernels for %s %s: %s (%s)", dev, key[1].name, ops.name, why)
+    _CHOSEN[key] = ops
+    return ops

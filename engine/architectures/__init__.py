@@ -1,0 +1,27 @@
+"""One small file per GGUF `general.architecture`; this registry maps the name to it."""
+
+from __future__ import annotations
+
+from .base import Architecture
+from .gemma3 import Gemma3
+from .llama import Llama
+from .phi3 import Phi3
+from .qwen2 import Qwen2
+from .qwen3 import Qwen3
+
+ARCHITECTURES: dict[str, type[Architecture]] = {
+    cls.name: cls for cls in (Llama, Qwen2, Qwen3, Gemma3, Phi3)
+}
+
+
+class UnsupportedArchitecture(ValueError):
+    """The file's architecture has no architecture file here."""
+
+
+def architecture_for(reader) -> Architecture:
+    name = reader.architecture
+    cls = ARCHITECTURES.get(name)
+    if cls is None:
+        raise UnsupportedArchitecture(
+            f"{reader.path}: architecture {name!r} is not supported; supported: {', '.join(sorted(ARCHITECTURES))}")
+    return cls(reader)

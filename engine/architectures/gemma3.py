@@ -1,0 +1,59 @@
+"""gemma3 (text): sandwich norms, q/k norms, scaled embeddings, interleaved sliding
+and global attention. llama.cpp stores every norm weight as `1 + w`."""
+
+from __future__ import annotations
+
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+from ...gguf_io import Keys
+from .base import Architecture
+
+GEMMA3_LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+SLIDING_WINDOW_PATTERN = 6  # every 6th layer attends globally (llama.cpp: set_swa_pattern(6))
+LOCAL_ROPE_BASE = 10000.0  # llama.cpp: rope_freq_base_train_swa for Gemma 3
+
+
+class Gemma3(Architecture):
+    name = "gemma3"
+    model_class = Gemma3ForCausalLM
+    layer_names = GEMMA3_LAYER_NAMES
+    chat_template_fallback = "gemma"
+
+    def config(self):
+        cfg = self.common_config()
+        n_layers = cfg["num_hidden_layers"]
+        layer_types = ["full_attention" if (i + 1) % SLIDING_WINDOW_PATTERN == 0 else "sliding_attention"
+                       for i in range(n_layers)]
+        # llama.cpp scales queries by 1/sqrt(head_dim), except the 27B (62 layers): 1/sqrt(hidden/heads)
+        scalar = cfg["hidden_size"] // cfg["num_attention_heads"] if n_layers == 62 else cfg["head_dim"]
+        global_rope = cfg.pop("rope_parameters")
+        local_base = self.get(Keys.ROPE_FREQ_BASE_SWA, LOCAL_ROPE_BASE)
+        return Gemma3TextConfig(
+            **cfg,
+            layer_types=layer_types,
+            sliding_window=self.get(Keys.SLIDING_WINDOW, 4096),
+            query_pre_attn_scalar=scalar,
+            rope_parameters={"full_attention": global_rope,
+                             "sliding_attention": {"rope_type": "default", "rope_theta": float(local_base)}},
+            final_logit_softcapping=self.get(Keys.FINAL_LOGIT_SOFTCAPPING, None),
+            attn_logit_softcapping=self.get(Keys.ATTN_LOGIT_SOFTCAPPING, None),
+        )
+
+    def dense(self, hf_name, array, config):
+        t = super().dense(hf_name, array, config)
+        return t - 1.0 if hf_name.endswith("norm.weight") else t

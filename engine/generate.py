@@ -1,0 +1,146 @@
+"""The generation loop: token ids in, a stream of (token, text) steps out.
+
+Templating happens before it (engine.chat) and detokenization at its edge
+(`Detokenizer`): the loop itself works on ids, one sequence at a time, with a KV
+cache, and checks its cancel flag before every forward pass."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+from transformers import DynamicCache
+
+from ..gguf_io import Keys
+from .sampling import SamplingParams, apply_logit_bias, apply_penalties, sample
+
+END_OF_GENERATION_TEXTS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>",
+                           "<|endoftext|>", "</s>", "<|end_of_text|>")
+
+
+@dataclass
+class Step:
+    """One streamed step. `text` is new, complete text (never half a UTF-8 character);
+    the last step carries `finish_reason` ("stop", "length" or "cancelled")."""
+
+    token_id: int | None
+    text: str
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class Detokenizer:
+    """Incremental decoding: emits text only once it no longer ends in a partial
+    character, decoding a small window so that leading-space rules stay right."""
+
+    def __init__(self, tokenizer, prompt_ids: list[int], window: int = 6):
+        self.tok = tokenizer
+        self.ids = list(prompt_ids[-window:])
+        self.prefix = 0
+        self.read = len(self.ids)
+
+    def _decode(self, ids) -> str:
+        return self.tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def push(self, token_id: int) -> str:
+        self.ids.append(token_id)
+        before = self._decode(self.ids[self.prefix:self.read])
+        after = self._decode(self.ids[self.prefix:])
+        if len(after) > len(before) and not after.endswith("\ufffd"):
+            self.prefix, self.read = self.read, len(self.ids)
+            return after[len(before):]
+        return ""
+
+
+def end_of_generation_ids(lm) -> set[int]:
+    """EOS and every end-of-turn token the vocabulary has (llama.cpp's EOG set, in spirit)."""
+    md = lm.gguf.metadata
+    ids = {md.get(k) for k in (Keys.TOKENIZER_EOS_ID, Keys.TOKENIZER_EOT_ID, Keys.TOKENIZER_EOM_ID)}
+    vocab = lm.tokenizer.get_vocab()
+    ids |= {vocab[t] for t in END_OF_GENERATION_TEXTS if t in vocab}
+    return {i for i in ids if isinstance(i, int)}
+
+
+class StopStrings:
+    """Holds back text that may be the start of a stop string; cuts at a full match."""
+
+    def __init__(self, stops: list[str]):
+        self.stops = [s for s in stops if s]
+        self.pending = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        self.pending += text
+        if not self.stops:
+            out, self.pending = self.pending, ""
+            return out, False
+        cut = min((i for i in (self.pending.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            out, self.pending = self.pending[:cut], ""
+            return out, True
+        hold = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(self.pending)), 0, -1):
+                if self.pending.endswith(s[:n]):
+                    hold = max(hold, n)
+                    break
+        out = self.pending[: len(self.pending) - hold]
+        self.pending = self.pending[len(out):]
+        return out, False
+
+    def flush(self) -> str:
+        out, self.pending = self.pending, ""
+        return out
+
+
+def generate(lm, prompt_ids: list[int], params: SamplingParams | None = None,
+             cancel: threading.Event | None = None, max_context: int | None = None) -> Iterator[Step]:
+    """Stream a completion of `prompt_ids` (already templated and tokenized)."""
+    params = params or SamplingParams()
+    model, device = lm.model, lm.device
+    n_prompt = len(prompt_ids)
+    limit = max_context or lm.config.max_position_embeddings
+    budget = limit - n_prompt
+    if params.max_tokens is not None:
+        budget = min(budget, params.max_tokens)
+    if budget <= 0:
+        yield Step(None, "", "length", n_prompt, 0)
+        return
+    eog = set() if params.ignore_eos else end_of_generation_ids(lm)
+    stop_ids = eog | set(params.stop_token_ids)
+    generator = None
+    if params.seed is not None:
+        generator = torch.Generator(device="cpu").manual_seed(params.seed)
+    detok = Detokenizer(lm.tokenizer, prompt_ids)
+    stops = StopStrings(params.stop)
+    counts: dict[int, int] = {}
+    cache = DynamicCache(config=model.config)
+    inputs = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+    n_out = 0
+    with torch.inference_mode():
+        while True:
+            if cancel is not None and cancel.is_set():
+                yield Step(None, stops.flush(), "cancelled", n_prompt, n_out)
+                return
+            out = model(input_ids=inputs, cache=cache, use_cache=True, logits_to_keep=1)
+            logits = out.logits[0, -1].float().cpu()
+            logits = apply_logit_bias(logits, params.logit_bias)
+            logits = apply_penalties(logits, counts, repetition=params.repetition_penalty,
+                                     presence=params.presence_penalty, frequency=params.frequency_penalty)
+            token = sample(logits, params, generator)
+            n_out += 1
+            if token in stop_ids:
+                yield Step(token, stops.flush(), "stop", n_prompt, n_out)
+                return
+            counts[token] = counts.get(token, 0) + 1
+            text, hit = stops.feed(detok.push(token))
+            if hit:
+                yield Step(token, text, "stop", n_prompt, n_out)
+                return
+            if n_out >= budget:
+                yield Step(token, text + stops.flush(), "length", n_prompt, n_out)
+                return
+            yield Step(token, text, None, n_prompt, n_out)
+            inputs = torch.tensor([[token]], dtype=torch.long, device=device)

@@ -1,0 +1,79 @@
+"""Packed modules: the only parts of the engine that hold GGUF blocks. They keep the
+file's bytes (a uint8 tensor over the memory map) and call the kernels chosen for
+their device and type; nothing here dequantizes a whole weight."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..gguf_io import GGMLType
+from . import kernels
+
+
+class GgufLinear(nn.Module):
+    """y = x @ W.T (+ bias) with W packed as GGUF rows (out_features, row_bytes).
+
+    `out_perm`, when set, reorders output features (the inverse of a row permutation
+    llama.cpp's converter applied, e.g. Llama's q/k head permutation)."""
+
+    def __init__(self, packed: torch.Tensor, ggml_type: GGMLType, in_features: int, out_features: int,
+                 bias: torch.Tensor | None = None, out_perm: torch.Tensor | None = None):
+        super().__init__()
+        self.ggml_type = GGMLType(ggml_type)
+        self.in_features = in_features
+        self.out_features = out_features
+        self.register_buffer("packed", packed, persistent=False)
+        self.bias = nn.Parameter(bias, requires_grad=False) if bias is not None else None
+        self.register_buffer("out_perm", out_perm, persistent=False)
+        self._ops = None
+
+    def _kernels(self) -> kernels.KernelOps:
+        if self._ops is None:
+            self._ops = kernels.select(self.packed.device, self.ggml_type)
+        return self._ops
+
+    def _apply(self, fn, recurse=True):  # moving devices re-selects kernels
+        self._ops = None
+        return super()._apply(fn, recurse)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self._kernels().mul_mat(self.packed, x, self.ggml_type, self.out_features)
+        if self.out_perm is not None:
+            y = y.index_select(-1, self.out_perm)
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, type={self.ggml_type.name}"
+
+
+class GgufEmbedding(nn.Module):
+    """Row lookup into a packed (num_embeddings, row_bytes) table, times `scale`."""
+
+    def __init__(self, packed: torch.Tensor, ggml_type: GGMLType, num_embeddings: int, embedding_dim: int,
+                 dtype: torch.dtype, scale: float | None = None):
+        super().__init__()
+        self.ggml_type = GGMLType(ggml_type)
+        self.num_embeddings = num_embeddings
+        self.embedding_dim = embedding_dim
+        self.dtype = dtype
+        self.scale = scale
+        self.register_buffer("packed", packed, persistent=False)
+        self._ops = None
+
+    def _apply(self, fn, recurse=True):
+        self._ops = None
+        return super()._apply(fn, recurse)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self._ops is None:
+            self._ops = kernels.select(self.packed.device, self.ggml_type)
+        out = self._ops.get_rows(self.packed, input_ids, self.ggml_type, self.embedding_dim, self.dtype)
+        if self.scale is not None:
+            out = out * torch.tensor(self.scale, dtype=self.dtype)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, type={self.ggml_type.name}"

@@ -1,0 +1,92 @@
+"""Sampling: small pure functions over a logits vector (1-D float tensor)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class SamplingParams:
+    """What a request asks of the sampler and the stopping rules."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    max_tokens: int | None = None
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    ignore_eos: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0 or self.top_k == 1
+
+
+def apply_logit_bias(logits: torch.Tensor, bias: dict[int, float]) -> torch.Tensor:
+    if not bias:
+        return logits
+    ids = torch.tensor(list(bias.keys()), dtype=torch.long, device=logits.device)
+    vals = torch.tensor(list(bias.values()), dtype=logits.dtype, device=logits.device)
+    return logits.index_add(0, ids, vals)
+
+
+def apply_penalties(logits: torch.Tensor, counts: dict[int, int], *, repetition: float = 1.0,
+                    presence: float = 0.0, frequency: float = 0.0) -> torch.Tensor:
+    """OpenAI's presence/frequency penalties and the CTRL-style repetition penalty,
+    over the tokens seen so far (`counts`: token id → occurrences)."""
+    if not counts or (repetition == 1.0 and presence == 0.0 and frequency == 0.0):
+        return logits
+    ids = torch.tensor(list(counts.keys()), dtype=torch.long, device=logits.device)
+    n = torch.tensor(list(counts.values()), dtype=logits.dtype, device=logits.device)
+    sel = logits[ids]
+    if repetition != 1.0:
+        sel = torch.where(sel > 0, sel / repetition, sel * repetition)
+    sel = sel - presence - frequency * n
+    out = logits.clone()
+    out[ids] = sel
+    return out
+
+
+def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
+    if k <= 0 or k >= logits.shape[-1]:
+        return logits
+    kth = torch.topk(logits, k).values[-1]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
+    if p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, descending=True)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    cum = torch.cumsum(probs, dim=-1)
+    drop = cum - probs > p  # keep the smallest prefix whose mass reaches p
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(0, order, sorted_logits)
+
+
+def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    if min_p <= 0.0:
+        return logits
+    probs = torch.softmax(logits, dim=-1)
+    return logits.masked_fill(probs < min_p * probs.max(), float("-inf"))
+
+
+def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+    """One token id from processed logits."""
+    if params.greedy:
+        return int(torch.argmax(logits))
+    logits = logits.float() / params.temperature
+    logits = top_k_filter(logits, params.top_k)
+    logits = top_p_filter(logits, params.top_p)
+    logits = min_p_filter(logits, params.min_p)
+    probs = torch.softmax(logits, dim=-1)
+    return int(torch.multinomial(probs, 1, generator=generator))

@@ -1,0 +1,188 @@
+"""Fast tokenizer from a GGUF file's `tokenizer.ggml.*` keys, built directly with the
+`tokenizers` library (no config files, no slow-tokenizer conversion).
+
+- `llama` (SentencePiece-style, Gemma's too): BPE whose merges come from the
+  vocabulary and scores (a pair merges into a token; higher-scored tokens merge
+  first, as llama.cpp's SPM tokenizer does), byte fallback, `▁` for spaces.
+- `gpt2` (byte-level BPE): the file's merges and the pre-tokenizer regex that
+  `tokenizer.ggml.pre` names.
+Control and user-defined tokens become added tokens, so chat markup in rendered
+templates encodes to its single ids."""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+import os
+
+import numpy as np
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from ..gguf_io import GGUFReader, Keys
+
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+# Pre-tokenizer regexes for byte-level BPE, by `tokenizer.ggml.pre` (from llama.cpp's vocab code).
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+PRE_TOKENIZER_REGEX = {
+    "default": _GPT2, "gpt2": _GPT2, "gpt-2": _GPT2,
+    "llama-bpe": _LLAMA3, "llama3": _LLAMA3, "smaug-bpe": _LLAMA3,
+    "qwen2": _QWEN2, "qwen35": _QWEN2, "deepseek-r1-qwen": _QWEN2,
+}
+
+
+class TokenizerError(ValueError):
+    """The file's tokenizer keys are missing or of a kind not supported."""
+
+
+def _spm_merges(tokens: list[str], scores: list[float], types: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Every split of a token into two tokens, as (left ids, right ids), best-scored
+    merged token first (then by the pieces' ids), the order transformers' SentencePiece
+    conversion uses."""
+    vocab = {t: i for i, t in enumerate(tokens) if types[i] in (NORMAL, USER_DEFINED)}
+    live = [t for t in vocab if len(t) > 1]
+    merged: list[str] = []
+    left: list[str] = []
+    right: list[str] = []
+    k = 1
+    while live:  # one comprehension per split position: far less interpreter work than nested loops
+        hits = [t for t in live if t[:k] in vocab and t[k:] in vocab]
+        merged += hits
+        left += [t[:k] for t in hits]
+        right += [t[k:] for t in hits]
+        k += 1
+        live = [t for t in live if len(t) > k]
+    g = vocab.__getitem__
+    score = np.asarray(scores, dtype=np.float64)[np.fromiter(map(g, merged), np.int64, len(merged))]
+    ia = np.fromiter(map(g, left), np.int64, len(left))
+    ib = np.fromiter(map(g, right), np.int64, len(right))
+    order = np.lexsort((ib, ia, -score))
+    return ia[order], ib[order]
+
+
+def _cached_spm_merges(reader: GGUFReader, tokens, scores, types) -> list[tuple[str, str]]:
+    """Merges are a pure function of the vocabulary; keep them beside the Hub cache,
+    keyed by the file's identity, so later loads skip deriving them."""
+    st = os.stat(reader.path)
+    key = hashlib.sha1(f"{os.path.abspath(reader.path)}|{st.st_size}|{st.st_mtime_ns}|{len(tokens)}".encode()).hexdigest()
+    folder = os.path.join(os.environ.get("GGUF_SERVE_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "gguf-serve")), "merges")
+    path = os.path.join(folder, f"{key}.npy")
+    pairs = None
+    try:
+        pairs = np.load(path)
+    except (OSError, ValueError):
+        pass
+    if pairs is None or pairs.ndim != 2 or pairs.shape[1] != 2 or (pairs.size and pairs.max() >= len(tokens)):
+        ia, ib = _spm_merges(tokens, scores, types)
+        pairs = np.stack([ia, ib], axis=1).astype(np.int32)
+        try:
+            os.makedirs(folder, exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp.npy"
+            np.save(tmp, pairs)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only home only costs the next load the derivation
+    if not len(pairs):
+        return []
+    get = operator.itemgetter(*pairs[:, 0].tolist())
+    get_b = operator.itemgetter(*pairs[:, 1].tolist())
+    a, b = get(tokens), get_b(tokens)
+    if len(pairs) == 1:
+        return [(a, b)]
+    return list(zip(a, b))
+
+
+def _spm(reader: GGUFReader, tokens, types) -> tuple[Tokenizer, bool]:
+    scores = reader.metadata.get(Keys.TOKENIZER_SCORES) or [0.0] * len(tokens)
+    vocab = {t: i for i, t in enumerate(tokens)}
+    unk_id = reader.metadata.get(Keys.TOKENIZER_UNK_ID)
+    unk = tokens[unk_id] if unk_id is not None and unk_id < len(tokens) else None
+    model = models.BPE(vocab=vocab, merges=_cached_spm_merges(reader, tokens, scores, types), unk_token=unk,
+                       fuse_unk=True, byte_fallback=True, dropout=None)
+    tok = Tokenizer(model)
+    add_prefix = reader.metadata.get(Keys.TOKENIZER_ADD_SPACE_PREFIX, True)
+    norms = [normalizers.Prepend("▁")] if add_prefix else []
+    tok.normalizer = normalizers.Sequence(norms + [normalizers.Replace(" ", "▁")])
+    decs = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    if add_prefix:
+        decs.append(decoders.Strip(" ", 1, 0))
+    tok.decoder = decoders.Sequence(decs)
+    return tok, True
+
+
+def _gpt2(reader: GGUFReader, tokens, types) -> tuple[Tokenizer, bool]:
+    merges = reader.metadata.get(Keys.TOKENIZER_MERGES)
+    if merges is None:
+        raise TokenizerError(f"{reader.path}: a gpt2 tokenizer needs {Keys.TOKENIZER_MERGES!r}")
+    pairs = [tuple(m.split(" ", 1)) for m in merges]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
+    pre = reader.metadata.get(Keys.TOKENIZER_PRE, "default")
+    regex = PRE_TOKENIZER_REGEX.get(pre, _GPT2)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    return tok, False
+
+
+def load_tokenizer(reader: GGUFReader) -> PreTrainedTokenizerFast:
+    kind = reader.metadata.get(Keys.TOKENIZER_MODEL)
+    tokens = reader.metadata.get(Keys.TOKENIZER_TOKENS)
+    if kind is None or tokens is None:
+        raise TokenizerError(f"{reader.path}: no tokenizer in the file ({Keys.TOKENIZER_MODEL} / {Keys.TOKENIZER_TOKENS})")
+    types = reader.metadata.get(Keys.TOKENIZER_TOKEN_TYPE) or [NORMAL] * len(tokens)
+    if kind == "llama":
+        tok, default_bos = _spm(reader, tokens, types)
+    elif kind == "gpt2":
+        tok, default_bos = _gpt2(reader, tokens, types)
+    else:
+        raise TokenizerError(f"{reader.path}: tokenizer model {kind!r} is not supported (supported: llama, gpt2)")
+    specials = [AddedToken(tokens[i], special=True, normalized=False) for i, t in enumerate(types) if t == CONTROL]
+    users = [AddedToken(tokens[i], special=False, normalized=False) for i, t in enumerate(types) if t == USER_DEFINED]
+    tok.add_special_tokens(specials)
+    if users:
+        tok.add_tokens(users)
+
+    def token(key):
+        i = reader.metadata.get(key)
+        return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else None
+
+    add_bos = bool(reader.metadata.get(Keys.TOKENIZER_ADD_BOS, default_bos)) and token(Keys.TOKENIZER_BOS_ID) is not None
+    add_eos = bool(reader.metadata.get(Keys.TOKENIZER_ADD_EOS, False)) and token(Keys.TOKENIZER_EOS_ID) is not None
+    return GgufTokenizer(
+        tok,
+        bos_token=token(Keys.TOKENIZER_BOS_ID),
+        eos_token=token(Keys.TOKENIZER_EOS_ID),
+        unk_token=token(Keys.TOKENIZER_UNK_ID),
+        pad_token=token(Keys.TOKENIZER_PAD_ID),
+        add_bos_token=add_bos,
+        add_eos_token=add_eos,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+class GgufTokenizer(PreTrainedTokenizerFast):
+    """A transformers fast tokenizer over a `tokenizers.Tokenizer` built here (taken
+    as is: the base class would deep-copy a 262k vocabulary for nothing)."""
+
+    def __init__(self, backend: Tokenizer, **kwargs):
+        self._tokenizer = backend
+        super().__init__(**kwargs)
+
+
+def encode(tokenizer: PreTrainedTokenizerFast, text: str, *, add_special: bool = True) -> list[int]:
+    """Token ids of `text`, with BOS/EOS as the file asks when `add_special`."""
+    ids = tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids
+    if add_special:
+        if tokenizer.add_bos_token and (not ids or ids[0] != tokenizer.bos_token_id):
+            ids = [tokenizer.bos_token_id] + ids
+        if tokenizer.add_eos_token:
+            ids = ids + [tokenizer.eos_token_id]
+    return ids

@@ -177,7 +177,7 @@ class GGUFWriter:
 
         - `data` a float/int numpy array, no `ggml_type`: stored in its own dtype.
         - `data` a float array and a `ggml_type`: quantized to that type while writing.
-        - `data` uint8 packed blocks and a quantized (or BF16) `ggml_type`: stored as is;
+        - `data` uint8 bytes (packed blocks, or raw F32/F16/BF16 …) and a `ggml_type`: stored as is;
           `shape` (torch order) defaults to the rows implied by the byte count.
         - `data` a callable: called at write time; `ggml_type` and `shape` required.
         """
@@ -202,7 +202,7 @@ class GGUFWriter:
             else:
                 gtype = GGMLType(ggml_type)
                 info = TYPE_INFO[gtype]
-                if arr.dtype == np.uint8 and (info.quantized or gtype == GGMLType.BF16):
+                if arr.dtype == np.uint8:  # raw bytes of any type (no ggml type is stored as uint8)
                     rows = arr.shape[:-1] if arr.ndim else ()
                     last = arr.shape[-1] // info.type_size * info.block_size if arr.ndim else 0
                     shp = tuple(shape) if shape is not None else (*rows, last)
@@ -242,7 +242,7 @@ class GGUFWriter:
         data = t.source() if callable(t.source) else t.source
         arr = np.asarray(data)
         info = TYPE_INFO[t.ggml_type]
-        packed = arr.dtype == np.uint8 and (info.quantized or t.ggml_type == GGMLType.BF16)
+        packed = arr.dtype == np.uint8
         if not packed and _DTYPE_TO_GGML.get(arr.dtype.newbyteorder("=")) != t.ggml_type:
             from .quants import quantize
 

@@ -1,0 +1,218 @@
+"""Tiny random transformers models written as GGUF the way llama.cpp's converter writes
+them (its key names, tensor names and transforms), with our own writer.
+
+This is a test fixture, kept independent of the engine's architecture files: its
+name tables and transforms are the converter's, so that a loader mistake shows up
+as a mismatch instead of being mirrored."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Phi3Config,
+                          Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+
+from gguf_serve.gguf_io import GGMLType, GGUFValueType as V, GGUFWriter, dequantize, quantize
+
+VOCAB = 320
+HIDDEN = 256
+FF = 512
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte → printable character map."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars = keep[:]
+    n = 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(keep, chars)}
+
+
+def byte_level_vocab(n_vocab: int = VOCAB) -> tuple[list[str], list[str], list[int]]:
+    """A byte-level BPE vocabulary: 256 bytes, merges of frequent English pairs, specials."""
+    b2u = bytes_to_unicode()
+    tokens = [b2u[b] for b in range(256)]
+    merges = []
+    words = ["Ġt", "he", "Ġa", "in", "er", "on", "Ġthe", "re", "at", "en", "Ġs", "or", "it", "is", "Ġw", "an",
+             "ed", "Ġo", "es", "ing", "Ġc", "ou", "nd", "Ġf", "Ġb", "ar", "Ġp", "al", "Ġm", "Ġin", "le", "Ġd",
+             "ic", "Ġof", "Ġh", "as", "ion", "Ġand", "Ġto", "om", "Ġl", "ent", "Ġis", "ro", "Ġth", "st", "Ġn",
+             "Ġre", "ve", "ct", "ly", "Ġe", "ow", "ad", "id", "Ġg", "Ġbe", "ut", "ot", "im"]
+    for w in words:
+        for k in range(len(w) - 1, 0, -1):
+            a, b = w[:k], w[k:]
+            if a in tokens and b in tokens and w not in tokens:
+                merges.append(f"{a} {b}")
+                tokens.append(w)
+                break
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    while len(tokens) < n_vocab - len(specials):
+        tokens.append(f"[unused{len(tokens)}]")
+    tokens += specials
+    types = [1] * (n_vocab - len(specials)) + [3] * len(specials)
+    return tokens, merges, types
+
+
+# per-architecture: transformers names → llama.cpp names (the converter's tensor map)
+LLAMA_NAMES = {
+    "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+}
+GEMMA3_NAMES = {**LLAMA_NAMES, "post_attention_layernorm": "post_attention_norm",
+                "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm"}
+PHI3_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+              "self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
+              "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+@dataclass
+class Spec:
+    arch: str
+    model_class: type
+    config: object
+    names: dict
+
+
+def spec(arch: str) -> Spec:
+    common = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FF, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6,
+                  tie_word_embeddings=False, bos_token_id=VOCAB - 3, eos_token_id=VOCAB - 3)
+    if arch == "llama":
+        return Spec(arch, LlamaForCausalLM, LlamaConfig(**common, head_dim=64), LLAMA_NAMES)
+    if arch == "qwen2":
+        return Spec(arch, Qwen2ForCausalLM, Qwen2Config(**common), LLAMA_NAMES)
+    if arch == "qwen3":  # head_dim deliberately not hidden/heads: the file's key_length must be read
+        return Spec(arch, Qwen3ForCausalLM, Qwen3Config(**common, head_dim=96), LLAMA_NAMES)
+    if arch == "gemma3":
+        c = dict(common, num_hidden_layers=7, num_key_value_heads=1, tie_word_embeddings=True)
+        cfg = Gemma3TextConfig(**c, head_dim=64, sliding_window=8, query_pre_attn_scalar=64,
+                               rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+        return Spec(arch, Gemma3ForCausalLM, cfg, GEMMA3_NAMES)
+    if arch == "phi3":
+        return Spec(arch, Phi3ForCausalLM, Phi3Config(**dict(common, num_key_value_heads=4), pad_token_id=0), PHI3_NAMES)
+    raise KeyError(arch)
+
+
+def random_model(s: Spec, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    s.config._attn_implementation = "sdpa"
+    model = s.model_class(s.config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p)) if s.arch != "gemma3" else p.copy_(0.1 * torch.randn_like(p))
+            elif name.endswith("bias"):
+                p.copy_(0.05 * torch.randn_like(p))
+            else:
+                p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
+    return model
+
+
+def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's converter: interleave each head's rotary halves (q, k rows)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _qtype(mix: str, name: str, cols: int) -> GGMLType:
+    if mix == "F32":
+        return GGMLType.F32
+    if mix == "F16":
+        return GGMLType.F16
+    if mix == "Q8_0":
+        return GGMLType.Q8_0
+    # a K-quant mix like Q4_K_M: most matrices Q4_K, ffn_down and v Q6_K, embedding Q8_0
+    if cols % 256:
+        return GGMLType.Q8_0
+    if "token_embd" in name:
+        return GGMLType.Q8_0
+    if "ffn_down" in name or "attn_v" in name:
+        return GGMLType.Q6_K
+    if "attn_k" in name:
+        return GGMLType.Q5_K
+    return GGMLType.Q4_K
+
+
+def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str) -> torch.nn.Module:
+    """Write `model` as llama.cpp would, with matrices in `mix`; returns the dense
+    transformers model carrying exactly the dequantized weights the file holds."""
+    cfg = s.config
+    arch = s.arch
+    tokens, merges, types = byte_level_vocab(cfg.vocab_size)
+    state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    dense = s.model_class(cfg).eval()
+    new_state = {}
+    with GGUFWriter(path) as w:
+        w.add("general.architecture", arch)
+        w.add("general.name", f"tiny-{arch}")
+        w.add(f"{arch}.context_length", cfg.max_position_embeddings)
+        w.add(f"{arch}.embedding_length", cfg.hidden_size)
+        w.add(f"{arch}.block_count", cfg.num_hidden_layers)
+        w.add(f"{arch}.feed_forward_length", cfg.intermediate_size)
+        w.add(f"{arch}.attention.head_count", cfg.num_attention_heads)
+        w.add(f"{arch}.attention.head_count_kv", cfg.num_key_value_heads)
+        w.add(f"{arch}.attention.layer_norm_rms_epsilon", float(cfg.rms_norm_eps))
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        w.add(f"{arch}.attention.key_length", head_dim)
+        w.add(f"{arch}.attention.value_length", head_dim)
+        rope = cfg.rope_parameters
+        if arch == "gemma3":
+            w.add(f"{arch}.rope.freq_base", float(rope["full_attention"]["rope_theta"]))
+            w.add(f"{arch}.attention.sliding_window", cfg.sliding_window)
+        else:
+            w.add(f"{arch}.rope.freq_base", float(rope["rope_theta"]))
+            w.add(f"{arch}.rope.dimension_count", head_dim)
+        w.add("tokenizer.ggml.model", "gpt2")
+        w.add("tokenizer.ggml.pre", "qwen2")
+        w.add("tokenizer.ggml.tokens", tokens)
+        w.add("tokenizer.ggml.token_type", types)
+        w.add("tokenizer.ggml.merges", merges)
+        w.add("tokenizer.ggml.bos_token_id", cfg.vocab_size - 3)
+        w.add("tokenizer.ggml.eos_token_id", cfg.vocab_size - 3)
+        w.add("tokenizer.ggml.add_bos_token", False)
+        w.add("tokenizer.ggml.padding_token_id", 0)
+        for hf_name, value in state.items():
+            if hf_name == "lm_head.weight" and cfg.tie_word_embeddings:
+                continue
+            if hf_name.endswith("rotary_emb.inv_freq"):
+                continue
+            if hf_name == "model.embed_tokens.weight":
+                gname = "token_embd.weight"
+            elif hf_name == "model.norm.weight":
+                gname = "output_norm.weight"
+            elif hf_name == "lm_head.weight":
+                gname = "output.weight"
+            else:
+                parts = hf_name.split(".")
+                layer, module, kind = parts[2], ".".join(parts[3:-1]), parts[-1]
+                gname = f"blk.{layer}.{s.names[module]}.{kind}"
+            stored = value
+            if arch == "llama" and ("attn_q." in gname or "attn_k." in gname):
+                heads = cfg.num_attention_heads if "attn_q." in gname else cfg.num_key_value_heads
+                stored = _permute(value, heads)
+            if arch == "gemma3" and gname.endswith("norm.weight"):
+                stored = value + 1.0
+            if stored.ndim == 2:
+                qt = _qtype(mix, gname, stored.shape[1])
+                packed = quantize(stored, qt)
+                w.add_tensor(gname, packed, ggml_type=qt, shape=stored.shape)
+                back = dequantize(packed, qt, stored.shape)
+                if arch == "llama" and ("attn_q." in gname or "attn_k." in gname):
+                    heads = cfg.num_attention_heads if "attn_q." in gname else cfg.num_key_value_heads
+                    hd = back.shape[0] // heads
+                    back = back.reshape(heads, hd // 2, 2, -1).swapaxes(1, 2).reshape(back.shape)
+                new_state[hf_name] = torch.from_numpy(np.ascontiguousarray(back))
+            else:
+                w.add_tensor(gname, stored.astype(np.float32))
+                new_state[hf_name] = torch.from_numpy(value.copy())
+    if cfg.tie_word_embeddings:
+        new_state["lm_head.weight"] = new_state["model.embed_tokens.weight"]
+    dense.load_state_dict(new_state, strict=False)
+    return dense

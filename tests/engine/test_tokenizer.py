@@ -1,0 +1,97 @@
+"""Tokenizers built from GGUF keys: SentencePiece-style (Gemma) against llama.cpp's
+tokenizer, byte-level BPE against transformers' own GGUF tokenizer."""
+
+import os
+
+import pytest
+
+from gguf_serve.engine.tokenizer import TokenizerError, encode, load_tokenizer
+from gguf_serve.gguf_io import GGUFReader, GGUFWriter
+
+from tiny_models import random_model, spec, write_gguf
+
+TEXTS = ["Hello world", "  leading spaces and trailing  ", "The quick brown fox jumps over the lazy dog.",
+         "日本語のテキスト、中文文本 and émojis 🙂🚀", "def f(x):\n\treturn x**2  # comment\n\n",
+         "<start_of_turn>user\nhi<end_of_turn>\n", "line1\r\nline2\n\n\nline5", "1234567890 3.14159 -42",
+         "a\u00a0b\u2003c", "ÄÖÜ äöü ß", "https://example.com/path?q=1&r=2", "    ", "\n", ""]
+
+# llama.cpp's tokenization of the Gemma file (llama-cpp-python 0.3.36, add_bos, special=True)
+LLAMA_CPP_GEMMA = {
+    "Hello world": [2, 9259, 1902],
+    "  leading spaces and trailing  ": [2, 138, 26016, 9952, 532, 45330, 138],
+    "The quick brown fox jumps over the lazy dog.": [2, 818, 3823, 8864, 37423, 38167, 1024, 506, 31770, 4799, 236761],
+    "日本語のテキスト、中文文本 and émojis 🙂🚀": [2, 94951, 236945, 95830, 236951, 55041, 57489, 532, 1559, 1289, 92467,
+                                        57235, 242015],
+    "def f(x):\n\treturn x**2  # comment\n\n": [2, 2063, 517, 236769, 236781, 1473, 107, 255968, 2060, 1123, 1018,
+                                                236778, 138, 236865, 5739, 108],
+    "<start_of_turn>user\nhi<end_of_turn>\n": [2, 105, 2364, 107, 2202, 106, 107],
+}
+
+
+@pytest.fixture(scope="module")
+def gemma_tok(gemma_path):
+    return load_tokenizer(GGUFReader(gemma_path))
+
+
+@pytest.mark.parametrize("text", list(LLAMA_CPP_GEMMA))
+def test_gemma_encoding_equals_recorded_llama_cpp(gemma_tok, text):
+    assert encode(gemma_tok, text) == LLAMA_CPP_GEMMA[text]
+    assert gemma_tok(text)["input_ids"] == LLAMA_CPP_GEMMA[text]  # the transformers call path agrees
+
+
+def test_gemma_encoding_equals_live_llama_cpp(gemma_path, gemma_tok):
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (cross-check outside CI)")
+    ref = llama_cpp.Llama(model_path=gemma_path, vocab_only=True, verbose=False)
+    for text in TEXTS:
+        assert encode(gemma_tok, text) == ref.tokenize(text.encode(), add_bos=True, special=True), repr(text)
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_gemma_round_trip(gemma_tok, text):
+    ids = encode(gemma_tok, text, add_special=False)
+    assert gemma_tok.decode(ids) == text
+
+
+def test_gemma_special_tokens(gemma_tok):
+    assert (gemma_tok.bos_token, gemma_tok.eos_token, gemma_tok.pad_token, gemma_tok.unk_token) == ("<bos>", "<eos>", "<pad>", "<unk>")
+    assert gemma_tok.convert_tokens_to_ids("<start_of_turn>") == 105
+    assert len(gemma_tok) == 262144
+
+
+@pytest.fixture(scope="module")
+def bpe_file(tmp_path_factory):
+    s = spec("qwen2")
+    path = tmp_path_factory.mktemp("bpe") / "tiny-qwen2.gguf"
+    write_gguf(s, random_model(s), path, "Q8_0")
+    return str(path)
+
+
+def test_byte_level_bpe_equals_transformers_gguf_tokenizer(bpe_file):
+    from transformers import AutoTokenizer
+
+    ours = load_tokenizer(GGUFReader(bpe_file))
+    ref = AutoTokenizer.from_pretrained(os.path.dirname(bpe_file), gguf_file=os.path.basename(bpe_file))
+    for text in TEXTS + ["<|im_start|>user\nthe cat<|im_end|>", "the theory of everything in the end"]:
+        assert encode(ours, text) == ref(text, add_special_tokens=False)["input_ids"], repr(text)
+        assert ours.decode(encode(ours, text)) == text
+
+
+def test_byte_level_bpe_uses_merges(bpe_file):
+    tok = load_tokenizer(GGUFReader(bpe_file))
+    ids = encode(tok, " the")
+    assert len(ids) == 1 and tok.convert_ids_to_tokens(ids) == ["Ġthe"]
+    assert encode(tok, "<|im_end|>") == [tok.convert_tokens_to_ids("<|im_end|>")]
+
+
+def test_missing_or_unknown_tokenizer_is_a_clear_error(tmp_path):
+    p = tmp_path / "none.gguf"
+    with GGUFWriter(p) as w:
+        w.add("general.architecture", "llama")
+    with pytest.raises(TokenizerError, match="no tokenizer in the file"):
+        load_tokenizer(GGUFReader(p))
+    p2 = tmp_path / "rwkv.gguf"
+    with GGUFWriter(p2) as w:
+        w.add("tokenizer.ggml.model", "rwkv")
+        w.add("tokenizer.ggml.tokens", ["a"])
+    with pytest.raises(TokenizerError, match="tokenizer model 'rwkv' is not supported"):
+        load_tokenizer(GGUFReader(p2))

@@ -5,9 +5,10 @@ Every implementation offers the interface of ggml's hub kernel
 `mul_mat_id`). `reference` is the portable torch implementation that runs on any
 device and is the ground truth for the fast ones.
 
-Selection order: the environment override `GGUF_SERVE_KERNELS` (`reference`, or the
-name of a registered implementation), then a registered native kernel for the
-device and type, then the reference. One log line says which was chosen and why.
+Selection order: the environment override `GGUF_SERVE_KERNELS` (`reference`, `hub`,
+or the name of a registered implementation), then a registered native kernel for
+the device and type, then on MPS the hub kernel when it loads, then the reference.
+One log line says which was chosen and why.
 """
 
 from __future__ import annotations
@@ -40,6 +41,23 @@ REFERENCE = KernelOps("reference", reference.mul_mat_vec, reference.get_rows, re
 # name -> (supports(device_type, ggml_type) -> bool, KernelOps); filled by native back-ends
 _REGISTRY: dict[str, tuple[Callable[[str, GGMLType], bool], KernelOps]] = {}
 _CHOSEN: dict[tuple[str, GGMLType], KernelOps] = {}
+_HUB: list = []  # [KernelOps | None] once tried
+
+
+def hub_ops() -> KernelOps | None:
+    """The hub kernel's ops, loaded once (None when it cannot be had)."""
+    if not _HUB:
+        from . import hub
+
+        mod = hub.load()
+        _HUB.append(hub.ops_from_module(mod, f"hub:{hub.HUB_REPO}") if mod is not None else None)
+    return _HUB[0]
+
+
+def reset() -> None:
+    """Forget every choice (tests change the environment between loads)."""
+    _CHOSEN.clear()
+    _HUB.clear()
 
 
 def register(name: str, supports: Callable[[str, GGMLType], bool], ops: KernelOps) -> None:
@@ -58,17 +76,29 @@ def select(device: torch.device | str, ggml_type: GGMLType) -> KernelOps:
     if forced:
         if forced == "reference":
             ops, why = REFERENCE, f"forced by {ENV_OVERRIDE}"
+        elif forced == "hub":
+            ops = hub_ops()
+            if ops is None:
+                raise RuntimeError(f"{ENV_OVERRIDE}=hub, but the hub kernel could not be loaded (see the log)")
+            why = f"forced by {ENV_OVERRIDE}"
         elif forced in _REGISTRY:
             ops, why = _REGISTRY[forced][1], f"forced by {ENV_OVERRIDE}"
         else:
             raise ValueError(f"{ENV_OVERRIDE}={forced!r}: no such kernel implementation; "
-                             f"known: reference, {', '.join(sorted(_REGISTRY)) or '(none registered)'}")
+                             f"known: reference, hub{''.join(', ' + n for n in sorted(_REGISTRY))}")
     else:
         ops, why = REFERENCE, "no native kernel for this device and type"
         for name, (supports, candidate) in _REGISTRY.items():
             if supports(dev, key[1]):
                 ops, why = candidate, "native kernel available"
                 break
+        else:
+            if dev == "mps":
+                hub = hub_ops()
+                if hub is not None:
+                    ops, why = hub, "ggml Metal kernels from the hub"
+                else:
+                    why = "hub kernel unavailable on mps"
     log.info("kernels for %s %s: %s (%s)", dev, key[1].name, ops.name, why)
     _CHOSEN[key] = ops
     return ops

@@ -19,7 +19,7 @@ from ..gguf_io import GGUFReader, TensorInfo
 from .architectures import architecture_for
 from .architectures.base import Architecture
 from .kernels.reference import as_tensor
-from .modules import GgufEmbedding, GgufLinear
+from .modules import GgufEmbedding, GgufExperts, GgufLinear
 
 log = logging.getLogger("gguf_serve.engine")
 
@@ -86,7 +86,9 @@ def _expect_shape(info: TensorInfo, shape: tuple[int, ...], hf_name: str) -> Non
 def _replace_packed_modules(model: nn.Module, arch: Architecture, packer: _Packer, config, dtype) -> None:
     tensors = packer.reader.tensors
     for name, module in list(model.named_modules()):
-        if isinstance(module, nn.Linear):
+        if _is_fused_experts(module):
+            model.set_submodule(name, _packed_experts(name, module, arch, packer))
+        elif isinstance(module, nn.Linear):
             hf = f"{name}.weight"
             gname = arch.gguf_name(hf)
             if gname not in tensors and name == "lm_head":
@@ -115,6 +117,25 @@ def _replace_packed_modules(model: nn.Module, arch: Architecture, packer: _Packe
             new = GgufEmbedding(packer.packed(gname), info.ggml_type, module.num_embeddings, module.embedding_dim,
                                 dtype=dtype, scale=scale)
             model.set_submodule(name, new)
+
+
+def _is_fused_experts(module: nn.Module) -> bool:
+    p = getattr(module, "gate_up_proj", None)
+    return isinstance(p, nn.Parameter) and p.dim() == 3 and isinstance(getattr(module, "down_proj", None), nn.Parameter)
+
+
+def _packed_experts(name: str, module: nn.Module, arch: Architecture, packer: _Packer) -> GgufExperts:
+    names = arch.experts_names(name)
+    if names is None or any(n not in packer.reader.tensors for n in names):
+        raise ModelLoadError(f"{packer.reader.path}: no expert tensors {names} for {name}")
+    n_exp, two_i, hidden = module.gate_up_proj.shape
+    inter = two_i // 2
+    infos = [packer.info(n) for n in names]
+    _expect_shape(infos[0], (n_exp, inter, hidden), f"{name} (gate)")
+    _expect_shape(infos[1], (n_exp, inter, hidden), f"{name} (up)")
+    _expect_shape(infos[2], (n_exp, hidden, inter), f"{name} (down)")
+    return GgufExperts(*(packer.packed(n) for n in names), tuple(i.ggml_type for i in infos),
+                       hidden=hidden, intermediate=inter, act_fn=module.act_fn)
 
 
 def _load_dense(model: nn.Module, arch: Architecture, reader: GGUFReader, config, dtype) -> None:

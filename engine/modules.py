@@ -77,3 +77,39 @@ class GgufEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, type={self.ggml_type.name}"
+
+
+class GgufExperts(nn.Module):
+    """A mixture-of-experts feed-forward over packed expert tensors (llama.cpp's
+    ffn_gate_exps / ffn_up_exps / ffn_down_exps), with transformers' experts interface:
+    forward(hidden_states (T, H), top_k_index (T, K), top_k_weights (T, K))."""
+
+    def __init__(self, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
+                 types: tuple[GGMLType, GGMLType, GGMLType], hidden: int, intermediate: int, act_fn):
+        super().__init__()
+        self.register_buffer("gate", gate, persistent=False)
+        self.register_buffer("up", up, persistent=False)
+        self.register_buffer("down", down, persistent=False)
+        self.types = tuple(GGMLType(t) for t in types)
+        self.num_experts = gate.shape[0]
+        self.hidden = hidden
+        self.intermediate = intermediate
+        self.act_fn = act_fn
+        self._ops = None
+
+    def _apply(self, fn, recurse=True):
+        self._ops = None
+        return super()._apply(fn, recurse)
+
+    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
+        if self._ops is None:
+            self._ops = [kernels.select(self.gate.device, t) for t in self.types]
+        g_ops, u_ops, d_ops = self._ops
+        g = g_ops.mul_mat_id(self.gate, hidden_states, top_k_index, self.types[0], self.intermediate)
+        u = u_ops.mul_mat_id(self.up, hidden_states, top_k_index, self.types[1], self.intermediate)
+        h = self.act_fn(g) * u
+        d = d_ops.mul_mat_id(self.down, h, top_k_index, self.types[2], self.hidden)
+        return (d * top_k_weights.unsqueeze(-1).to(d.dtype)).sum(dim=1).to(hidden_states.dtype)
+
+    def extra_repr(self) -> str:
+        return f"experts={self.num_experts}, hidden={self.hidden}, intermediate={self.intermediate}, types={[t.name for t in self.types]}"

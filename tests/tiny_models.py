@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Phi3Config,
-                          Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                          Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 from gguf_serve.gguf_io import GGMLType, GGUFValueType as V, GGUFWriter, dequantize, quantize
 
@@ -64,6 +65,7 @@ LLAMA_NAMES = {
     "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+    "mlp.gate": "ffn_gate_inp",
 }
 GEMMA3_NAMES = {**LLAMA_NAMES, "post_attention_layernorm": "post_attention_norm",
                 "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm"}
@@ -90,6 +92,10 @@ def spec(arch: str) -> Spec:
         return Spec(arch, Qwen2ForCausalLM, Qwen2Config(**common), LLAMA_NAMES)
     if arch == "qwen3":  # head_dim deliberately not hidden/heads: the file's key_length must be read
         return Spec(arch, Qwen3ForCausalLM, Qwen3Config(**common, head_dim=96), LLAMA_NAMES)
+    if arch == "qwen3moe":
+        cfg = Qwen3MoeConfig(**common, head_dim=64, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=256,
+                             decoder_sparse_step=1, norm_topk_prob=True, mlp_only_layers=[])
+        return Spec(arch, Qwen3MoeForCausalLM, cfg, LLAMA_NAMES)
     if arch == "gemma3":
         c = dict(common, num_hidden_layers=7, num_key_value_heads=1, tie_word_embeddings=True)
         cfg = Gemma3TextConfig(**c, head_dim=64, sliding_window=8, query_pre_attn_scalar=64,
@@ -151,6 +157,10 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str) -> torch.nn.Modu
     new_state = {}
     with GGUFWriter(path) as w:
         w.add("general.architecture", arch)
+        if arch == "qwen3moe":
+            w.add(f"{arch}.expert_count", cfg.num_experts)
+            w.add(f"{arch}.expert_used_count", cfg.num_experts_per_tok)
+            w.add(f"{arch}.expert_feed_forward_length", cfg.moe_intermediate_size)
         w.add("general.name", f"tiny-{arch}")
         w.add(f"{arch}.context_length", cfg.max_position_embeddings)
         w.add(f"{arch}.embedding_length", cfg.hidden_size)
@@ -183,6 +193,24 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str) -> torch.nn.Modu
                 continue
             if hf_name.endswith("rotary_emb.inv_freq"):
                 continue
+            if hf_name.endswith("mlp.experts.gate_up_proj"):
+                layer = hf_name.split(".")[2]
+                gate, up = np.split(value, 2, axis=1)  # (E, 2I, H) → the converter's two (E, I, H) tensors
+                backs = []
+                for part, stored in (("ffn_gate_exps", gate), ("ffn_up_exps", up)):
+                    qt = _qtype(mix, part, stored.shape[-1])
+                    packed = quantize(np.ascontiguousarray(stored), qt)
+                    w.add_tensor(f"blk.{layer}.{part}.weight", packed, ggml_type=qt, shape=stored.shape)
+                    backs.append(dequantize(packed, qt, stored.shape))
+                new_state[hf_name] = torch.from_numpy(np.concatenate(backs, axis=1))
+                continue
+            if hf_name.endswith("mlp.experts.down_proj"):
+                layer = hf_name.split(".")[2]
+                qt = _qtype(mix, "ffn_down_exps", value.shape[-1])
+                packed = quantize(value, qt)
+                w.add_tensor(f"blk.{layer}.ffn_down_exps.weight", packed, ggml_type=qt, shape=value.shape)
+                new_state[hf_name] = torch.from_numpy(dequantize(packed, qt, value.shape))
+                continue
             if hf_name == "model.embed_tokens.weight":
                 gname = "token_embd.weight"
             elif hf_name == "model.norm.weight":
@@ -199,7 +227,7 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str) -> torch.nn.Modu
                 stored = _permute(value, heads)
             if arch == "gemma3" and gname.endswith("norm.weight"):
                 stored = value + 1.0
-            if stored.ndim == 2:
+            if stored.ndim == 2 and not gname.endswith("ffn_gate_inp.weight"):  # the router stays F32
                 qt = _qtype(mix, gname, stored.shape[1])
                 packed = quantize(stored, qt)
                 w.add_tensor(gname, packed, ggml_type=qt, shape=stored.shape)

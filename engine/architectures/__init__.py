@@ -8,9 +8,10 @@ from .llama import Llama
 from .phi3 import Phi3
 from .qwen2 import Qwen2
 from .qwen3 import Qwen3
+from .qwen3moe import Qwen3Moe
 
 ARCHITECTURES: dict[str, type[Architecture]] = {
-    cls.name: cls for cls in (Llama, Qwen2, Qwen3, Gemma3, Phi3)
+    cls.name: cls for cls in (Llama, Qwen2, Qwen3, Qwen3Moe, Gemma3, Phi3)
 }
 
 

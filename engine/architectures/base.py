@@ -41,7 +41,7 @@ GLOBAL_NAMES = {
     "lm_head.weight": "output.weight",
 }
 
-_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.*)$")
 
 
 class Architecture:
@@ -124,6 +124,14 @@ class Architecture:
     def dense(self, hf_name: str, array: np.ndarray, config) -> torch.Tensor:
         """A small unquantized tensor (norm, bias) as transformers expects it."""
         return torch.from_numpy(np.array(array, dtype=np.float32))
+
+    def experts_names(self, module_name: str) -> tuple[str, str, str] | None:
+        """GGUF names of (gate, up, down) expert tensors for an experts module."""
+        m = _LAYER.match(module_name + ".")
+        if m is None:
+            return None
+        i = m.group(1)
+        return (f"blk.{i}.ffn_gate_exps.weight", f"blk.{i}.ffn_up_exps.weight", f"blk.{i}.ffn_down_exps.weight")
 
     def output_permutation(self, hf_name: str, config) -> torch.Tensor | None:
         """For a packed linear layer: output reordering that undoes a converter row permutation."""

@@ -34,9 +34,11 @@ class KernelOps:
     mul_mat: Callable  # (weight, x, ggml_type, out_features) -> y
     get_rows: Callable  # (weight, indices, ggml_type, cols, dtype) -> rows
     dequantize: Callable  # (weight, ggml_type, rows, cols, dtype) -> matrix
+    mul_mat_id: Callable = reference.mul_mat_id  # (weight, x, ids, ggml_type, out_features) -> y
 
 
-REFERENCE = KernelOps("reference", reference.mul_mat_vec, reference.get_rows, reference.dequantize)
+REFERENCE = KernelOps("reference", reference.mul_mat_vec, reference.get_rows, reference.dequantize,
+                      reference.mul_mat_id)
 
 # name -> (supports(device_type, ggml_type) -> bool, KernelOps); filled by native back-ends
 _REGISTRY: dict[str, tuple[Callable[[str, GGMLType], bool], KernelOps]] = {}

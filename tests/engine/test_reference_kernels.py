@@ -60,3 +60,20 @@ def test_gemma_embedding_rows_from_the_memory_map(gemma_path):
     rows = ref.get_rows(w, idx, t.ggml_type, t.shape[1], torch.float32)
     expected = dequantize(t.data[[2, 1000, 262143]], t.ggml_type, (3, t.shape[1]))
     assert np.array_equal(rows.numpy(), expected)
+
+
+def test_mul_mat_id_matches_per_expert_dense():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((5, 24, 256)).astype(np.float32)
+    packed = quantize(w, GGMLType.Q4_K)
+    dense = torch.from_numpy(dequantize(packed, GGMLType.Q4_K, w.shape))
+    wt = torch.from_numpy(packed)
+    x = torch.randn(7, 256)
+    ids = torch.tensor([[0, 3], [3, 4], [1, 0], [4, 4], [2, 1], [0, 2], [3, 1]])
+    out = ref.mul_mat_id(wt, x, ids, GGMLType.Q4_K, 24)
+    expected = torch.stack([torch.stack([x[t] @ dense[e].T for e in ids[t].tolist()]) for t in range(7)])
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
+    xk = torch.randn(7, 2, 256)  # one row per selection (the down projection's case)
+    out = ref.mul_mat_id(wt, xk, ids, GGMLType.Q4_K, 24)
+    expected = torch.stack([torch.stack([xk[t, k] @ dense[ids[t, k]].T for k in range(2)]) for t in range(7)])
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)

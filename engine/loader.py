@@ -96,15 +96,20 @@ def _replace_packed_modules(model: nn.Module, arch: Architecture, packer: _Packe
             if gname not in tensors:
                 raise ModelLoadError(f"{packer.reader.path}: no tensor {gname!r} for {hf}")
             info = packer.info(gname)
-            _expect_shape(info, (module.out_features, module.in_features), hf)
+            packed = packer.packed(gname)
+            if module.out_features == 1 and tuple(info.shape) == (module.in_features,):
+                packed = packed.reshape(1, -1)  # a one-row matrix stored as a vector (e.g. a shared-expert gate)
+            else:
+                _expect_shape(info, (module.out_features, module.in_features), hf)
             bias = None
             if module.bias is not None:
                 bname = arch.gguf_name(f"{name}.bias")
                 if bname not in tensors:
                     raise ModelLoadError(f"{packer.reader.path}: no tensor {bname!r} for {name}.bias")
                 bias = arch.dense(f"{name}.bias", tensors[bname].dequantize(), config).to(dtype)
-            new = GgufLinear(packer.packed(gname), info.ggml_type, module.in_features, module.out_features,
-                             bias=bias, out_perm=arch.output_permutation(hf, config))
+            new = GgufLinear(packed, info.ggml_type, module.in_features, module.out_features,
+                             bias=bias, out_perm=arch.output_permutation(hf, config),
+                             in_perm=arch.input_permutation(hf, config))
             model.set_submodule(name, new)
         elif isinstance(module, nn.Embedding):
             hf = f"{name}.weight"
@@ -130,12 +135,21 @@ def _packed_experts(name: str, module: nn.Module, arch: Architecture, packer: _P
         raise ModelLoadError(f"{packer.reader.path}: no expert tensors {names} for {name}")
     n_exp, two_i, hidden = module.gate_up_proj.shape
     inter = two_i // 2
-    infos = [packer.info(n) for n in names]
-    _expect_shape(infos[0], (n_exp, inter, hidden), f"{name} (gate)")
-    _expect_shape(infos[1], (n_exp, inter, hidden), f"{name} (up)")
-    _expect_shape(infos[2], (n_exp, hidden, inter), f"{name} (down)")
-    return GgufExperts(*(packer.packed(n) for n in names), tuple(i.ggml_type for i in infos),
-                       hidden=hidden, intermediate=inter, act_fn=module.act_fn)
+    gate_info, down_info = packer.info(names[0]), packer.info(names[2])
+    _expect_shape(down_info, (n_exp, hidden, inter), f"{name} (down)")
+    if names[0] == names[1]:  # fused gate_up experts: the first half of each expert's rows is the gate
+        _expect_shape(gate_info, (n_exp, two_i, hidden), f"{name} (gate_up)")
+        fused = packer.packed(names[0])
+        gate, up = fused[:, :inter], fused[:, inter:]
+        types = (gate_info.ggml_type, gate_info.ggml_type, down_info.ggml_type)
+    else:
+        up_info = packer.info(names[1])
+        _expect_shape(gate_info, (n_exp, inter, hidden), f"{name} (gate)")
+        _expect_shape(up_info, (n_exp, inter, hidden), f"{name} (up)")
+        gate, up = packer.packed(names[0]), packer.packed(names[1])
+        types = (gate_info.ggml_type, up_info.ggml_type, down_info.ggml_type)
+    return GgufExperts(gate, up, packer.packed(names[2]), types, hidden=hidden, intermediate=inter,
+                       act_fn=module.act_fn)
 
 
 def _load_dense(model: nn.Module, arch: Architecture, reader: GGUFReader, config, dtype) -> None:

@@ -14,11 +14,13 @@ from . import kernels
 class GgufLinear(nn.Module):
     """y = x @ W.T (+ bias) with W packed as GGUF rows (out_features, row_bytes).
 
-    `out_perm`, when set, reorders output features (the inverse of a row permutation
-    llama.cpp's converter applied, e.g. Llama's q/k head permutation)."""
+    `out_perm` and `in_perm`, when set, undo a row or column permutation llama.cpp's
+    converter applied (Llama's q/k head interleave, Qwen3.5's V-head reorder): the
+    output is gathered by `out_perm`, the input by `in_perm`."""
 
     def __init__(self, packed: torch.Tensor, ggml_type: GGMLType, in_features: int, out_features: int,
-                 bias: torch.Tensor | None = None, out_perm: torch.Tensor | None = None):
+                 bias: torch.Tensor | None = None, out_perm: torch.Tensor | None = None,
+                 in_perm: torch.Tensor | None = None):
         super().__init__()
         self.ggml_type = GGMLType(ggml_type)
         self.in_features = in_features
@@ -26,6 +28,7 @@ class GgufLinear(nn.Module):
         self.register_buffer("packed", packed, persistent=False)
         self.bias = nn.Parameter(bias, requires_grad=False) if bias is not None else None
         self.register_buffer("out_perm", out_perm, persistent=False)
+        self.register_buffer("in_perm", in_perm, persistent=False)
         self._ops = None
 
     def _kernels(self) -> kernels.KernelOps:
@@ -38,6 +41,8 @@ class GgufLinear(nn.Module):
         return super()._apply(fn, recurse)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.in_perm is not None:
+            x = x.index_select(-1, self.in_perm)
         y = self._kernels().mul_mat(self.packed, x, self.ggml_type, self.out_features)
         if self.out_perm is not None:
             y = y.index_select(-1, self.out_perm)

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Phi3Config,
                           Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
-                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM,
+                          Qwen3_5MoeTextConfig, Qwen3_5TextConfig)
 
 from gguf_serve.gguf_io import GGMLType, GGUFValueType as V, GGUFWriter, dequantize, quantize
 
@@ -69,6 +70,16 @@ LLAMA_NAMES = {
 }
 GEMMA3_NAMES = {**LLAMA_NAMES, "post_attention_layernorm": "post_attention_norm",
                 "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm"}
+QWEN35_NAMES = {
+    "input_layernorm": "attn_norm", "post_attention_layernorm": "post_attention_norm",
+    "linear_attn.in_proj_qkv": "attn_qkv", "linear_attn.in_proj_z": "attn_gate", "linear_attn.in_proj_a": "ssm_alpha",
+    "linear_attn.in_proj_b": "ssm_beta", "linear_attn.out_proj": "ssm_out", "linear_attn.conv1d": "ssm_conv1d",
+    "linear_attn.norm": "ssm_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+    "mlp.gate": "ffn_gate_inp", "mlp.shared_expert.gate_proj": "ffn_gate_shexp", "mlp.shared_expert.up_proj": "ffn_up_shexp",
+    "mlp.shared_expert.down_proj": "ffn_down_shexp", "mlp.shared_expert_gate": "ffn_gate_inp_shexp",
+}
 PHI3_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
               "self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
               "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
@@ -96,6 +107,18 @@ def spec(arch: str) -> Spec:
         cfg = Qwen3MoeConfig(**common, head_dim=64, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=256,
                              decoder_sparse_step=1, norm_topk_prob=True, mlp_only_layers=[])
         return Spec(arch, Qwen3MoeForCausalLM, cfg, LLAMA_NAMES)
+    if arch in ("qwen35", "qwen35moe"):
+        linear = dict(layer_types=["linear_attention"] * 3 + ["full_attention"], linear_conv_kernel_dim=4,
+                      linear_key_head_dim=32, linear_value_head_dim=32, linear_num_key_heads=2,
+                      linear_num_value_heads=4, head_dim=64,
+                      rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.25,
+                                       "mrope_section": [3, 3, 2]})
+        c = dict(common, num_hidden_layers=4)
+        if arch == "qwen35":
+            return Spec(arch, Qwen3_5ForCausalLM, Qwen3_5TextConfig(**c, **linear), QWEN35_NAMES)
+        cfg = Qwen3_5MoeTextConfig(**c, **linear, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=256,
+                                   shared_expert_intermediate_size=256)
+        return Spec(arch, Qwen3_5MoeForCausalLM, cfg, QWEN35_NAMES)
     if arch == "gemma3":
         c = dict(common, num_hidden_layers=7, num_key_value_heads=1, tie_word_embeddings=True)
         cfg = Gemma3TextConfig(**c, head_dim=64, sliding_window=8, query_pre_attn_scalar=64,
@@ -120,6 +143,50 @@ def random_model(s: Spec, seed: int = 0) -> torch.nn.Module:
             else:
                 p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
     return model
+
+
+def _reorder_v(t: np.ndarray, axis: int, n_k: int, per_k: int, head_dim: int) -> np.ndarray:
+    """llama.cpp's converter: V heads from grouped-by-K to tiled order along `axis`."""
+    t = np.moveaxis(t, axis, 0)
+    shape = t.shape
+    t = t.reshape(n_k, per_k, head_dim, *shape[1:]).swapaxes(0, 1).reshape(shape)
+    return np.ascontiguousarray(np.moveaxis(t, 0, axis))
+
+
+def _qwen35_tensor(cfg, name: str, value: np.ndarray) -> np.ndarray:
+    """The converter's transforms for one Qwen3.5 tensor (HF name, HF layout)."""
+    if name.endswith("norm.weight") and "linear_attn.norm" not in name:
+        value = value + 1.0
+    if name.endswith("A_log"):
+        value = -np.exp(value)
+    if name.endswith("conv1d.weight"):
+        value = value.squeeze(1)
+    return _qwen35_reorder(cfg, name, value)
+
+
+def _qwen35_undo_reorder(cfg, name: str, stored: np.ndarray) -> np.ndarray:
+    """Back from the file's V-head order to transformers' (for the dense reference)."""
+    rows = _qwen35_reorder(cfg, name, np.arange(stored.shape[0])[:, None] * np.ones((1, stored.shape[1]), np.int64))
+    cols = _qwen35_reorder(cfg, name, np.ones((stored.shape[0], 1), np.int64) * np.arange(stored.shape[1])[None, :])
+    out = np.empty_like(stored)
+    out[rows, cols] = stored
+    return out
+
+
+def _qwen35_reorder(cfg, name: str, value: np.ndarray) -> np.ndarray:
+    n_k, n_v = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    if "linear_attn." in name and n_k != n_v:
+        per_k, hk, hv = n_v // n_k, cfg.linear_key_head_dim, cfg.linear_value_head_dim
+        qk = 2 * n_k * hk
+        if "in_proj_qkv" in name or "conv1d" in name:
+            value = np.concatenate([value[:qk], _reorder_v(value[qk:], 0, n_k, per_k, hv)])
+        elif "in_proj_z" in name:
+            value = _reorder_v(value, 0, n_k, per_k, hv)
+        elif "in_proj_a" in name or "in_proj_b" in name or "A_log" in name or "dt_bias" in name:
+            value = _reorder_v(value, 0, n_k, per_k, 1)
+        elif "out_proj" in name:
+            value = _reorder_v(value, 1, n_k, per_k, hv)
+    return value
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -157,7 +224,17 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str) -> torch.nn.Modu
     new_state = {}
     with GGUFWriter(path) as w:
         w.add("general.architecture", arch)
-        if arch == "qwen3moe":
+        if arch in ("qwen35", "qwen35moe"):
+            w.add(f"{arch}.ssm.conv_kernel", cfg.linear_conv_kernel_dim)
+            w.add(f"{arch}.ssm.state_size", cfg.linear_key_head_dim)
+            w.add(f"{arch}.ssm.group_count", cfg.linear_num_key_heads)
+            w.add(f"{arch}.ssm.time_step_rank", cfg.linear_num_value_heads)
+            w.add(f"{arch}.ssm.inner_size", cfg.linear_value_head_dim * cfg.linear_num_value_heads)
+            w.add(f"{arch}.full_attention_interval", 4)
+            w.add(f"{arch}.rope.dimension_sections", [3, 3, 2, 0])
+        if arch == "qwen35moe":
+            w.add(f"{arch}.expert_shared_feed_forward_length", cfg.shared_expert_intermediate_size)
+        if arch in ("qwen3moe", "qwen35moe"):
             w.add(f"{arch}.expert_count", cfg.num_experts)
             w.add(f"{arch}.expert_used_count", cfg.num_experts_per_tok)
             w.add(f"{arch}.expert_feed_forward_length", cfg.moe_intermediate_size)
@@ -178,7 +255,8 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str) -> torch.nn.Modu
             w.add(f"{arch}.attention.sliding_window", cfg.sliding_window)
         else:
             w.add(f"{arch}.rope.freq_base", float(rope["rope_theta"]))
-            w.add(f"{arch}.rope.dimension_count", head_dim)
+            rot = int(head_dim * rope.get("partial_rotary_factor", 1.0))
+            w.add(f"{arch}.rope.dimension_count", rot)
         w.add("tokenizer.ggml.model", "gpt2")
         w.add("tokenizer.ggml.pre", "qwen2")
         w.add("tokenizer.ggml.tokens", tokens)
@@ -192,6 +270,13 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str) -> torch.nn.Modu
             if hf_name == "lm_head.weight" and cfg.tie_word_embeddings:
                 continue
             if hf_name.endswith("rotary_emb.inv_freq"):
+                continue
+            if hf_name.endswith("mlp.experts.gate_up_proj") and arch == "qwen35moe":
+                layer = hf_name.split(".")[2]  # this converter keeps the experts' gate and up fused
+                qt = _qtype(mix, "ffn_gate_up_exps", value.shape[-1])
+                packed = quantize(value, qt)
+                w.add_tensor(f"blk.{layer}.ffn_gate_up_exps.weight", packed, ggml_type=qt, shape=value.shape)
+                new_state[hf_name] = torch.from_numpy(dequantize(packed, qt, value.shape))
                 continue
             if hf_name.endswith("mlp.experts.gate_up_proj"):
                 layer = hf_name.split(".")[2]
@@ -217,6 +302,10 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str) -> torch.nn.Modu
                 gname = "output_norm.weight"
             elif hf_name == "lm_head.weight":
                 gname = "output.weight"
+            elif hf_name.endswith("linear_attn.A_log"):
+                gname = f"blk.{hf_name.split('.')[2]}.ssm_a"
+            elif hf_name.endswith("linear_attn.dt_bias"):
+                gname = f"blk.{hf_name.split('.')[2]}.ssm_dt.bias"
             else:
                 parts = hf_name.split(".")
                 layer, module, kind = parts[2], ".".join(parts[3:-1]), parts[-1]
@@ -227,7 +316,11 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str) -> torch.nn.Modu
                 stored = _permute(value, heads)
             if arch == "gemma3" and gname.endswith("norm.weight"):
                 stored = value + 1.0
-            if stored.ndim == 2 and not gname.endswith("ffn_gate_inp.weight"):  # the router stays F32
+            if arch in ("qwen35", "qwen35moe"):
+                stored = _qwen35_tensor(cfg, hf_name, value)
+                if gname.endswith("ffn_gate_inp_shexp.weight"):
+                    stored = stored.reshape(-1)  # a one-row gate, stored as a vector
+            if stored.ndim == 2 and not gname.endswith(("ffn_gate_inp.weight", "ssm_conv1d.weight")):  # routers, conv stay F32
                 qt = _qtype(mix, gname, stored.shape[1])
                 packed = quantize(stored, qt)
                 w.add_tensor(gname, packed, ggml_type=qt, shape=stored.shape)
@@ -236,6 +329,8 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str) -> torch.nn.Modu
                     heads = cfg.num_attention_heads if "attn_q." in gname else cfg.num_key_value_heads
                     hd = back.shape[0] // heads
                     back = back.reshape(heads, hd // 2, 2, -1).swapaxes(1, 2).reshape(back.shape)
+                if arch in ("qwen35", "qwen35moe"):
+                    back = _qwen35_undo_reorder(cfg, hf_name, back)
                 new_state[hf_name] = torch.from_numpy(np.ascontiguousarray(back))
             else:
                 w.add_tensor(gname, stored.astype(np.float32))

@@ -9,9 +9,11 @@ from .phi3 import Phi3
 from .qwen2 import Qwen2
 from .qwen3 import Qwen3
 from .qwen3moe import Qwen3Moe
+from .qwen35 import Qwen35
+from .qwen35moe import Qwen35Moe
 
 ARCHITECTURES: dict[str, type[Architecture]] = {
-    cls.name: cls for cls in (Llama, Qwen2, Qwen3, Qwen3Moe, Gemma3, Phi3)
+    cls.name: cls for cls in (Llama, Qwen2, Qwen3, Qwen3Moe, Qwen35, Qwen35Moe, Gemma3, Phi3)
 }
 
 

@@ -137,6 +137,10 @@ class Architecture:
         """For a packed linear layer: output reordering that undoes a converter row permutation."""
         return None
 
+    def input_permutation(self, hf_name: str, config) -> torch.Tensor | None:
+        """For a packed linear layer: input reordering that undoes a converter column permutation."""
+        return None
+
 
 def llama_qk_permutation(n_rows: int, n_head: int) -> torch.Tensor:
     """llama.cpp's converter interleaves each head's two rotary halves (q and k rows);

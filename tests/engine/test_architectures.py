@@ -12,7 +12,7 @@ from gguf_serve.gguf_io import GGUFWriter
 
 from tiny_models import random_model, spec, write_gguf
 
-ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3"]
+ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "gemma3", "phi3"]
 MIXES = ["F32", "F16", "Q8_0", "K"]
 # float32 everywhere; differences come from summation order in chunked matmuls
 TOL = {"F32": 2e-4, "F16": 2e-4, "Q8_0": 2e-4, "K": 2e-4}

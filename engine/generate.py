@@ -95,9 +95,26 @@ class StopStrings:
         return out
 
 
-def generate(lm, prompt_ids: list[int], params: SamplingParams | None = None,
-             cancel: threading.Event | None = None, max_context: int | None = None) -> Iterator[Step]:
-    """Stream a completion of `prompt_ids` (already templated and tokenized)."""
+def prompt_ids_for(lm, prompt, **template_kwargs) -> list[int]:
+    """Token ids for a prompt given as ids, as text (BOS per the file), or as chat
+    messages (rendered with the model's chat template, generation prompt added)."""
+    if isinstance(prompt, str):
+        from .tokenizer import encode
+
+        return encode(lm.tokenizer, prompt)
+    if prompt and isinstance(prompt[0], dict):
+        from .chat import render
+
+        text = render(lm.tokenizer, lm.chat_template, list(prompt), **template_kwargs)
+        return lm.tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids
+    return [int(i) for i in prompt]
+
+
+def generate(lm, prompt, params: SamplingParams | None = None,
+             cancel: threading.Event | None = None, max_context: int | None = None,
+             **template_kwargs) -> Iterator[Step]:
+    """Stream a completion of `prompt`: token ids, a text, or chat messages."""
+    prompt_ids = prompt_ids_for(lm, prompt, **template_kwargs)
     params = params or SamplingParams()
     model, device = lm.model, lm.device
     n_prompt = len(prompt_ids)

@@ -21,6 +21,9 @@ from ...gguf_io import dequantize as np_dequantize
 BlockDecoder = Callable[[torch.Tensor], torch.Tensor]  # (n, type_size) uint8 → (n, block_size) f32
 DECODERS: dict[GGMLType, BlockDecoder] = {}
 
+# Types mul_mat_vec takes (all weight types: the reference decodes every one).
+GEMV_TYPES = [int(t) for t, info in TYPE_INFO.items() if info.quantized] + [int(GGMLType.F16), int(GGMLType.BF16), int(GGMLType.F32)]
+
 # Rows are dequantized this many elements at a time (about 16 MB of float32).
 CHUNK_ELEMENTS = 1 << 22
 

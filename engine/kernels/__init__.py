@@ -68,6 +68,19 @@ def register(name: str, supports: Callable[[str, GGMLType], bool], ops: KernelOp
     _CHOSEN.clear()
 
 
+def _register_native_cpu() -> None:
+    from . import cpu
+
+    if cpu.load() is None:
+        return
+    ops = KernelOps(f"cpu-native ({cpu.best_isa()})", cpu.mul_mat, reference.get_rows, cpu.dequantize,
+                    cpu.mul_mat_id)
+    register("cpu", lambda dev, t: dev == "cpu" and cpu.supports(t), ops)
+
+
+_register_native_cpu()
+
+
 def select(device: torch.device | str, ggml_type: GGMLType) -> KernelOps:
     """The kernels for weights of `ggml_type` on `device` (decided once per pair)."""
     dev = torch.device(device).type

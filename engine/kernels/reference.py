@@ -245,17 +245,18 @@ def mul_mat_vec(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_
 
 
 def mul_mat_id(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, ggml_type: GGMLType,
-               out_features: int) -> torch.Tensor:
+               out_features: int, mul_mat: Callable = None) -> torch.Tensor:
     """Mixture-of-experts matmul: weight (experts, out, row_bytes) packed; x (T, in) used
     by every selected expert or (T, K, in) one row per selection; ids (T, K) expert
-    indices. Returns (T, K, out). Each expert's rows are dequantized in bounded chunks,
-    and only experts that were selected are touched."""
+    indices. Returns (T, K, out). Only experts that were selected are touched, each
+    with `mul_mat` (this module's mul_mat_vec by default)."""
+    mul_mat = mul_mat or mul_mat_vec
     t, k = ids.shape
     xk = x.unsqueeze(1).expand(t, k, x.shape[-1]) if x.dim() == 2 else x
     out = torch.empty(t, k, out_features, dtype=x.dtype, device=x.device)
     for e in torch.unique(ids).tolist():
         mask = ids == e
-        out[mask] = mul_mat_vec(weight[e], xk[mask], ggml_type, out_features)
+        out[mask] = mul_mat(weight[e], xk[mask], ggml_type, out_features)
     return out
 
 

@@ -18,6 +18,21 @@ MIXES = ["F32", "F16", "Q8_0", "K"]
 TOL = {"F32": 2e-4, "F16": 2e-4, "Q8_0": 2e-4, "K": 2e-4}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def exact_kernels():
+    """These tests check the loader (names, shapes, transforms) with exact arithmetic:
+    the reference kernels, not the native ones that quantize activations."""
+    import os
+
+    from gguf_serve.engine import kernels
+
+    os.environ[kernels.ENV_OVERRIDE] = "reference"
+    kernels.reset()
+    yield
+    del os.environ[kernels.ENV_OVERRIDE]
+    kernels.reset()
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     cache = {}

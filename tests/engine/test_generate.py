@@ -20,7 +20,18 @@ LLAMA_CPP_GREEDY = " the capital of the country of France. It is the largest cit
 
 @pytest.fixture(scope="module")
 def gemma(gemma_path):
-    return load_model(gemma_path, device="cpu")
+    """The exact-dequantization path (reference kernels), whose greedy text is llama.cpp's."""
+    import os
+
+    from gguf_serve.engine import kernels
+
+    os.environ[kernels.ENV_OVERRIDE] = "reference"
+    kernels.reset()
+    try:
+        yield load_model(gemma_path, device="cpu")
+    finally:
+        del os.environ[kernels.ENV_OVERRIDE]
+        kernels.reset()
 
 
 @pytest.fixture(scope="module")

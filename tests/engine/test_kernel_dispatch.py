@@ -93,14 +93,19 @@ def test_override_names_what_is_known(monkeypatch, clean_kernels):
         kernels.select("cpu", GGMLType.Q4_K)
 
 
-def test_default_on_cpu_is_reference_with_one_log_line(monkeypatch, clean_kernels, caplog):
+def test_cpu_defaults_native_where_supported_else_reference_one_log_line_each(monkeypatch, clean_kernels, caplog):
+    from gguf_serve.engine.kernels import cpu
+
     monkeypatch.delenv(kernels.ENV_OVERRIDE, raising=False)
     with caplog.at_level(logging.INFO, logger="gguf_serve.kernels"):
         a = kernels.select("cpu", GGMLType.Q6_K)
         b = kernels.select("cpu", GGMLType.Q6_K)
-    assert a is b is kernels.REFERENCE
-    lines = [r.getMessage() for r in caplog.records if "Q6_K" in r.getMessage()]
-    assert lines == ["kernels for cpu Q6_K: reference (no native kernel for this device and type)"]
+        c = kernels.select("cpu", GGMLType.IQ2_XXS)
+    assert a is b and a.name == f"cpu-native ({cpu.best_isa()})"
+    assert c is kernels.REFERENCE
+    lines = [r.getMessage() for r in caplog.records if "kernels for" in r.getMessage()]
+    assert lines == [f"kernels for cpu Q6_K: cpu-native ({cpu.best_isa()}) (native kernel available)",
+                     "kernels for cpu IQ2_XXS: reference (no native kernel for this device and type)"]
 
 
 def test_hub_unavailable_offline_falls_back(monkeypatch, clean_kernels, tmp_path):

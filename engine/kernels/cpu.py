@@ -1,0 +1,163 @@
+"""The native CPU kernels (engine/kernels/csrc/gguf_cpu.c), built by the package's own
+build and loaded with ctypes: activation rows are quantized once to 8-bit blocks and
+multiplied against the packed weight blocks with integer dot products, threads over
+output rows (one pool, sized by torch.get_num_threads()).
+
+Exposed as the torch custom op `gguf_serve::cpu_mul_mat` so that torch.compile can
+trace through it. `GGUF_SERVE_CPU_ISA` (scalar, avx2, avx512) picks the code path;
+by default the best the CPU runs."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from ...gguf_io import GGMLType
+
+log = logging.getLogger("gguf_serve.kernels")
+
+ISA_ENV = "GGUF_SERVE_CPU_ISA"
+ISAS = {"scalar": 0, "avx2": 1, "avx512": 2}
+LIB_NAME = "_gguf_cpu"
+
+_lib: ctypes.CDLL | None = None
+_tried = False
+
+
+def library_path() -> Path | None:
+    here = Path(__file__).parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        p = here / f"{LIB_NAME}{suffix}"
+        if p.exists():
+            return p
+    return None
+
+
+def load() -> ctypes.CDLL | None:
+    """The compiled library, or None (with one warning) when it was not built."""
+    global _lib, _tried
+    if _tried:
+        return _lib
+    _tried = True
+    path = library_path()
+    if path is None:
+        log.warning("native CPU kernels are not built (no %s library next to %s); using the portable torch "
+                    "kernels, which are much slower. Reinstall with a C compiler available to build them.",
+                    LIB_NAME, Path(__file__).parent)
+        return None
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as e:
+        log.warning("native CPU kernels failed to load (%s); using the portable torch kernels", e)
+        return None
+    lib.gc_mul_mat.restype = ctypes.c_int
+    lib.gc_mul_mat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                               ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
+    lib.gc_dequantize.restype = ctypes.c_int
+    lib.gc_dequantize.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                  ctypes.c_int]
+    lib.gc_supports.restype = ctypes.c_int
+    lib.gc_supports.argtypes = [ctypes.c_int]
+    lib.gc_set_isa.restype = ctypes.c_int
+    lib.gc_set_isa.argtypes = [ctypes.c_int]
+    lib.gc_best_isa.restype = ctypes.c_int
+    _lib = lib
+    set_isa(os.environ.get(ISA_ENV))
+    return _lib
+
+
+def set_isa(name: str | None) -> str:
+    """Select the code path (scalar, avx2, avx512; None: the best this CPU runs)."""
+    lib = load()
+    if lib is None:
+        raise RuntimeError("native CPU kernels are not available")
+    if name is not None and name not in ISAS:
+        raise ValueError(f"{ISA_ENV}={name!r}: expected one of {', '.join(ISAS)}")
+    got = lib.gc_set_isa(ISAS[name] if name else -1)
+    chosen = {v: k for k, v in ISAS.items()}[got]
+    if name and chosen != name:
+        log.warning("%s=%s is not supported by this CPU; using %s", ISA_ENV, name, chosen)
+    return chosen
+
+
+def best_isa() -> str:
+    lib = load()
+    return {v: k for k, v in ISAS.items()}[lib.gc_best_isa()] if lib else "none"
+
+
+def supports(ggml_type: GGMLType) -> bool:
+    lib = load()
+    return bool(lib and lib.gc_supports(int(ggml_type)))
+
+
+@torch.library.custom_op("gguf_serve::cpu_mul_mat", mutates_args=())
+def cpu_mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_features: int) -> torch.Tensor:
+    """y (n, out) = x (n, in) · W^T for packed rows W (out, row_bytes), float32."""
+    lib = load()
+    w = weight if weight.is_contiguous() else weight.contiguous()
+    xc = x.contiguous()
+    y = torch.empty(xc.shape[0], out_features, dtype=torch.float32)
+    rc = lib.gc_mul_mat(int(ggml_type), w.data_ptr(), out_features, xc.shape[1], xc.data_ptr(), xc.shape[0],
+                        y.data_ptr(), torch.get_num_threads())
+    if rc != 0:
+        raise RuntimeError(f"gc_mul_mat failed ({rc}) for {GGMLType(ggml_type).name}, {xc.shape[1]} columns")
+    return y
+
+
+@cpu_mul_mat.register_fake
+def _(weight, x, ggml_type, out_features):
+    return x.new_empty(x.shape[0], out_features, dtype=torch.float32)
+
+
+@torch.library.custom_op("gguf_serve::cpu_dequantize", mutates_args=())
+def cpu_dequantize(weight: torch.Tensor, ggml_type: int, rows: int, cols: int) -> torch.Tensor:
+    """The float32 values of packed rows W (rows, row_bytes)."""
+    lib = load()
+    w = weight if weight.is_contiguous() else weight.contiguous()
+    y = torch.empty(rows, cols, dtype=torch.float32)
+    rc = lib.gc_dequantize(int(ggml_type), w.data_ptr(), rows, cols, y.data_ptr(), torch.get_num_threads())
+    if rc != 0:
+        raise RuntimeError(f"gc_dequantize failed ({rc}) for {GGMLType(ggml_type).name}, {cols} columns")
+    return y
+
+
+@cpu_dequantize.register_fake
+def _(weight, ggml_type, rows, cols):
+    return weight.new_empty(rows, cols, dtype=torch.float32)
+
+
+# Up to this many activation rows, integer dot products (memory-bound decode); beyond,
+# dequantize cache-sized tiles of W and let torch's BLAS do the (compute-bound) matmul.
+GEMV_MAX_ROWS = 16
+TILE_ELEMENTS = 1 << 18  # floats per dequantized tile (1 MB)
+
+
+def mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_features: int) -> torch.Tensor:
+    """The kernel interface's mul_mat for CPU tensors of any leading shape and dtype."""
+    cols = x.shape[-1]
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, cols).to(torch.float32)
+    if x2.shape[0] <= GEMV_MAX_ROWS:
+        y = cpu_mul_mat(weight, x2, int(ggml_type), out_features)
+    else:
+        y = torch.empty(x2.shape[0], out_features, dtype=torch.float32)
+        step = max(1, TILE_ELEMENTS // cols)
+        for r in range(0, out_features, step):
+            n = min(step, out_features - r)
+            torch.matmul(x2, cpu_dequantize(weight[r:r + n], int(ggml_type), n, cols).T, out=y[:, r:r + n])
+    return y.to(x.dtype).reshape(*lead, out_features)
+
+
+def dequantize(weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
+    return cpu_dequantize(weight, int(ggml_type), rows, cols).to(dtype)
+
+
+def mul_mat_id(weight, x, ids, ggml_type, out_features):
+    from .reference import mul_mat_id as generic
+
+    return generic(weight, x, ids, ggml_type, out_features, mul_mat=mul_mat)

@@ -1,0 +1,906 @@
+/* gguf-serve CPU kernels: matrix-vector products straight from GGUF blocks.
+ *
+ * The method llama.cpp uses: quantize each activation row once (to 8-bit blocks of 32
+ * or 256 with a float scale and, for the k-quants, sums of 16), then integer dot
+ * products against the packed weight blocks, threads over output rows.
+ *
+ * Plain C with a C ABI (loaded through ctypes; no Python or torch headers). Each dot
+ * product exists as a scalar version and as AVX2 / AVX-512 (VNNI) versions compiled
+ * with target attributes; gc_set_isa() picks one at run time.
+ */
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define GC_X86 1
+#include <immintrin.h>
+#endif
+
+#define QK_K 256
+
+enum {
+    T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
+    T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ4_NL = 20, T_IQ4_XS = 23,
+    T_BF16 = 30,
+};
+
+/* ------------------------------------------------------------------ blocks */
+
+typedef struct { uint16_t d; uint8_t qs[16]; } blk_q4_0;
+typedef struct { uint16_t d, m; uint8_t qs[16]; } blk_q4_1;
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } blk_q5_0;
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } blk_q5_1;
+typedef struct { uint16_t d; int8_t qs[32]; } blk_q8_0;
+typedef struct { uint8_t scales[16]; uint8_t qs[64]; uint16_t d, dmin; } blk_q2_K;
+typedef struct { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; uint16_t d; } blk_q3_K;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } blk_q4_K;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } blk_q5_K;
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } blk_q6_K;
+typedef struct { uint16_t d; uint8_t qs[16]; } blk_iq4_nl;
+typedef struct { uint16_t d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[128]; } blk_iq4_xs;
+
+/* activations */
+typedef struct { float d; float s; int8_t qs[32]; } act32;           /* s = d * sum(qs) */
+typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[16]; } act256;
+
+static const int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static inline float h2f(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal */
+            int e = -1;
+            do { man <<= 1; e++; } while (!(man & 0x400));
+            man &= 0x3ff;
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | (man << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline int nearest(float v) { return (int)lrintf(v); }
+
+/* ------------------------------------------------------- activation quantization */
+
+static void quantize_act32(const float *x, act32 *y, int64_t k) {
+    for (int64_t i = 0; i < k / 32; i++) {
+        float amax = 0.f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[32 * i + j]));
+        const float d = amax / 127.f, id = d ? 1.f / d : 0.f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            int q = nearest(x[32 * i + j] * id);
+            y[i].qs[j] = (int8_t)q;
+            sum += q;
+        }
+        y[i].d = d;
+        y[i].s = d * (float)sum;
+    }
+}
+
+static void quantize_act256(const float *x, act256 *y, int64_t k) {
+    for (int64_t i = 0; i < k / QK_K; i++) {
+        float amax = 0.f, max = 0.f;
+        for (int j = 0; j < QK_K; j++) {
+            float ax = fabsf(x[QK_K * i + j]);
+            if (ax > amax) { amax = ax; max = x[QK_K * i + j]; }
+        }
+        if (amax == 0.f) {
+            memset(&y[i], 0, sizeof(act256));
+            continue;
+        }
+        const float iscale = -127.f / max; /* as ggml's Q8_K: the extreme maps to -127 */
+        for (int j = 0; j < QK_K; j++) {
+            int v = nearest(iscale * x[QK_K * i + j]);
+            y[i].qs[j] = (int8_t)(v > 127 ? 127 : v);
+        }
+        for (int j = 0; j < 16; j++) {
+            int sum = 0;
+            for (int l = 0; l < 16; l++) sum += y[i].qs[16 * j + l];
+            y[i].bsums[j] = (int16_t)sum;
+        }
+        y[i].d = 1.f / iscale;
+    }
+}
+
+/* ------------------------------------------------------------ scalar dots */
+
+static void unpack_scale_min_k4(const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            sc[j] = q[j] & 63;
+            m[j] = q[j + 4] & 63;
+        } else {
+            sc[j] = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+            m[j] = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+        }
+    }
+}
+
+static float dot_q4_0_s(const void *vw, const void *vx, int nb) {
+    const blk_q4_0 *w = vw; const act32 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) {
+        int s = 0;
+        for (int j = 0; j < 16; j++) {
+            s += ((w[i].qs[j] & 0xF) - 8) * x[i].qs[j] + ((w[i].qs[j] >> 4) - 8) * x[i].qs[j + 16];
+        }
+        acc += h2f(w[i].d) * x[i].d * (float)s;
+    }
+    return acc;
+}
+
+static float dot_q4_1_s(const void *vw, const void *vx, int nb) {
+    const blk_q4_1 *w = vw; const act32 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) {
+        int s = 0;
+        for (int j = 0; j < 16; j++) s += (w[i].qs[j] & 0xF) * x[i].qs[j] + (w[i].qs[j] >> 4) * x[i].qs[j + 16];
+        acc += h2f(w[i].d) * x[i].d * (float)s + h2f(w[i].m) * x[i].s;
+    }
+    return acc;
+}
+
+static inline int q5_value(const uint8_t *qs, uint32_t qh, int j) {
+    int lo = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
+    return lo | (((qh >> j) & 1) << 4);
+}
+
+static float dot_q5_0_s(const void *vw, const void *vx, int nb) {
+    const blk_q5_0 *w = vw; const act32 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) {
+        uint32_t qh; memcpy(&qh, w[i].qh, 4);
+        int s = 0;
+        for (int j = 0; j < 32; j++) s += (q5_value(w[i].qs, qh, j) - 16) * x[i].qs[j];
+        acc += h2f(w[i].d) * x[i].d * (float)s;
+    }
+    return acc;
+}
+
+static float dot_q5_1_s(const void *vw, const void *vx, int nb) {
+    const blk_q5_1 *w = vw; const act32 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) {
+        uint32_t qh; memcpy(&qh, w[i].qh, 4);
+        int s = 0;
+        for (int j = 0; j < 32; j++) s += q5_value(w[i].qs, qh, j) * x[i].qs[j];
+        acc += h2f(w[i].d) * x[i].d * (float)s + h2f(w[i].m) * x[i].s;
+    }
+    return acc;
+}
+
+static float dot_q8_0_s(const void *vw, const void *vx, int nb) {
+    const blk_q8_0 *w = vw; const act32 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) {
+        int s = 0;
+        for (int j = 0; j < 32; j++) s += w[i].qs[j] * x[i].qs[j];
+        acc += h2f(w[i].d) * x[i].d * (float)s;
+    }
+    return acc;
+}
+
+static float dot_iq4_nl_s(const void *vw, const void *vx, int nb) {
+    const blk_iq4_nl *w = vw; const act32 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) {
+        int s = 0;
+        for (int j = 0; j < 16; j++) {
+            s += kvalues_iq4nl[w[i].qs[j] & 0xF] * x[i].qs[j] + kvalues_iq4nl[w[i].qs[j] >> 4] * x[i].qs[j + 16];
+        }
+        acc += h2f(w[i].d) * x[i].d * (float)s;
+    }
+    return acc;
+}
+
+static float dot_q2_K_s(const void *vw, const void *vx, int nb) {
+    const blk_q2_K *w = vw; const act256 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) {
+        int sum = 0, summ = 0;
+        for (int e = 0; e < QK_K; e++) {
+            const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+            const int q = (w[i].qs[32 * h + l] >> (2 * s)) & 3;
+            sum += (w[i].scales[e / 16] & 0xF) * q * x[i].qs[e];
+        }
+        for (int j = 0; j < 16; j++) summ += (w[i].scales[j] >> 4) * x[i].bsums[j];
+        acc += x[i].d * (h2f(w[i].d) * (float)sum - h2f(w[i].dmin) * (float)summ);
+    }
+    return acc;
+}
+
+static void q3_scales(const uint8_t *sc, int *out) {
+    for (int j = 0; j < 16; j++) {
+        int lo = j < 8 ? (sc[j] & 0xF) : (sc[j - 8] >> 4);
+        int hi = (sc[8 + j % 4] >> (2 * (j / 4))) & 3;
+        out[j] = (lo | (hi << 4)) - 32;
+    }
+}
+
+static float dot_q3_K_s(const void *vw, const void *vx, int nb) {
+    const blk_q3_K *w = vw; const act256 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) {
+        int scales[16], sum = 0;
+        q3_scales(w[i].scales, scales);
+        for (int e = 0; e < QK_K; e++) {
+            const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+            int q = (w[i].qs[32 * h + l] >> (2 * s)) & 3;
+            if (!((w[i].hmask[l] >> (e / 32)) & 1)) q -= 4;
+            sum += scales[e / 16] * q * x[i].qs[e];
+        }
+        acc += h2f(w[i].d) * x[i].d * (float)sum;
+    }
+    return acc;
+}
+
+static float dot_q4_K_s(const void *vw, const void *vx, int nb) {
+    const blk_q4_K *w = vw; const act256 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) {
+        uint8_t sc[8], m[8];
+        unpack_scale_min_k4(w[i].scales, sc, m);
+        int sum = 0, summ = 0;
+        for (int e = 0; e < QK_K; e++) {
+            const int c = e / 64, hi = (e % 64) / 32, l = e % 32;
+            const int q = hi ? (w[i].qs[32 * c + l] >> 4) : (w[i].qs[32 * c + l] & 0xF);
+            sum += sc[e / 32] * q * x[i].qs[e];
+        }
+        for (int j = 0; j < 8; j++) summ += m[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+        acc += x[i].d * (h2f(w[i].d) * (float)sum - h2f(w[i].dmin) * (float)summ);
+    }
+    return acc;
+}
+
+static float dot_q5_K_s(const void *vw, const void *vx, int nb) {
+    const blk_q5_K *w = vw; const act256 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) {
+        uint8_t sc[8], m[8];
+        unpack_scale_min_k4(w[i].scales, sc, m);
+        int sum = 0, summ = 0;
+        for (int e = 0; e < QK_K; e++) {
+            const int c = e / 64, hi = (e % 64) / 32, l = e % 32;
+            int q = hi ? (w[i].qs[32 * c + l] >> 4) : (w[i].qs[32 * c + l] & 0xF);
+            q |= ((w[i].qh[l] >> (e / 32)) & 1) << 4;
+            sum += sc[e / 32] * q * x[i].qs[e];
+        }
+        for (int j = 0; j < 8; j++) summ += m[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+        acc += x[i].d * (h2f(w[i].d) * (float)sum - h2f(w[i].dmin) * (float)summ);
+    }
+    return acc;
+}
+
+static inline int q6_value(const blk_q6_K *b, int e) {
+    const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+    const uint8_t ql = b->ql[64 * h + l + 32 * (s & 1)];
+    const int lo = (s >> 1) ? (ql >> 4) : (ql & 0xF);
+    return (lo | (((b->qh[32 * h + l] >> (2 * s)) & 3) << 4)) - 32;
+}
+
+static float dot_q6_K_s(const void *vw, const void *vx, int nb) {
+    const blk_q6_K *w = vw; const act256 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) {
+        int sum = 0;
+        for (int e = 0; e < QK_K; e++) sum += w[i].scales[e / 16] * q6_value(&w[i], e) * x[i].qs[e];
+        acc += h2f(w[i].d) * x[i].d * (float)sum;
+    }
+    return acc;
+}
+
+static float dot_iq4_xs_s(const void *vw, const void *vx, int nb) {
+    const blk_iq4_xs *w = vw; const act256 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) {
+        int sum = 0;
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = (((w[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((w[i].scales_h >> (2 * ib)) & 3) << 4)) - 32;
+            int s = 0;
+            for (int j = 0; j < 16; j++) {
+                const uint8_t q = w[i].qs[16 * ib + j];
+                s += kvalues_iq4nl[q & 0xF] * x[i].qs[32 * ib + j] + kvalues_iq4nl[q >> 4] * x[i].qs[32 * ib + j + 16];
+            }
+            sum += ls * s;
+        }
+        acc += h2f(w[i].d) * x[i].d * (float)sum;
+    }
+    return acc;
+}
+
+/* ------------------------------------------------------------ dequantize */
+
+typedef void (*deq_fn)(const void *blocks, float *y, int nb);
+
+static void deq_q4_0(const void *v, float *y, int nb) {
+    const blk_q4_0 *b = v;
+    for (int i = 0; i < nb; i++, y += 32) {
+        const float d = h2f(b[i].d);
+        for (int j = 0; j < 16; j++) { y[j] = d * ((b[i].qs[j] & 0xF) - 8); y[j + 16] = d * ((b[i].qs[j] >> 4) - 8); }
+    }
+}
+
+static void deq_q4_1(const void *v, float *y, int nb) {
+    const blk_q4_1 *b = v;
+    for (int i = 0; i < nb; i++, y += 32) {
+        const float d = h2f(b[i].d), m = h2f(b[i].m);
+        for (int j = 0; j < 16; j++) { y[j] = d * (b[i].qs[j] & 0xF) + m; y[j + 16] = d * (b[i].qs[j] >> 4) + m; }
+    }
+}
+
+static void deq_q5_0(const void *v, float *y, int nb) {
+    const blk_q5_0 *b = v;
+    for (int i = 0; i < nb; i++, y += 32) {
+        uint32_t qh; memcpy(&qh, b[i].qh, 4);
+        const float d = h2f(b[i].d);
+        for (int j = 0; j < 32; j++) y[j] = d * (q5_value(b[i].qs, qh, j) - 16);
+    }
+}
+
+static void deq_q5_1(const void *v, float *y, int nb) {
+    const blk_q5_1 *b = v;
+    for (int i = 0; i < nb; i++, y += 32) {
+        uint32_t qh; memcpy(&qh, b[i].qh, 4);
+        const float d = h2f(b[i].d), m = h2f(b[i].m);
+        for (int j = 0; j < 32; j++) y[j] = d * q5_value(b[i].qs, qh, j) + m;
+    }
+}
+
+static void deq_q8_0(const void *v, float *y, int nb) {
+    const blk_q8_0 *b = v;
+    for (int i = 0; i < nb; i++, y += 32) {
+        const float d = h2f(b[i].d);
+        for (int j = 0; j < 32; j++) y[j] = d * b[i].qs[j];
+    }
+}
+
+static void deq_iq4_nl(const void *v, float *y, int nb) {
+    const blk_iq4_nl *b = v;
+    for (int i = 0; i < nb; i++, y += 32) {
+        const float d = h2f(b[i].d);
+        for (int j = 0; j < 16; j++) { y[j] = d * kvalues_iq4nl[b[i].qs[j] & 0xF]; y[j + 16] = d * kvalues_iq4nl[b[i].qs[j] >> 4]; }
+    }
+}
+
+static void deq_q2_K(const void *v, float *y, int nb) {
+    const blk_q2_K *b = v;
+    for (int i = 0; i < nb; i++, y += QK_K) {
+        const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
+        for (int e = 0; e < QK_K; e++) {
+            const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+            const uint8_t sc = b[i].scales[e / 16];
+            y[e] = d * (sc & 0xF) * ((b[i].qs[32 * h + l] >> (2 * s)) & 3) - dmin * (sc >> 4);
+        }
+    }
+}
+
+static void deq_q3_K(const void *v, float *y, int nb) {
+    const blk_q3_K *b = v;
+    for (int i = 0; i < nb; i++, y += QK_K) {
+        int scales[16];
+        q3_scales(b[i].scales, scales);
+        const float d = h2f(b[i].d);
+        for (int e = 0; e < QK_K; e++) {
+            const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+            int q = (b[i].qs[32 * h + l] >> (2 * s)) & 3;
+            if (!((b[i].hmask[l] >> (e / 32)) & 1)) q -= 4;
+            y[e] = d * scales[e / 16] * q;
+        }
+    }
+}
+
+static void deq_q4_K(const void *v, float *y, int nb) {
+    const blk_q4_K *b = v;
+    for (int i = 0; i < nb; i++, y += QK_K) {
+        uint8_t sc[8], m[8];
+        unpack_scale_min_k4(b[i].scales, sc, m);
+        const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
+        for (int c = 0; c < 4; c++) {
+            const float d1 = d * sc[2 * c], m1 = dmin * m[2 * c], d2 = d * sc[2 * c + 1], m2 = dmin * m[2 * c + 1];
+            for (int l = 0; l < 32; l++) {
+                y[64 * c + l] = d1 * (b[i].qs[32 * c + l] & 0xF) - m1;
+                y[64 * c + 32 + l] = d2 * (b[i].qs[32 * c + l] >> 4) - m2;
+            }
+        }
+    }
+}
+
+static void deq_q5_K(const void *v, float *y, int nb) {
+    const blk_q5_K *b = v;
+    for (int i = 0; i < nb; i++, y += QK_K) {
+        uint8_t sc[8], m[8];
+        unpack_scale_min_k4(b[i].scales, sc, m);
+        const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
+        for (int e = 0; e < QK_K; e++) {
+            const int c = e / 64, hi = (e % 64) / 32, l = e % 32;
+            int q = hi ? (b[i].qs[32 * c + l] >> 4) : (b[i].qs[32 * c + l] & 0xF);
+            q |= ((b[i].qh[l] >> (e / 32)) & 1) << 4;
+            y[e] = d * sc[e / 32] * q - dmin * m[e / 32];
+        }
+    }
+}
+
+static void deq_q6_K(const void *v, float *y, int nb) {
+    const blk_q6_K *b = v;
+    for (int i = 0; i < nb; i++, y += QK_K) {
+        const float d = h2f(b[i].d);
+        for (int e = 0; e < QK_K; e++) y[e] = d * b[i].scales[e / 16] * q6_value(&b[i], e);
+    }
+}
+
+static void deq_iq4_xs(const void *v, float *y, int nb) {
+    const blk_iq4_xs *b = v;
+    for (int i = 0; i < nb; i++, y += QK_K) {
+        const float d = h2f(b[i].d);
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = (((b[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b[i].scales_h >> (2 * ib)) & 3) << 4)) - 32;
+            for (int j = 0; j < 16; j++) {
+                const uint8_t q = b[i].qs[16 * ib + j];
+                y[32 * ib + j] = d * ls * kvalues_iq4nl[q & 0xF];
+                y[32 * ib + j + 16] = d * ls * kvalues_iq4nl[q >> 4];
+            }
+        }
+    }
+}
+
+/* --------------------------------------------------------------- AVX2 dots */
+#ifdef GC_X86
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* hardware half → float inside the SIMD kernels (the scalar h2f is for portable code) */
+#define H2F(h) _cvtsh_ss(h)
+
+AVX2 static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* signed int8 · signed int8 → 8 int32 partial sums */
+AVX2 static inline __m256i dot_i8_avx2(__m256i a, __m256i b) {
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+AVX512 static inline __m256i dot_i8_vnni(__m256i a, __m256i b) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+/* unsigned int8 (< 128) · signed int8 → 8 int32 sums */
+AVX2 static inline __m256i dot_u8_avx2(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+AVX512 static inline __m256i dot_u8_vnni(__m256i u, __m256i s) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+}
+
+/* 32 bits → 32 bytes of 0xFF / 0x00 */
+AVX2 static inline __m256i bits_to_bytes(uint32_t bits) {
+    const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
+    const __m256i mask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+    v = _mm256_or_si256(v, mask);
+    return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1));
+}
+
+AVX2 static inline __m256i nibbles32(const uint8_t *qs) { /* 16 bytes → 32 nibbles: low ones, then high ones */
+    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i both = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0xF));
+}
+
+/* Two blocks per iteration with separate accumulators, so that the loads, integer
+ * dots and float multiply-adds of neighbouring blocks overlap. */
+#define DEFINE_DOT32(NAME, TARGET, DOTI8, BODY)                                                     \
+    TARGET static float NAME(const void *vw, const void *vx, int nb) {                            \
+        const act32 *x = vx;                                                                      \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                            \
+        float extra = 0.f;                                                                        \
+        int i0 = 0;                                                                               \
+        for (; i0 + 1 < nb; i0 += 2) {                                                            \
+            __m256i qa, qb; float da, db;                                                         \
+            { const int i = i0; __m256i q; float d; BODY; qa = q; da = d; }                       \
+            { const int i = i0 + 1; __m256i q; float d; BODY; qb = q; db = d; }                   \
+            const __m256i xa = _mm256_loadu_si256((const __m256i *)x[i0].qs);                     \
+            const __m256i xb = _mm256_loadu_si256((const __m256i *)x[i0 + 1].qs);                 \
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(da * x[i0].d), _mm256_cvtepi32_ps(DOTI8(qa, xa)), acc0); \
+            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(db * x[i0 + 1].d), _mm256_cvtepi32_ps(DOTI8(qb, xb)), acc1); \
+        }                                                                                         \
+        for (; i0 < nb; i0++) {                                                                   \
+            const int i = i0; __m256i q; float d; BODY;                                           \
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)x[i].qs);                      \
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * x[i].d), _mm256_cvtepi32_ps(DOTI8(q, xv)), acc0); \
+        }                                                                                         \
+        return hsum8(_mm256_add_ps(acc0, acc1)) + extra;                                          \
+    }
+
+#define BODY_Q8_0 const blk_q8_0 *w = vw; q = _mm256_loadu_si256((const __m256i *)w[i].qs); d = H2F(w[i].d)
+#define BODY_Q4_0 const blk_q4_0 *w = vw; q = _mm256_sub_epi8(nibbles32(w[i].qs), _mm256_set1_epi8(8)); d = H2F(w[i].d)
+#define BODY_Q5_0                                                                                   \
+    const blk_q5_0 *w = vw; uint32_t qh; memcpy(&qh, w[i].qh, 4);                                   \
+    q = _mm256_or_si256(nibbles32(w[i].qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10))); \
+    q = _mm256_sub_epi8(q, _mm256_set1_epi8(16)); d = H2F(w[i].d)
+#define BODY_Q4_1 const blk_q4_1 *w = vw; q = nibbles32(w[i].qs); d = H2F(w[i].d); extra += H2F(w[i].m) * x[i].s
+#define BODY_Q5_1                                                                                   \
+    const blk_q5_1 *w = vw; uint32_t qh; memcpy(&qh, w[i].qh, 4);                                   \
+    q = _mm256_or_si256(nibbles32(w[i].qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10))); \
+    d = H2F(w[i].d); extra += H2F(w[i].m) * x[i].s
+#define BODY_IQ4_NL                                                                                 \
+    const blk_iq4_nl *w = vw;                                                                       \
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl)); \
+    q = _mm256_shuffle_epi8(lut, nibbles32(w[i].qs)); d = H2F(w[i].d)
+
+DEFINE_DOT32(dot_q8_0_avx2, AVX2, dot_i8_avx2, BODY_Q8_0)
+DEFINE_DOT32(dot_q4_0_avx2, AVX2, dot_i8_avx2, BODY_Q4_0)
+DEFINE_DOT32(dot_q5_0_avx2, AVX2, dot_i8_avx2, BODY_Q5_0)
+DEFINE_DOT32(dot_q4_1_avx2, AVX2, dot_u8_avx2, BODY_Q4_1)
+DEFINE_DOT32(dot_q5_1_avx2, AVX2, dot_u8_avx2, BODY_Q5_1)
+DEFINE_DOT32(dot_iq4_nl_avx2, AVX2, dot_i8_avx2, BODY_IQ4_NL)
+DEFINE_DOT32(dot_q8_0_vnni, AVX512, dot_i8_vnni, BODY_Q8_0)
+DEFINE_DOT32(dot_q4_0_vnni, AVX512, dot_i8_vnni, BODY_Q4_0)
+DEFINE_DOT32(dot_q5_0_vnni, AVX512, dot_i8_vnni, BODY_Q5_0)
+DEFINE_DOT32(dot_q4_1_vnni, AVX512, dot_u8_vnni, BODY_Q4_1)
+DEFINE_DOT32(dot_q5_1_vnni, AVX512, dot_u8_vnni, BODY_Q5_1)
+DEFINE_DOT32(dot_iq4_nl_vnni, AVX512, dot_i8_vnni, BODY_IQ4_NL)
+
+/* Q4_K: per 64 elements, 32 bytes hold sub-block 2c (low nibbles) and 2c+1 (high). */
+#define DEFINE_Q4K(NAME, TARGET, DOTU8)                                                             \
+    TARGET static float NAME(const void *vw, const void *vx, int nb) {                            \
+        const blk_q4_K *w = vw; const act256 *x = vx;                                             \
+        __m256 acc = _mm256_setzero_ps(); float accm = 0.f;                                        \
+        const __m256i m4 = _mm256_set1_epi8(0xF);                                                 \
+        for (int i = 0; i < nb; i++) {                                                            \
+            uint8_t sc[8], m[8];                                                                  \
+            unpack_scale_min_k4(w[i].scales, sc, m);                                               \
+            int summ = 0;                                                                         \
+            for (int j = 0; j < 8; j++) summ += m[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]); \
+            __m256i sum = _mm256_setzero_si256();                                                 \
+            for (int c = 0; c < 4; c++) {                                                         \
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));        \
+                const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4); \
+                const __m256i xl = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * c));       \
+                const __m256i xh = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * c + 32));  \
+                sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(DOTU8(lo, xl), _mm256_set1_epi32(sc[2 * c]))); \
+                sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(DOTU8(hi, xh), _mm256_set1_epi32(sc[2 * c + 1]))); \
+            }                                                                                     \
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(H2F(w[i].d) * x[i].d), _mm256_cvtepi32_ps(sum), acc); \
+            accm += H2F(w[i].dmin) * x[i].d * (float)summ;                                        \
+        }                                                                                         \
+        return hsum8(acc) - accm;                                                                 \
+    }
+
+DEFINE_Q4K(dot_q4_K_avx2, AVX2, dot_u8_avx2)
+DEFINE_Q4K(dot_q4_K_vnni, AVX512, dot_u8_vnni)
+
+/* Q5_K: as Q4_K with a fifth bit: element 64c + 32h + l takes bit (2c + h) of qh[l]. */
+#define DEFINE_Q5K(NAME, TARGET, DOTU8)                                                             \
+    TARGET static float NAME(const void *vw, const void *vx, int nb) {                            \
+        const blk_q5_K *w = vw; const act256 *x = vx;                                             \
+        __m256 acc = _mm256_setzero_ps(); float accm = 0.f;                                        \
+        const __m256i m4 = _mm256_set1_epi8(0xF), b16 = _mm256_set1_epi8(0x10);                   \
+        for (int i = 0; i < nb; i++) {                                                            \
+            uint8_t sc[8], m[8];                                                                  \
+            unpack_scale_min_k4(w[i].scales, sc, m);                                               \
+            int summ = 0;                                                                         \
+            for (int j = 0; j < 8; j++) summ += m[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]); \
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)w[i].qh);                      \
+            __m256i sum = _mm256_setzero_si256();                                                 \
+            for (int c = 0; c < 4; c++) {                                                         \
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));        \
+                const __m256i hl = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c), 4), b16); \
+                const __m256i hh = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c + 1), 4), b16); \
+                const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), hl);                  \
+                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hh); \
+                const __m256i xl = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * c));       \
+                const __m256i xh = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * c + 32));  \
+                sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(DOTU8(lo, xl), _mm256_set1_epi32(sc[2 * c]))); \
+                sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(DOTU8(hi, xh), _mm256_set1_epi32(sc[2 * c + 1]))); \
+            }                                                                                     \
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(H2F(w[i].d) * x[i].d), _mm256_cvtepi32_ps(sum), acc); \
+            accm += H2F(w[i].dmin) * x[i].d * (float)summ;                                        \
+        }                                                                                         \
+        return hsum8(acc) - accm;                                                                 \
+    }
+
+DEFINE_Q5K(dot_q5_K_avx2, AVX2, dot_u8_avx2)
+DEFINE_Q5K(dot_q5_K_vnni, AVX512, dot_u8_vnni)
+
+/* Q6_K: q in 0..63 (offset 32): sum((q - 32) x) = sum(q x) - 32 sum(x), per 16 with int8 scales. */
+#define DEFINE_Q6K(NAME, TARGET, DOTU8)                                                             \
+    TARGET static float NAME(const void *vw, const void *vx, int nb) {                            \
+        const blk_q6_K *w = vw; const act256 *x = vx;                                             \
+        __m256 acc = _mm256_setzero_ps(); float accoff = 0.f;                                      \
+        const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);                        \
+        for (int i = 0; i < nb; i++) {                                                            \
+            int off = 0;                                                                          \
+            for (int j = 0; j < 16; j++) off += w[i].scales[j] * x[i].bsums[j];                    \
+            __m256i sum = _mm256_setzero_si256();                                                 \
+            for (int h = 0; h < 2; h++) {                                                         \
+                const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h));      \
+                const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h + 32)); \
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));       \
+                __m256i q[4];                                                                     \
+                q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4)); \
+                q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4)); \
+                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4)); \
+                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4)); \
+                for (int s = 0; s < 4; s++) {                                                     \
+                    const int e = 128 * h + 32 * s;                                               \
+                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(x[i].qs + e));        \
+                    const __m256i p = DOTU8(q[s], xv); /* lanes 0-3: first 16, 4-7: next 16 */    \
+                    const __m256i scl = _mm256_setr_epi32(w[i].scales[e / 16], w[i].scales[e / 16], w[i].scales[e / 16], w[i].scales[e / 16], \
+                                                          w[i].scales[e / 16 + 1], w[i].scales[e / 16 + 1], w[i].scales[e / 16 + 1], w[i].scales[e / 16 + 1]); \
+                    sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(p, scl));                      \
+                }                                                                                 \
+            }                                                                                     \
+            const float d = H2F(w[i].d) * x[i].d;                                                 \
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sum), acc);              \
+            accoff += d * 32.f * (float)off;                                                      \
+        }                                                                                         \
+        return hsum8(acc) - accoff;                                                               \
+    }
+
+DEFINE_Q6K(dot_q6_K_avx2, AVX2, dot_u8_avx2)
+DEFINE_Q6K(dot_q6_K_vnni, AVX512, dot_u8_vnni)
+
+#endif /* GC_X86 */
+
+/* ---------------------------------------------------------------- dispatch */
+
+typedef float (*dot_fn)(const void *, const void *, int);
+
+typedef struct {
+    int type, block, act256; /* act256: activations in 256-blocks (k-quants) else 32 */
+    size_t bytes;            /* bytes per weight block */
+    dot_fn scalar, avx2, vnni;
+    deq_fn deq;
+} kernel_t;
+
+#ifdef GC_X86
+#define K(t, blk, a, sz, name) {t, blk, a, sz, dot_##name##_s, dot_##name##_avx2, dot_##name##_vnni, deq_##name}
+#define KS(t, blk, a, sz, name) {t, blk, a, sz, dot_##name##_s, NULL, NULL, deq_##name}
+#else
+#define K(t, blk, a, sz, name) {t, blk, a, sz, dot_##name##_s, NULL, NULL, deq_##name}
+#define KS K
+#endif
+
+static const kernel_t KERNELS[] = {
+    K(T_Q4_0, 32, 0, sizeof(blk_q4_0), q4_0),
+    K(T_Q4_1, 32, 0, sizeof(blk_q4_1), q4_1),
+    K(T_Q5_0, 32, 0, sizeof(blk_q5_0), q5_0),
+    K(T_Q5_1, 32, 0, sizeof(blk_q5_1), q5_1),
+    K(T_Q8_0, 32, 0, sizeof(blk_q8_0), q8_0),
+    K(T_IQ4_NL, 32, 0, sizeof(blk_iq4_nl), iq4_nl),
+    KS(T_Q2_K, QK_K, 1, sizeof(blk_q2_K), q2_K),
+    KS(T_Q3_K, QK_K, 1, sizeof(blk_q3_K), q3_K),
+    K(T_Q4_K, QK_K, 1, sizeof(blk_q4_K), q4_K),
+    K(T_Q5_K, QK_K, 1, sizeof(blk_q5_K), q5_K),
+    K(T_Q6_K, QK_K, 1, sizeof(blk_q6_K), q6_K),
+    KS(T_IQ4_XS, QK_K, 1, sizeof(blk_iq4_xs), iq4_xs),
+};
+
+enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+static int g_isa = -1;
+
+static int detect_isa(void) {
+#ifdef GC_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma"))
+        return ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return ISA_AVX2;
+#endif
+    return ISA_SCALAR;
+}
+
+/* the best ISA this CPU runs */
+int gc_best_isa(void) { return detect_isa(); }
+
+/* select an ISA (clamped to what the CPU runs); returns the one in use */
+int gc_set_isa(int isa) {
+    const int best = detect_isa();
+    g_isa = (isa < 0 || isa > best) ? best : isa;
+    return g_isa;
+}
+
+static const kernel_t *find(int type) {
+    for (size_t i = 0; i < sizeof(KERNELS) / sizeof(KERNELS[0]); i++)
+        if (KERNELS[i].type == type) return &KERNELS[i];
+    return NULL;
+}
+
+static dot_fn pick(const kernel_t *k) {
+    if (g_isa < 0) gc_set_isa(-1);
+    if (g_isa >= ISA_AVX512 && k->vnni) return k->vnni;
+    if (g_isa >= ISA_AVX2 && k->avx2) return k->avx2;
+    return k->scalar;
+}
+
+/* 1 if mul_mat handles this type */
+int gc_supports(int type) { return find(type) != NULL; }
+
+/* ------------------------------------------------------------- thread pool */
+
+typedef void (*task_fn)(void *ctx, int64_t start, int64_t end);
+
+typedef struct {
+    pthread_t *threads;
+    int n_threads;            /* workers (excluding the caller) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    uint64_t generation;
+    int pending;
+    task_fn fn;
+    void *ctx;
+    int64_t n, chunk;
+    atomic_int_fast64_t next;
+    int stop;
+} pool_t;
+
+static pool_t g_pool;
+static pthread_mutex_t g_pool_init = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_call = PTHREAD_MUTEX_INITIALIZER;
+
+static void run_chunks(pool_t *p) {
+    for (;;) {
+        const int64_t start = atomic_fetch_add(&p->next, p->chunk);
+        if (start >= p->n) break;
+        const int64_t end = start + p->chunk < p->n ? start + p->chunk : p->n;
+        p->fn(p->ctx, start, end);
+    }
+}
+
+static void *worker(void *arg) {
+    pool_t *p = arg;
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (p->generation == seen && !p->stop) pthread_cond_wait(&p->cv_work, &p->mu);
+        if (p->stop) { pthread_mutex_unlock(&p->mu); return NULL; }
+        seen = p->generation;
+        pthread_mutex_unlock(&p->mu);
+        run_chunks(p);
+        pthread_mutex_lock(&p->mu);
+        if (--p->pending == 0) pthread_cond_signal(&p->cv_done);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+static void pool_resize(int n_threads) {
+    pool_t *p = &g_pool;
+    const int workers = n_threads > 1 ? n_threads - 1 : 0;
+    if (p->threads && p->n_threads == workers) return;
+    if (p->threads) {
+        pthread_mutex_lock(&p->mu);
+        p->stop = 1;
+        pthread_cond_broadcast(&p->cv_work);
+        pthread_mutex_unlock(&p->mu);
+        for (int i = 0; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
+        free(p->threads);
+        p->threads = NULL;
+        pthread_mutex_destroy(&p->mu);
+        pthread_cond_destroy(&p->cv_work);
+        pthread_cond_destroy(&p->cv_done);
+    }
+    memset(p, 0, sizeof(*p));
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv_work, NULL);
+    pthread_cond_init(&p->cv_done, NULL);
+    p->n_threads = workers;
+    p->threads = calloc(workers > 0 ? workers : 1, sizeof(pthread_t));
+    for (int i = 0; i < workers; i++) pthread_create(&p->threads[i], NULL, worker, p);
+}
+
+/* run fn over [0, n) in chunks on n_threads threads (the caller is one of them) */
+static void parallel_for(int n_threads, int64_t n, int64_t chunk, task_fn fn, void *ctx) {
+    if (n_threads <= 1 || n <= chunk) {
+        fn(ctx, 0, n);
+        return;
+    }
+    pthread_mutex_lock(&g_call);
+    pthread_mutex_lock(&g_pool_init);
+    pool_resize(n_threads);
+    pthread_mutex_unlock(&g_pool_init);
+    pool_t *p = &g_pool;
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn; p->ctx = ctx; p->n = n; p->chunk = chunk;
+    atomic_store(&p->next, 0);
+    p->pending = p->n_threads;
+    p->generation++;
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+    run_chunks(p);
+    pthread_mutex_lock(&p->mu);
+    while (p->pending > 0) pthread_cond_wait(&p->cv_done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    pthread_mutex_unlock(&g_call);
+}
+
+/* --------------------------------------------------------------- mul_mat */
+
+typedef struct {
+    const kernel_t *k;
+    dot_fn dot;
+    const uint8_t *w;
+    int64_t row_bytes, n_rows, n_cols, n_x;
+    const uint8_t *xq;
+    size_t xq_row_bytes;
+    float *y;
+} mm_ctx;
+
+static void mm_task(void *vctx, int64_t start, int64_t end) {
+    const mm_ctx *c = vctx;
+    const int nb = (int)(c->n_cols / c->k->block);
+    for (int64_t r = start; r < end; r++) {
+        const uint8_t *wr = c->w + r * c->row_bytes;
+        for (int64_t b = 0; b < c->n_x; b++) c->y[b * c->n_rows + r] = c->dot(wr, c->xq + b * c->xq_row_bytes, nb);
+    }
+}
+
+typedef struct {
+    const float *x;
+    int64_t n_cols;
+    uint8_t *xq;
+    size_t xq_row_bytes;
+    int act256;
+} q_ctx;
+
+static void quant_task(void *vctx, int64_t start, int64_t end) {
+    const q_ctx *c = vctx;
+    for (int64_t b = start; b < end; b++) {
+        if (c->act256)
+            quantize_act256(c->x + b * c->n_cols, (act256 *)(c->xq + b * c->xq_row_bytes), c->n_cols);
+        else
+            quantize_act32(c->x + b * c->n_cols, (act32 *)(c->xq + b * c->xq_row_bytes), c->n_cols);
+    }
+}
+
+/* y[n_x, n_rows] = x[n_x, n_cols] · W[n_rows, n_cols]^T for packed W; returns 0 on success */
+int gc_mul_mat(int type, const void *w, int64_t n_rows, int64_t n_cols, const float *x, int64_t n_x, float *y,
+               int n_threads) {
+    const kernel_t *k = find(type);
+    if (!k || n_cols % k->block) return -1;
+    const int64_t nb = n_cols / k->block;
+    const size_t xq_row_bytes = k->act256 ? (size_t)nb * sizeof(act256) : (size_t)nb * sizeof(act32);
+    uint8_t *xq = malloc(xq_row_bytes * (size_t)n_x + 64);
+    if (!xq) return -2;
+    q_ctx qc = {x, n_cols, xq, xq_row_bytes, k->act256};
+    parallel_for(n_threads, n_x, 1, quant_task, &qc);
+    mm_ctx c = {k, pick(k), w, (int64_t)(nb * k->bytes), n_rows, n_cols, n_x, xq, xq_row_bytes, y};
+    int64_t chunk = n_rows / (8 * (n_threads > 0 ? n_threads : 1));
+    if (chunk < 16) chunk = 16;
+    parallel_for(n_threads, n_rows, chunk, mm_task, &c);
+    free(xq);
+    return 0;
+}
+
+typedef struct {
+    const kernel_t *k;
+    const uint8_t *w;
+    int64_t row_bytes, n_cols;
+    float *y;
+} dq_ctx;
+
+static void dq_task(void *vctx, int64_t start, int64_t end) {
+    const dq_ctx *c = vctx;
+    for (int64_t r = start; r < end; r++)
+        c->k->deq(c->w + r * c->row_bytes, c->y + r * c->n_cols, (int)(c->n_cols / c->k->block));
+}
+
+/* y[n_rows, n_cols] = the float values of packed W; returns 0 on success */
+int gc_dequantize(int type, const void *w, int64_t n_rows, int64_t n_cols, float *y, int n_threads) {
+    const kernel_t *k = find(type);
+    if (!k || n_cols % k->block) return -1;
+    dq_ctx c = {k, w, (int64_t)(n_cols / k->block * k->bytes), n_cols, y};
+    parallel_for(n_threads, n_rows, 8, dq_task, &c);
+    return 0;
+}
+
+int gc_abi_version(void) { return 1; }

@@ -1,0 +1,135 @@
+"""The native CPU kernels: every type and every ISA path against the exact float64
+product, within the error that 8-bit activation quantization allows; SIMD paths
+against the scalar one; the many-row path and dequantize against gguf_io."""
+
+import numpy as np
+import pytest
+import torch
+
+from gguf_serve.engine import kernels, load_model
+from gguf_serve.engine.kernels import cpu
+from gguf_serve.gguf_io import GGMLType, GGUFReader, dequantize, quantize
+
+from helpers import random_packed
+
+TYPES = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q5_K, GGMLType.Q5_0, GGMLType.Q4_0, GGMLType.Q4_1,
+         GGMLType.Q5_1, GGMLType.Q3_K, GGMLType.Q2_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS]
+ISAS = [isa for isa in ("scalar", "avx2", "avx512") if cpu.load() is None or
+        list(cpu.ISAS).index(isa) <= list(cpu.ISAS).index(cpu.best_isa())]
+
+
+@pytest.fixture(autouse=True)
+def restore_isa():
+    yield
+    if cpu.load() is not None:
+        cpu.set_isa(None)
+
+
+def test_the_library_is_built_by_the_install():
+    assert cpu.load() is not None, "pip install should have compiled engine/kernels/csrc/gguf_cpu.c"
+    assert all(cpu.supports(t) for t in TYPES)
+    assert not cpu.supports(GGMLType.IQ2_XXS)  # those keep the torch path
+
+
+def _weights(rng, t, rows, cols):
+    if t in (GGMLType.IQ4_NL, GGMLType.IQ4_XS):  # no quantizer: random blocks with sane scales
+        raw = random_packed(rng, t, rows, cols // t.block_size)
+        b = raw.reshape(-1, t.type_size)
+        b[:, 0:2] = np.frombuffer(np.full(b.shape[0], 0.02, np.float16).tobytes(), np.uint8).reshape(-1, 2)
+        return raw
+    return quantize(rng.standard_normal((rows, cols)).astype(np.float32), t)
+
+
+def _activation_bound(W: np.ndarray, x: np.ndarray, block: int) -> np.ndarray:
+    """|y - exact| per output: each x block is rounded to 127 levels of its absmax, so an
+    element moves at most absmax/254; the dot moves at most that times sum |w|."""
+    xb = x.reshape(x.shape[0], -1, block)
+    half_step = np.abs(xb).max(axis=-1) / 254.0  # (n_x, blocks)
+    wb = np.abs(W).reshape(W.shape[0], -1, block).sum(axis=-1)  # (rows, blocks)
+    return half_step @ wb.T
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+def test_error_within_activation_quantization_bound(gtype, isa):
+    rng = np.random.default_rng(int(gtype))
+    rows, cols = 37, 1024
+    packed = _weights(rng, gtype, rows, cols)
+    W = dequantize(packed, gtype, (rows, cols)).astype(np.float64)
+    x = rng.standard_normal((3, cols)).astype(np.float32)
+    exact = x.astype(np.float64) @ W.T
+    cpu.set_isa(isa)
+    y = cpu.cpu_mul_mat(torch.from_numpy(packed), torch.from_numpy(x), int(gtype), rows).numpy()
+    act_block = 32 if gtype.block_size == 32 else 256
+    bound = _activation_bound(W, x.astype(np.float64), act_block)
+    assert np.all(np.abs(y - exact) <= bound * 1.001 + 1e-4)
+    assert np.abs(y - exact).max() > 0  # activations really are quantized
+
+
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+def test_simd_paths_equal_scalar_up_to_summation_order(gtype):
+    rng = np.random.default_rng(100 + int(gtype))
+    rows, cols = 50, 512
+    packed = torch.from_numpy(_weights(rng, gtype, rows, cols))
+    x = torch.randn(2, cols)
+    out = {}
+    for isa in ISAS:
+        cpu.set_isa(isa)
+        out[isa] = cpu.cpu_mul_mat(packed, x, int(gtype), rows)
+    for isa in ISAS[1:]:
+        torch.testing.assert_close(out[isa], out["scalar"], rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q5_0, GGMLType.IQ4_NL])
+def test_native_dequantize_bit_identical_to_gguf_io(gtype):
+    rng = np.random.default_rng(7)
+    packed = _weights(rng, gtype, 9, 512)
+    got = cpu.dequantize(torch.from_numpy(packed), gtype, 9, 512, torch.float32).numpy()
+    assert np.array_equal(got.view(np.uint32), dequantize(packed, gtype, (9, 512)).view(np.uint32))
+
+
+def test_rows_1_to_8_and_the_tiled_many_row_path():
+    rng = np.random.default_rng(3)
+    packed = torch.from_numpy(_weights(rng, GGMLType.Q4_K, 40, 512))
+    W = torch.from_numpy(dequantize(packed.numpy(), GGMLType.Q4_K, (40, 512)))
+    xs = torch.randn(40, 512)
+    single = torch.cat([cpu.mul_mat(packed, xs[i:i + 1], GGMLType.Q4_K, 40) for i in range(8)])
+    torch.testing.assert_close(cpu.mul_mat(packed, xs[:8], GGMLType.Q4_K, 40), single)
+    many = cpu.mul_mat(packed, xs, GGMLType.Q4_K, 40)  # > GEMV_MAX_ROWS: dequantized tiles + BLAS
+    torch.testing.assert_close(many, xs @ W.T, rtol=1e-5, atol=1e-4)
+
+
+def test_real_gemma_tensors(gemma_path):
+    r = GGUFReader(gemma_path)
+    rng = np.random.default_rng(0)
+    for name in ["blk.3.attn_q.weight", "blk.3.ffn_down.weight", "blk.3.ffn_up.weight", "blk.0.attn_v.weight"]:
+        t = r.tensors[name]
+        rows, cols = t.shape
+        W = t.dequantize().astype(np.float64)
+        x = rng.standard_normal((1, cols)).astype(np.float32)
+        y = cpu.mul_mat(torch.from_numpy(np.ascontiguousarray(t.data)), torch.from_numpy(x), t.ggml_type, rows).numpy()
+        act_block = 32 if t.ggml_type.block_size == 32 else 256
+        bound = _activation_bound(W, x.astype(np.float64), act_block)
+        assert np.all(np.abs(y - x.astype(np.float64) @ W.T) <= bound * 1.001 + 1e-4), name
+
+
+def test_engine_uses_native_kernels_on_cpu_and_stays_close_to_exact(gemma_path):
+    kernels.reset()
+    lm = load_model(gemma_path, device="cpu")
+    ids = torch.tensor([lm.tokenizer("The capital of France is the city of Paris, which is")["input_ids"]])
+    with torch.no_grad():
+        short = lm.model(input_ids=ids[:, :6]).logits[0, -1]  # 6 rows: the integer-dot path
+    names = {m._kernels().name for m in lm.model.modules() if hasattr(m, "_kernels")}
+    assert names == {f"cpu-native ({cpu.best_isa()})"}
+    import os
+    os.environ[kernels.ENV_OVERRIDE] = "reference"
+    kernels.reset()
+    try:
+        exact_lm = load_model(gemma_path, device="cpu")
+        with torch.no_grad():
+            exact = exact_lm.model(input_ids=ids[:, :6]).logits[0, -1]
+    finally:
+        del os.environ[kernels.ENV_OVERRIDE]
+        kernels.reset()
+    assert int(short.argmax()) == int(exact.argmax())
+    assert torch.corrcoef(torch.stack([short, exact]))[0, 1] > 0.995

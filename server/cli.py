@@ -1,9 +1,15 @@
-"""`gguf-serve`: the command line. `inspect` shows what a GGUF file holds."""
+"""`gguf-serve`: serve models over the OpenAI API, or `gguf-serve inspect FILE`.
+
+Every serve option also comes from an environment variable GGUF_SERVE_<OPTION>
+(for example GGUF_SERVE_PORT=9000, GGUF_SERVE_MODELS='["a.gguf"]'); the command
+line wins."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 
 from ..gguf_io import GGUFError, GGUFReader, describe
@@ -29,20 +35,64 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gguf-serve", description="Serve GGUF models over the OpenAI API.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("inspect", help="show what a GGUF file holds (architecture, size, quant mix, tensors)")
+def inspect_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gguf-serve inspect", description="Show what a GGUF file holds.")
     p.add_argument("file", nargs="?", help="a .gguf file (the first shard of a split model); default: the embedded Gemma 3 270M")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--no-tensors", action="store_true", help="leave out the tensor table")
-    p.set_defaults(func=_inspect)
-    return parser
+    return p
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gguf-serve",
+        description="Serve GGUF models over the OpenAI API at http://HOST:PORT/v1. "
+                    "`gguf-serve inspect FILE` shows what a file holds.",
+        epilog="Every option can also be set as GGUF_SERVE_<OPTION> in the environment.")
+    p.add_argument("models", nargs="*", help="local .gguf paths or <repo>:<file>.gguf; none: the embedded "
+                                             "Gemma 3 270M, loaded on first request")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8000)")
+    p.add_argument("--reasoning", choices=["on", "off", "auto"],
+                   help="thinking for models whose template has the switch: on, off, or the template's default (auto)")
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/*")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], help="where to run (default auto)")
+    p.add_argument("--ctx-size", type=int, help="cap on prompt + completion tokens (default: the model's)")
+    p.add_argument("--threads", type=int, help="CPU threads for torch and the kernels (default: torch's)")
+    p.add_argument("--offline", action="store_true", default=None, help="never touch the network (HF_HUB_OFFLINE)")
+    p.add_argument("--max-queue", type=int, help="requests that may wait per model before 429 (default 16)")
+    p.add_argument("--max-loaded", type=int, help="models kept loaded at once; the least recently used goes (default 2)")
+    return p
+
+
+def _serve(argv: list[str]) -> int:
+    args = serve_parser().parse_args(argv)
+    from .settings import ServerSettings
+
+    overrides = {k: v for k, v in vars(args).items() if v not in (None, [])}
+    settings = ServerSettings(**overrides)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if settings.offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+    if settings.threads:
+        import torch
+
+        torch.set_num_threads(settings.threads)
+    import uvicorn
+
+    from .app import create_app
+
+    app = create_app(settings)
+    print(f"gguf-serve: OpenAI API at http://{settings.host}:{settings.port}/v1", flush=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "inspect":
+        return _inspect(inspect_parser().parse_args(argv[1:]))
+    return _serve(argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -36,8 +36,9 @@ def bytes_to_unicode() -> dict[int, str]:
     return {b: chr(c) for b, c in zip(keep, chars)}
 
 
-def byte_level_vocab(n_vocab: int = VOCAB) -> tuple[list[str], list[str], list[int]]:
-    """A byte-level BPE vocabulary: 256 bytes, merges of frequent English pairs, specials."""
+def byte_level_vocab(n_vocab: int = VOCAB, think: bool = False) -> tuple[list[str], list[str], list[int]]:
+    """A byte-level BPE vocabulary: 256 bytes, merges of frequent English pairs, specials
+    (with `think`, also Qwen3's user-defined <think> and </think> tokens)."""
     b2u = bytes_to_unicode()
     tokens = [b2u[b] for b in range(256)]
     merges = []
@@ -53,10 +54,15 @@ def byte_level_vocab(n_vocab: int = VOCAB) -> tuple[list[str], list[str], list[i
                 tokens.append(w)
                 break
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    while len(tokens) < n_vocab - len(specials):
+    users = ["<think>", "</think>"] if think else []
+    room = n_vocab - len(specials) - len(users)
+    while len(tokens) > room:  # drop the last merges to make room for the added tokens
+        merges.pop()
+        tokens.pop()
+    while len(tokens) < n_vocab - len(specials) - len(users):
         tokens.append(f"[unused{len(tokens)}]")
-    tokens += specials
-    types = [1] * (n_vocab - len(specials)) + [3] * len(specials)
+    tokens += users + specials
+    types = [1] * (n_vocab - len(specials) - len(users)) + [4] * len(users) + [3] * len(specials)
     return tokens, merges, types
 
 
@@ -213,12 +219,13 @@ def _qtype(mix: str, name: str, cols: int) -> GGMLType:
     return GGMLType.Q4_K
 
 
-def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str) -> torch.nn.Module:
+def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool = False,
+               chat_template: str | None = None) -> torch.nn.Module:
     """Write `model` as llama.cpp would, with matrices in `mix`; returns the dense
     transformers model carrying exactly the dequantized weights the file holds."""
     cfg = s.config
     arch = s.arch
-    tokens, merges, types = byte_level_vocab(cfg.vocab_size)
+    tokens, merges, types = byte_level_vocab(cfg.vocab_size, think=think)
     state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     dense = s.model_class(cfg).eval()
     new_state = {}
@@ -266,6 +273,8 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str) -> torch.nn.Modu
         w.add("tokenizer.ggml.eos_token_id", cfg.vocab_size - 3)
         w.add("tokenizer.ggml.add_bos_token", False)
         w.add("tokenizer.ggml.padding_token_id", 0)
+        if chat_template is not None:
+            w.add("tokenizer.chat_template", chat_template)
         for hf_name, value in state.items():
             if hf_name == "lm_head.weight" and cfg.tie_word_embeddings:
                 continue

@@ -1,0 +1,138 @@
+"""The HTTP API: thin routes mapping a return value (a response model, an SSE stream,
+an error) to an HTTP response. Errors become OpenAI's `{"error": {...}}` in one place."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .errors import APIError, ModelNotFound, PayloadTooLarge, Unauthorized
+from .protocol import ChatCompletionRequest, CompletionRequest, Model, ModelList
+from .registry import Registry
+from .service import Service, sse_error
+from .settings import ServerSettings
+
+log = logging.getLogger("gguf_serve.server")
+
+
+def _error(status: int, message: str, type_: str, param=None, code=None, headers=None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": type_, "param": param, "code": code}},
+                        status_code=status, headers=headers)
+
+
+def create_app(settings: ServerSettings) -> FastAPI:
+    registry = Registry(settings)
+    service = Service(registry, settings)
+    state = {"ready": False, "error": None}
+
+    def startup() -> None:
+        try:
+            for spec in settings.models or ["default"]:
+                entry = registry.add(spec)
+                if settings.models:  # named models load at startup; the default loads on first use
+                    registry.ensure_loaded(entry)
+            state["ready"] = True
+        except Exception as e:
+            state["error"] = e
+            log.error("startup failed: %s", e)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        threading.Thread(target=startup, name="startup", daemon=True).start()
+        yield
+        for e in registry.entries.values():
+            if e.worker is not None:
+                e.worker.stop()
+
+    app = FastAPI(title="gguf-serve", lifespan=lifespan)
+    app.state.registry = registry
+    app.state.startup = state
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        if request.url.path.startswith("/v1/"):
+            if settings.api_key and request.headers.get("authorization") != f"Bearer {settings.api_key}":
+                return JSONResponse(Unauthorized("Incorrect or missing API key").body(), status_code=401)
+            length = request.headers.get("content-length")
+            if length is not None and length.isdigit() and int(length) > settings.max_body_bytes:
+                err = PayloadTooLarge(f"request body of {length} bytes is over the {settings.max_body_bytes}-byte limit")
+                return JSONResponse(err.body(), status_code=413)
+        return await call_next(request)
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError):
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        param = ".".join(loc) or None
+        msg = f"{param}: {first.get('msg', 'invalid request')}" if param else first.get("msg", "invalid request")
+        return _error(400, msg, "invalid_request_error", param=param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        return _error(exc.status_code, str(exc.detail), "invalid_request_error")
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):
+        log.exception("unexpected error")
+        return _error(500, f"internal error: {type(exc).__name__}: {exc}", "server_error")
+
+    @app.get("/health")
+    async def health():
+        if state["error"] is not None:
+            return JSONResponse({"status": "error", "error": str(state["error"])}, status_code=503)
+        if not state["ready"]:
+            return JSONResponse({"status": "loading"}, status_code=503)
+        return {"status": "ok"}
+
+    def describe(e) -> Model:
+        return Model(id=e.id, loaded=e.lm is not None, **e.info)
+
+    @app.get("/v1/models")
+    async def list_models() -> ModelList:
+        return ModelList(data=[describe(e) for e in registry.entries.values()])
+
+    @app.get("/v1/models/{model_id:path}")
+    async def get_model(model_id: str) -> Model:
+        e = registry.entries.get(model_id)
+        if e is None:
+            raise ModelNotFound(model_id)
+        return describe(e)
+
+    async def stream(gen) -> StreamingResponse:
+        async def body():
+            try:
+                async for line in gen:
+                    yield line
+            except APIError as e:
+                yield sse_error(e.body())
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.exception("stream failed")
+                yield sse_error({"error": {"message": str(e), "type": "server_error", "param": None, "code": None}})
+        return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(req: ChatCompletionRequest):
+        if req.stream:
+            return await stream(await service.chat_stream(req))
+        return await service.chat(req)
+
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest):
+        if req.stream:
+            return await stream(await service.completion_stream(req))
+        return await service.completion(req)
+
+    return app

@@ -1,0 +1,229 @@
+"""The OpenAI wire format: pydantic models in the API reference's order and names.
+Extensions that OpenAI does not define sit in marked blocks. Unknown request
+fields are accepted and ignored, as OpenAI-compatible servers do; fields we cannot
+honour yet are refused by `unsupported_fields` with a message naming them."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class OpenAIModel(BaseModel):
+    model_config = ConfigDict(extra="ignore", protected_namespaces=())
+
+
+# ----------------------------------------------------------------- errors
+
+
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: Optional[str] = None
+    code: Optional[str] = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorInfo
+
+
+# ----------------------------------------------------------------- models
+
+
+class Model(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "gguf-serve"
+    # --- gguf-serve extensions ---
+    loaded: bool = False
+    context_length: Optional[int] = None
+    quantization: Optional[str] = None
+    size_bytes: Optional[int] = None
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Model]
+
+
+# ------------------------------------------------------- chat completions
+
+
+class ContentPart(OpenAIModel):
+    type: str
+    text: Optional[str] = None
+
+
+class ChatMessage(OpenAIModel):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Optional[Union[str, list[ContentPart]]] = None
+    name: Optional[str] = None
+    # --- extension (DeepSeek/vLLM convention): earlier reasoning sent back ---
+    reasoning_content: Optional[str] = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text or "" for p in self.content if p.type == "text")
+
+
+class StreamOptions(OpenAIModel):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(OpenAIModel):
+    messages: list[ChatMessage] = Field(min_length=1)
+    model: str
+    frequency_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)
+    logit_bias: Optional[dict[str, float]] = None
+    logprobs: Optional[bool] = None
+    top_logprobs: Optional[int] = None
+    max_completion_tokens: Optional[int] = Field(default=None, ge=1)
+    max_tokens: Optional[int] = Field(default=None, ge=1)
+    n: Optional[int] = Field(default=1, ge=1, le=8)
+    presence_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)
+    reasoning_effort: Optional[str] = None
+    response_format: Optional[dict[str, Any]] = None
+    seed: Optional[int] = None
+    stop: Optional[Union[str, list[str]]] = None
+    stream: Optional[bool] = False
+    stream_options: Optional[StreamOptions] = None
+    temperature: Optional[float] = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: Optional[float] = Field(default=1.0, gt=0.0, le=1.0)
+    tools: Optional[list[dict[str, Any]]] = None
+    tool_choice: Optional[Any] = None
+    user: Optional[str] = None
+    # --- extensions (vLLM / llama.cpp server conventions) ---
+    top_k: Optional[int] = Field(default=None, ge=0)
+    min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+    repetition_penalty: Optional[float] = Field(default=None, gt=0.0)
+    chat_template_kwargs: Optional[dict[str, Any]] = None
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    completion_tokens_details: Optional[dict[str, int]] = None
+
+
+class ResponseMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: Optional[str] = None
+    # --- extension ---
+    reasoning_content: Optional[str] = None
+
+
+class Choice(BaseModel):
+    index: int
+    message: ResponseMessage
+    logprobs: None = None
+    finish_reason: Optional[str] = None
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    system_fingerprint: Optional[str] = None
+
+
+class Delta(BaseModel):
+    role: Optional[Literal["assistant"]] = None
+    content: Optional[str] = None
+    # --- extension ---
+    reasoning_content: Optional[str] = None
+
+
+class ChunkChoice(BaseModel):
+    index: int
+    delta: Delta
+    logprobs: None = None
+    finish_reason: Optional[str] = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Optional[Usage] = None
+    system_fingerprint: Optional[str] = None
+
+
+# ------------------------------------------------------------ completions
+
+
+class CompletionRequest(OpenAIModel):
+    model: str
+    prompt: Union[str, list[str]]
+    frequency_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)
+    logit_bias: Optional[dict[str, float]] = None
+    logprobs: Optional[int] = None
+    max_tokens: Optional[int] = Field(default=16, ge=1)
+    n: Optional[int] = Field(default=1, ge=1, le=8)
+    presence_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)
+    seed: Optional[int] = None
+    stop: Optional[Union[str, list[str]]] = None
+    stream: Optional[bool] = False
+    stream_options: Optional[StreamOptions] = None
+    temperature: Optional[float] = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: Optional[float] = Field(default=1.0, gt=0.0, le=1.0)
+    user: Optional[str] = None
+    # --- extensions ---
+    top_k: Optional[int] = Field(default=None, ge=0)
+    min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+    repetition_penalty: Optional[float] = Field(default=None, gt=0.0)
+
+
+class CompletionChoice(BaseModel):
+    text: str
+    index: int
+    logprobs: None = None
+    finish_reason: Optional[str] = None
+
+
+class Completion(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Optional[Usage] = None
+    system_fingerprint: Optional[str] = None
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def unsupported_fields(req: BaseModel) -> list[str]:
+    """Fields set in the request that this server cannot honour (yet): refused, never ignored."""
+    bad = []
+    if getattr(req, "tools", None):
+        bad.append("tools")
+    if getattr(req, "tool_choice", None) not in (None, "none"):
+        bad.append("tool_choice")
+    rf = getattr(req, "response_format", None)
+    if rf and rf.get("type") not in (None, "text"):
+        bad.append("response_format")
+    lp = getattr(req, "logprobs", None)
+    if lp:
+        bad.append("logprobs")
+    if getattr(req, "top_logprobs", None):
+        bad.append("top_logprobs")
+    return bad

@@ -1,0 +1,91 @@
+"""Reasoning ("thinking") control and the split of generated text into reasoning and
+answer. Precedence: the request (chat_template_kwargs.enable_thinking, then
+reasoning_effort) over the server flag (--reasoning on/off) over the template's default."""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger("gguf_serve.server")
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def template_has_switch(template: str | None) -> bool:
+    return bool(template) and "enable_thinking" in template
+
+
+def enable_thinking(request_kwargs: dict | None, reasoning_effort: str | None, server_flag: str) -> bool | None:
+    """The enable_thinking value to pass to the template (None: leave its default)."""
+    if request_kwargs and "enable_thinking" in request_kwargs:
+        return bool(request_kwargs["enable_thinking"])
+    if reasoning_effort is not None:
+        return reasoning_effort != "none"
+    if server_flag == "on":
+        return True
+    if server_flag == "off":
+        return False
+    return None
+
+
+def starts_in_reasoning(prompt: str) -> bool:
+    """Whether the rendered prompt leaves a <think> block open (Qwen3.5's templates do)."""
+    i = prompt.rfind(THINK_OPEN)
+    return i >= 0 and prompt.find(THINK_CLOSE, i) < 0
+
+
+class ReasoningSplitter:
+    """Routes streamed text to (reasoning, content), holding back a partial tag."""
+
+    def __init__(self, in_reasoning: bool, enabled: bool = True):
+        self.enabled = enabled
+        self.in_reasoning = in_reasoning and enabled
+        self.pending = ""
+        self.seen_content = False
+        self.strip_newlines = False  # newlines right after a tag belong to neither part
+
+    def feed(self, text: str) -> tuple[str, str]:
+        if not self.enabled:
+            return "", text
+        self.pending += text
+        reasoning, content = [], []
+        while self.pending:
+            if self.strip_newlines:
+                self.pending = self.pending.lstrip("\n")
+                if not self.pending:
+                    break
+                self.strip_newlines = False
+            tag = THINK_CLOSE if self.in_reasoning else THINK_OPEN
+            i = self.pending.find(tag)
+            if i >= 0:
+                before = self.pending[:i]
+                if self.in_reasoning:
+                    reasoning.append(before)
+                    self.in_reasoning = False
+                    self.pending = self.pending[i + len(tag):]
+                    self.strip_newlines = True
+                elif not self.seen_content and not before.strip():
+                    self.in_reasoning = True  # a reasoning block opened by the model itself
+                    self.pending = self.pending[i + len(tag):]
+                    self.strip_newlines = True
+                else:
+                    content.append(self.pending)
+                    self.pending = ""
+                continue
+            hold = 0
+            for n in range(min(len(tag) - 1, len(self.pending)), 0, -1):
+                if self.pending.endswith(tag[:n]):
+                    hold = n
+                    break
+            out = self.pending[: len(self.pending) - hold]
+            self.pending = self.pending[len(out):]
+            (reasoning if self.in_reasoning else content).append(out)
+            break
+        r, c = "".join(reasoning), "".join(content)
+        if c.strip():
+            self.seen_content = True
+        return r, c
+
+    def flush(self) -> tuple[str, str]:
+        out, self.pending = self.pending, ""
+        return (out, "") if self.in_reasoning else ("", out)

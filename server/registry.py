@@ -1,0 +1,159 @@
+"""Which models this server offers, loading them on demand, and one generation worker
+per loaded model. Generation runs on the worker's thread, never on the event loop;
+requests wait in a bounded queue and are served in arrival order."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine import load_model
+from ..engine.generate import Step, generate
+from ..engine.sampling import SamplingParams
+from ..gguf_io import GGUFError, GGUFReader, Keys
+from .default_model import default_model_path
+from .errors import ModelLoadFailed, ModelNotFound, Overloaded
+
+log = logging.getLogger("gguf_serve.server")
+
+DEFAULT_MODEL_ID = "embedded:gemma-3-270m-q4_k_m.gguf"
+
+
+@dataclass
+class Job:
+    prompt_ids: list[int]
+    params: SamplingParams
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+class Worker:
+    """One thread generating for one model, one request at a time."""
+
+    def __init__(self, name: str, lm, max_queue: int, max_context: int | None):
+        self.lm = lm
+        self.max_context = max_context
+        self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
+        self.thread = threading.Thread(target=self._run, name=f"gen-{name}", daemon=True)
+        self.thread.start()
+
+    def submit(self, job: Job) -> None:
+        try:
+            self.jobs.put_nowait(job)
+        except queue.Full:
+            raise Overloaded("the model's request queue is full; retry shortly",
+                             headers={"Retry-After": "1"}) from None
+
+    def _run(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            try:
+                if job.cancel.is_set():
+                    continue
+                for step in generate(self.lm, job.prompt_ids, job.params, cancel=job.cancel,
+                                     max_context=self.max_context):
+                    job.loop.call_soon_threadsafe(job.out.put_nowait, step)
+            except Exception as e:  # a failure ends this request, not the worker
+                log.exception("generation failed")
+                job.loop.call_soon_threadsafe(job.out.put_nowait, e)
+            finally:
+                job.loop.call_soon_threadsafe(job.out.put_nowait, None)
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+
+
+@dataclass
+class Entry:
+    id: str
+    path: str
+    lm: Any = None
+    worker: Worker | None = None
+    info: dict = field(default_factory=dict)
+
+
+class Registry:
+    def __init__(self, settings):
+        self.settings = settings
+        self.entries: OrderedDict[str, Entry] = OrderedDict()
+        self.lock = threading.Lock()
+        self.loading = False
+
+    # ------------------------------------------------------------ naming
+
+    def add(self, spec: str) -> Entry:
+        """Register a model by local path, `<repo>:<file>.gguf`, or `default`."""
+        if spec in ("default", DEFAULT_MODEL_ID):
+            entry = Entry(DEFAULT_MODEL_ID, default_model_path())
+        elif os.path.exists(spec):
+            entry = Entry(spec, os.path.abspath(spec))
+        elif ":" in spec and spec.endswith(".gguf"):
+            from huggingface_hub import hf_hub_download
+
+            repo, filename = spec.split(":", 1)
+            entry = Entry(spec, hf_hub_download(repo, filename))
+        else:
+            raise ModelNotFound(spec)
+        self._describe(entry)
+        self.entries[entry.id] = entry
+        return entry
+
+    def _describe(self, entry: Entry) -> None:
+        try:
+            r = GGUFReader(entry.path)
+        except (GGUFError, OSError) as e:
+            raise ModelLoadFailed(f"cannot read {entry.id}: {e}") from e
+        ftype = r.get(Keys.FILE_TYPE)
+        from ..gguf_io import FILE_TYPES
+
+        if ftype is not None:
+            quant = FILE_TYPES.get(ftype, str(ftype)).replace("MOSTLY_", "")
+        else:  # no file type recorded: the type holding most of the bytes
+            by_type: dict[str, int] = {}
+            for t in r.tensors.values():
+                by_type[t.ggml_type.name] = by_type.get(t.ggml_type.name, 0) + t.nbytes
+            quant = max(by_type, key=by_type.get) if by_type else None
+        entry.info = {
+            "context_length": r.get(Keys.CONTEXT_LENGTH),
+            "quantization": quant,
+            "size_bytes": sum(os.path.getsize(f.path) for f in r.files),
+        }
+
+    def get(self, model_id: str) -> Entry:
+        entry = self.entries.get(model_id)
+        if entry is None and model_id == "default" and DEFAULT_MODEL_ID in self.entries:
+            entry = self.entries[DEFAULT_MODEL_ID]
+        if entry is None:
+            raise ModelNotFound(model_id)
+        return entry
+
+    # ----------------------------------------------------------- loading
+
+    def ensure_loaded(self, entry: Entry) -> Entry:
+        with self.lock:
+            if entry.lm is None:
+                loaded = [e for e in self.entries.values() if e.lm is not None]
+                while len(loaded) >= self.settings.max_loaded:
+                    victim = loaded.pop(0)  # least recently used first
+                    log.info("unloading %s (limit of %d loaded models)", victim.id, self.settings.max_loaded)
+                    victim.worker.stop()
+                    victim.lm, victim.worker = None, None
+                t = time.perf_counter()
+                try:
+                    entry.lm = load_model(entry.path, device=self.settings.device)
+                except Exception as e:
+                    raise ModelLoadFailed(f"cannot load {entry.id}: {e}") from e
+                entry.worker = Worker(entry.id, entry.lm, self.settings.max_queue, self.settings.ctx_size)
+                log.info("loaded %s in %.1f s", entry.id, time.perf_counter() - t)
+            self.entries.move_to_end(entry.id)
+        return entry

@@ -1,0 +1,266 @@
+"""From an OpenAI request to the engine and back: templating, sampling settings, the
+worker queue, reasoning split, and the response in its streamed or folded form. The
+non-streaming reply is built by folding the stream, so there is one generation path."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+from ..engine.chat import render
+from ..engine.sampling import SamplingParams
+from ..engine.tokenizer import encode
+from .errors import BadRequest, ContextLengthExceeded
+from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Completion,
+                       CompletionChoice, CompletionRequest, Delta, ResponseMessage, Usage, new_id, now,
+                       unsupported_fields)
+from .reasoning import THINK_OPEN, ReasoningSplitter, enable_thinking, starts_in_reasoning, template_has_switch
+from .registry import Job, Registry
+
+log = logging.getLogger("gguf_serve.server")
+
+
+@dataclass
+class Piece:
+    """One streamed piece of one choice."""
+
+    index: int
+    content: str = ""
+    reasoning: str = ""
+    finish_reason: str | None = None
+
+
+@dataclass
+class Tally:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def usage(self) -> Usage:
+        details = {"reasoning_tokens": self.reasoning_tokens} if self.reasoning_tokens else None
+        return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                     total_tokens=self.prompt_tokens + self.completion_tokens, completion_tokens_details=details)
+
+
+@dataclass
+class Prepared:
+    entry: object
+    prompt_ids: list[int]
+    params: list[SamplingParams]
+    splitter_args: dict = field(default_factory=dict)
+
+
+def _stops(stop) -> list[str]:
+    if stop is None:
+        return []
+    return [stop] if isinstance(stop, str) else list(stop)
+
+
+def _sampling(req, max_tokens: int | None) -> SamplingParams:
+    bias = {}
+    for k, v in (req.logit_bias or {}).items():
+        try:
+            bias[int(k)] = float(v)
+        except ValueError:
+            raise BadRequest(f"logit_bias keys must be token ids, got {k!r}", param="logit_bias") from None
+    return SamplingParams(
+        temperature=req.temperature if req.temperature is not None else 1.0,
+        top_p=req.top_p if req.top_p is not None else 1.0,
+        top_k=req.top_k or 0,
+        min_p=req.min_p or 0.0,
+        repetition_penalty=req.repetition_penalty or 1.0,
+        presence_penalty=req.presence_penalty or 0.0,
+        frequency_penalty=req.frequency_penalty or 0.0,
+        seed=req.seed,
+        stop=_stops(req.stop),
+        max_tokens=max_tokens,
+        logit_bias=bias,
+    )
+
+
+class Service:
+    def __init__(self, registry: Registry, settings):
+        self.registry = registry
+        self.settings = settings
+        self._warned_no_switch: set[str] = set()
+
+    async def _entry(self, model: str):
+        entry = self.registry.get(model)
+        return await asyncio.to_thread(self.registry.ensure_loaded, entry)
+
+    def _context(self, entry) -> int:
+        ctx = entry.lm.config.max_position_embeddings
+        return min(ctx, self.settings.ctx_size) if self.settings.ctx_size else ctx
+
+    def _check_length(self, entry, n_prompt: int, max_tokens: int | None, param: str) -> None:
+        ctx = self._context(entry)
+        if n_prompt >= ctx or (max_tokens is not None and n_prompt + max_tokens > ctx):
+            want = n_prompt + (max_tokens or 0)
+            raise ContextLengthExceeded(
+                f"This model's maximum context length is {ctx} tokens. However, you requested {want} tokens "
+                f"({n_prompt} in the {param}, {max_tokens or 0} in the completion).")
+
+    # ------------------------------------------------------------- chat
+
+    async def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
+        bad = unsupported_fields(req)
+        if bad:
+            raise BadRequest(f"'{bad[0]}' is not supported by this server yet", param=bad[0], code="unsupported_parameter")
+        entry = await self._entry(req.model)
+        lm = entry.lm
+        messages = []
+        for m in req.messages:
+            msg = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+            if m.reasoning_content:
+                msg["reasoning_content"] = m.reasoning_content
+            messages.append(msg)
+        kwargs = dict(req.chat_template_kwargs or {})
+        thinking = enable_thinking(req.chat_template_kwargs, req.reasoning_effort, self.settings.reasoning)
+        has_switch = template_has_switch(lm.chat_template)
+        if thinking is not None:
+            if has_switch:
+                kwargs["enable_thinking"] = thinking
+            elif entry.id not in self._warned_no_switch:
+                self._warned_no_switch.add(entry.id)
+                log.info("%s: its chat template has no thinking switch; the reasoning setting is ignored", entry.id)
+        try:
+            prompt = render(lm.tokenizer, lm.chat_template, messages, **kwargs)
+        except Exception as e:  # a template raising on these messages (e.g. role order)
+            raise BadRequest(f"the chat template rejected these messages: {e}", param="messages") from None
+        ids = lm.tokenizer.backend_tokenizer.encode(prompt, add_special_tokens=False).ids
+        max_tokens = req.max_completion_tokens or req.max_tokens
+        self._check_length(entry, len(ids), max_tokens, "messages")
+        vocab_thinks = THINK_OPEN in lm.tokenizer.get_vocab() or (lm.chat_template and THINK_OPEN in lm.chat_template)
+        split = {"in_reasoning": starts_in_reasoning(prompt) and thinking is not False,
+                 "enabled": bool(vocab_thinks) and thinking is not False}
+        params = []
+        for i in range(req.n or 1):
+            p = _sampling(req, max_tokens)
+            if p.seed is not None:
+                p.seed += i
+            params.append(p)
+        return Prepared(entry, ids, params, split)
+
+    async def pieces(self, prep: Prepared, tally: Tally) -> AsyncIterator[Piece]:
+        """Run each choice in turn, yielding its pieces; cancels generation if abandoned."""
+        tally.prompt_tokens = len(prep.prompt_ids)
+        for index, params in enumerate(prep.params):
+            job = Job(prep.prompt_ids, params, asyncio.get_running_loop(), asyncio.Queue())
+            prep.entry.worker.submit(job)
+            splitter = ReasoningSplitter(**prep.splitter_args)
+            try:
+                while True:
+                    step = await job.out.get()
+                    if step is None:
+                        break
+                    if isinstance(step, Exception):
+                        raise step
+                    if step.token_id is not None:
+                        tally.completion_tokens += 1
+                        if splitter.in_reasoning:
+                            tally.reasoning_tokens += 1
+                    reasoning, content = splitter.feed(step.text)
+                    finish = step.finish_reason
+                    if finish is not None:
+                        r2, c2 = splitter.flush()
+                        reasoning, content = reasoning + r2, content + c2
+                        finish = "length" if finish == "cancelled" else finish
+                    if reasoning or content or finish:
+                        yield Piece(index, content, reasoning, finish)
+            finally:
+                job.cancel.set()
+
+    async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[str]:
+        prep = await self.prepare_chat(req)
+        return self._chat_sse(req, prep)
+
+    async def _chat_sse(self, req, prep) -> AsyncIterator[str]:
+        cid, created, tally = new_id("chatcmpl"), now(), Tally()
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+        def chunk(choices, usage=None) -> str:
+            c = ChatCompletionChunk(id=cid, created=created, model=req.model, choices=choices, usage=usage)
+            return f"data: {c.model_dump_json(exclude_none=True)}\n\n"
+
+        for i in range(len(prep.params)):
+            yield chunk([ChunkChoice(index=i, delta=Delta(role="assistant", content=""))])
+        async for p in self.pieces(prep, tally):
+            delta = Delta(content=p.content or None, reasoning_content=p.reasoning or None)
+            if p.content or p.reasoning:
+                yield chunk([ChunkChoice(index=p.index, delta=delta)])
+            if p.finish_reason:
+                yield chunk([ChunkChoice(index=p.index, delta=Delta(), finish_reason=p.finish_reason)])
+        if include_usage:
+            yield chunk([], usage=tally.usage())
+        yield "data: [DONE]\n\n"
+
+    async def chat(self, req: ChatCompletionRequest) -> ChatCompletion:
+        prep = await self.prepare_chat(req)
+        tally = Tally()
+        texts = [{"content": [], "reasoning": [], "finish": None} for _ in prep.params]
+        async for p in self.pieces(prep, tally):
+            t = texts[p.index]
+            t["content"].append(p.content)
+            t["reasoning"].append(p.reasoning)
+            t["finish"] = p.finish_reason or t["finish"]
+        choices = [Choice(index=i, message=ResponseMessage(content="".join(t["content"]),
+                                                           reasoning_content="".join(t["reasoning"]) or None),
+                          finish_reason=t["finish"]) for i, t in enumerate(texts)]
+        return ChatCompletion(id=new_id("chatcmpl"), created=now(), model=req.model, choices=choices,
+                              usage=tally.usage())
+
+    # ------------------------------------------------------- completions
+
+    async def prepare_completion(self, req: CompletionRequest) -> Prepared:
+        bad = unsupported_fields(req)
+        if bad:
+            raise BadRequest(f"'{bad[0]}' is not supported by this server yet", param=bad[0], code="unsupported_parameter")
+        if isinstance(req.prompt, list):
+            if len(req.prompt) != 1:
+                raise BadRequest("only one prompt string per request is supported", param="prompt")
+            prompt = req.prompt[0]
+        else:
+            prompt = req.prompt
+        entry = await self._entry(req.model)
+        ids = encode(entry.lm.tokenizer, prompt)
+        self._check_length(entry, len(ids), req.max_tokens, "prompt")
+        params = []
+        for i in range(req.n or 1):
+            p = _sampling(req, req.max_tokens)
+            if p.seed is not None:
+                p.seed += i
+            params.append(p)
+        return Prepared(entry, ids, params, {"in_reasoning": False, "enabled": False})
+
+    async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[str]:
+        prep = await self.prepare_completion(req)
+        return self._completion_sse(req, prep)
+
+    async def _completion_sse(self, req, prep) -> AsyncIterator[str]:
+        cid, created, tally = new_id("cmpl"), now(), Tally()
+        async for p in self.pieces(prep, tally):
+            c = Completion(id=cid, created=created, model=req.model,
+                           choices=[CompletionChoice(text=p.content, index=p.index, finish_reason=p.finish_reason)])
+            yield f"data: {c.model_dump_json(exclude_none=True)}\n\n"
+        if req.stream_options and req.stream_options.include_usage:
+            c = Completion(id=cid, created=created, model=req.model, choices=[], usage=tally.usage())
+            yield f"data: {c.model_dump_json(exclude_none=True)}\n\n"
+        yield "data: [DONE]\n\n"
+
+    async def completion(self, req: CompletionRequest) -> Completion:
+        prep = await self.prepare_completion(req)
+        tally = Tally()
+        texts = [{"text": [], "finish": None} for _ in prep.params]
+        async for p in self.pieces(prep, tally):
+            texts[p.index]["text"].append(p.content)
+            texts[p.index]["finish"] = p.finish_reason or texts[p.index]["finish"]
+        return Completion(id=new_id("cmpl"), created=now(), model=req.model,
+                          choices=[CompletionChoice(text="".join(t["text"]), index=i, finish_reason=t["finish"])
+                                   for i, t in enumerate(texts)], usage=tally.usage())
+
+
+def sse_error(body: dict) -> str:
+    return f"data: {json.dumps(body)}\n\n"

@@ -1,0 +1,25 @@
+"""Server configuration from the command line and GGUF_SERVE_* environment variables."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GGUF_SERVE_", extra="ignore", protected_namespaces=())
+
+    models: list[str] = Field(default_factory=list, description="model ids or local .gguf paths to serve")
+    host: str = "127.0.0.1"
+    port: int = 8000
+    reasoning: Literal["on", "off", "auto"] = "auto"
+    api_key: Optional[str] = None
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    ctx_size: Optional[int] = None
+    threads: Optional[int] = None
+    offline: bool = False
+    max_queue: int = 16
+    max_loaded: int = 2
+    max_body_bytes: int = 16 * 1024 * 1024

@@ -1,0 +1,332 @@
+"""The server end to end: a real `gguf-serve` process on 127.0.0.1 and the official
+`openai` client (raw httpx where the SDK hides the wire)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from tiny_models import random_model, spec, write_gguf
+
+THINKING_TEMPLATE = (
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' and m.reasoning_content %}"
+    "{{ '<|im_start|>assistant\\n<think>\\n' + m.reasoning_content + '\\n</think>\\n\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- else %}{{ '<think>\\n' }}{%- endif %}{%- endif %}"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server(*args: str, env: dict | None = None):
+    port = free_port()
+    exe = shutil.which("gguf-serve")
+    cmd = ([exe] if exe else [sys.executable, "-m", "gguf_serve.server.cli"]) + [*args, "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"server did not start: {proc.stdout.read() if proc.poll() is not None else 'timeout'}")
+            time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    s = spec("qwen3")
+    path = tmp_path_factory.mktemp("srv") / "tiny-qwen3.gguf"
+    write_gguf(s, random_model(s, seed=5), path, "Q8_0", think=True, chat_template=THINKING_TEMPLATE)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def srv(tiny_path):
+    with server(tiny_path, "--max-queue", "2") as base:
+        yield base
+
+
+@pytest.fixture
+def client(srv):
+    return openai.OpenAI(base_url=f"{srv}/v1", api_key="unused", max_retries=0)
+
+
+def ids(tiny_path):
+    from gguf_serve.engine.tokenizer import load_tokenizer
+    from gguf_serve.gguf_io import GGUFReader
+
+    tok = load_tokenizer(GGUFReader(tiny_path))
+    return {t: tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>", "</think>", "<think>", "Ġthe")}
+
+
+def no_end(tiny_path, **extra):
+    """logit_bias that keeps the random model from ending, so lengths are exact."""
+    t = ids(tiny_path)
+    bias = {str(t["<|im_end|>"]): -100, str(t["<|endoftext|>"]): -100}
+    bias.update({str(k): v for k, v in extra.items()})
+    return bias
+
+
+def test_models_lists_the_file(client, srv, tiny_path):
+    models = client.models.list().data
+    assert [m.id for m in models] == [tiny_path]
+    m = httpx.get(f"{srv}/v1/models/{tiny_path}").json()
+    assert m["id"] == tiny_path and m["loaded"] is True and m["context_length"] == 256 and m["quantization"]
+    r = httpx.get(f"{srv}/v1/models/unknown.gguf")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+
+
+def test_chat_non_streaming_thinking_off(client, tiny_path):
+    r = client.chat.completions.create(
+        model=tiny_path, messages=[{"role": "user", "content": "the cat"}], max_tokens=6, temperature=0,
+        logit_bias=no_end(tiny_path, **{str(ids(tiny_path)["<think>"]): -100}),
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    c = r.choices[0]
+    assert c.finish_reason == "length" and c.message.role == "assistant"
+    assert c.message.content and getattr(c.message, "reasoning_content", None) is None
+    assert r.usage.completion_tokens == 6 and r.usage.prompt_tokens > 5
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 6
+
+
+def test_stream_equals_non_stream_and_reports_usage(client, tiny_path):
+    kw = dict(model=tiny_path, messages=[{"role": "user", "content": "in the end"}], max_tokens=8, temperature=0,
+              logit_bias=no_end(tiny_path), extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    full = client.chat.completions.create(**kw)
+    chunks = list(client.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == full.choices[0].message.content
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finals == ["length"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 8
+
+
+def test_raw_sse_shape(srv, tiny_path):
+    body = {"model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "stream": True,
+            "logit_bias": no_end(tiny_path)}
+    with httpx.stream("POST", f"{srv}/v1/chat/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in r.iter_lines() if line]
+    assert all(line.startswith("data: ") for line in lines)
+    assert lines[-1] == "data: [DONE]"
+
+
+def test_thinking_on_puts_reasoning_apart_and_length_leaves_content_empty(client, tiny_path):
+    t = ids(tiny_path)
+    r = client.chat.completions.create(
+        model=tiny_path, messages=[{"role": "user", "content": "think"}], max_tokens=5, temperature=0,
+        logit_bias=no_end(tiny_path, **{str(t["</think>"]): -100}))  # the template opens <think>; never closed
+    m = r.choices[0].message
+    assert r.choices[0].finish_reason == "length"
+    assert m.content == ""
+    assert m.reasoning_content  # the thinking text, apart from the answer
+    assert r.usage.completion_tokens_details.reasoning_tokens == 5
+
+
+def test_thinking_closes_then_answers(client, tiny_path):
+    t = ids(tiny_path)
+    # force </think> as the first token, then keep it from coming again
+    chunks = list(client.chat.completions.create(
+        model=tiny_path, messages=[{"role": "user", "content": "go"}], max_tokens=1, temperature=0,
+        logit_bias=no_end(tiny_path, **{str(t["</think>"]): 100}), stream=True))
+    reasoning = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks if c.choices)
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert reasoning == "" and content == ""  # the closing tag itself is in neither
+
+
+@pytest.mark.parametrize("extra", [{"reasoning_effort": "none"}, {"chat_template_kwargs": {"enable_thinking": False}}])
+def test_request_turns_thinking_off(client, tiny_path, extra):
+    r = client.chat.completions.create(model=tiny_path, messages=[{"role": "user", "content": "a"}], max_tokens=3,
+                                       temperature=0, logit_bias=no_end(tiny_path), extra_body=extra)
+    assert getattr(r.choices[0].message, "reasoning_content", None) is None
+    assert r.usage.completion_tokens_details is None
+
+
+def test_multi_turn_with_reasoning_content(client, tiny_path):
+    r = client.chat.completions.create(
+        model=tiny_path, temperature=0, max_tokens=2, logit_bias=no_end(tiny_path),
+        messages=[{"role": "user", "content": "a"},
+                  {"role": "assistant", "content": "b", "reasoning_content": "because"},
+                  {"role": "user", "content": "c"}])
+    assert r.choices[0].finish_reason == "length"
+
+
+def test_seed_and_n(client, tiny_path):
+    kw = dict(model=tiny_path, messages=[{"role": "user", "content": "s"}], max_tokens=6, temperature=1.0, seed=11,
+              logit_bias=no_end(tiny_path), n=2, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    a = client.chat.completions.create(**kw)
+    b = client.chat.completions.create(**kw)
+    assert [c.message.content for c in a.choices] == [c.message.content for c in b.choices]
+    assert len(a.choices) == 2 and a.usage.completion_tokens == 12
+
+
+def test_stop_strings(client, tiny_path):
+    base = client.chat.completions.create(model=tiny_path, messages=[{"role": "user", "content": "q"}], max_tokens=8,
+                                          temperature=0, logit_bias=no_end(tiny_path),
+                                          extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    text = base.choices[0].message.content
+    stop = text[3:5]
+    r = client.chat.completions.create(model=tiny_path, messages=[{"role": "user", "content": "q"}], max_tokens=8,
+                                       temperature=0, logit_bias=no_end(tiny_path), stop=[stop],
+                                       extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].message.content == text[:text.find(stop)]
+
+
+def test_completions_endpoint(client, tiny_path):
+    r = client.completions.create(model=tiny_path, prompt="the", max_tokens=4, temperature=0, logit_bias=no_end(tiny_path))
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 4
+    s = list(client.completions.create(model=tiny_path, prompt="the", max_tokens=4, temperature=0,
+                                       logit_bias=no_end(tiny_path), stream=True))
+    assert "".join(c.choices[0].text for c in s if c.choices) == r.choices[0].text
+
+
+@pytest.mark.parametrize("body,status,param,code", [
+    ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]},
+     400, "tools", "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {}}},
+     400, "response_format", "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, 400, "logprobs", "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "x"}], "temperature": 5}, 400, "temperature", None),
+    ({"messages": []}, 400, "messages", None),
+    ({"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role", None),
+    ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1000}, 400, "messages", "context_length_exceeded"),
+])
+def test_errors_in_openai_shape(srv, tiny_path, body, status, param, code):
+    r = httpx.post(f"{srv}/v1/chat/completions", json={"model": tiny_path, **body}, timeout=30)
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["param"] == param and err["code"] == code
+    if code == "context_length_exceeded":
+        assert "maximum context length is 256 tokens" in err["message"] and "1000 in the completion" in err["message"]
+
+
+def test_unknown_model_and_unknown_fields(client, tiny_path):
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="no/such:model.gguf", messages=[{"role": "user", "content": "x"}])
+    assert e.value.body["code"] == "model_not_found"
+    r = client.chat.completions.create(model=tiny_path, messages=[{"role": "user", "content": "x"}], max_tokens=1,
+                                       extra_body={"some_future_field": 1})  # ignored, not an error
+    assert r.choices
+
+
+def test_bad_json_and_oversized_body(srv, tiny_path):
+    r = httpx.post(f"{srv}/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    big = b'{"model": "x", "messages": [{"role": "user", "content": "' + b"a" * (17 * 1024 * 1024) + b'"}]}'
+    r = httpx.post(f"{srv}/v1/chat/completions", content=big, headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
+
+
+def test_health_and_models_answer_during_a_long_generation(srv, tiny_path):
+    done = threading.Event()
+
+    def long_request():
+        httpx.post(f"{srv}/v1/chat/completions", timeout=120, json={
+            "model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 230, "n": 8,
+            "logit_bias": no_end(tiny_path)})
+        done.set()
+
+    threading.Thread(target=long_request, daemon=True).start()
+    time.sleep(0.3)
+    t = time.perf_counter()
+    assert httpx.get(f"{srv}/health", timeout=5).status_code == 200
+    assert httpx.get(f"{srv}/v1/models", timeout=5).status_code == 200
+    assert time.perf_counter() - t < 1.0
+    assert not done.is_set()  # the generation was really still running
+    done.wait(120)
+
+
+def test_disconnect_cancels_and_full_queue_is_429(srv, tiny_path):
+    body = {"model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 200, "stream": True,
+            "logit_bias": no_end(tiny_path)}
+    with httpx.stream("POST", f"{srv}/v1/chat/completions", json=body, timeout=60) as r:
+        for i, _ in enumerate(r.iter_lines()):
+            if i > 3:
+                break  # hang up mid-stream
+    # the worker is free again quickly: a short request finishes fast
+    t = time.perf_counter()
+    short = httpx.post(f"{srv}/v1/chat/completions", timeout=60, json={
+        "model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 1})
+    assert short.status_code == 200 and time.perf_counter() - t < 10
+    # --max-queue 2: one running, two waiting, the next is refused with Retry-After
+    results = []
+
+    def req():
+        results.append(httpx.post(f"{srv}/v1/chat/completions", timeout=120, json={
+            "model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 60,
+            "logit_bias": no_end(tiny_path)}))
+
+    threads = [threading.Thread(target=req) for _ in range(5)]
+    for th in threads:
+        th.start()
+        time.sleep(0.05)
+    for th in threads:
+        th.join(120)
+    codes = sorted(r.status_code for r in results)
+    assert 429 in codes and 200 in codes
+    refused = next(r for r in results if r.status_code == 429)
+    assert refused.headers["retry-after"] == "1" and refused.json()["error"]["type"] == "rate_limit_error"
+
+
+def test_api_key(tiny_path):
+    with server(tiny_path, "--api-key", "sekret") as base:
+        r = httpx.get(f"{base}/v1/models")
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+        assert httpx.get(f"{base}/health").status_code == 200  # health stays open
+        ok = openai.OpenAI(base_url=f"{base}/v1", api_key="sekret").models.list()
+        assert ok.data[0].id == tiny_path
+
+
+def test_server_flag_reasoning_off(tiny_path):
+    with server(tiny_path, "--reasoning", "off") as base:
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
+        r = c.chat.completions.create(model=tiny_path, messages=[{"role": "user", "content": "a"}], max_tokens=3,
+                                      temperature=0, logit_bias=no_end(tiny_path))
+        assert getattr(r.choices[0].message, "reasoning_content", None) is None and r.choices[0].message.content
+        r = c.chat.completions.create(model=tiny_path, messages=[{"role": "user", "content": "a"}], max_tokens=3,
+                                      temperature=0, logit_bias=no_end(tiny_path, **{str(ids(tiny_path)["</think>"]): -100}),
+                                      extra_body={"chat_template_kwargs": {"enable_thinking": True}})  # request wins
+        assert r.choices[0].message.reasoning_content and r.choices[0].message.content == ""
+
+
+def test_embedded_gemma_answers_a_chat_request():
+    with server() as base:  # no model named: the embedded default
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
+        assert [m.id for m in c.models.list().data] == ["embedded:gemma-3-270m-q4_k_m.gguf"]
+        r = c.chat.completions.create(model="embedded:gemma-3-270m-q4_k_m.gguf", max_tokens=8, temperature=0,
+                                      messages=[{"role": "user", "content": "What is the capital of France?"}])
+        assert r.choices[0].message.content.strip() and r.usage.completion_tokens >= 1

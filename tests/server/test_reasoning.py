@@ -1,0 +1,59 @@
+"""Reasoning control and the split of streamed text into reasoning and answer."""
+
+import pytest
+
+from gguf_serve.server.reasoning import ReasoningSplitter, enable_thinking, starts_in_reasoning
+
+
+@pytest.mark.parametrize("kwargs,effort,flag,expected", [
+    ({"enable_thinking": False}, "high", "on", False),   # request kwargs win over everything
+    ({"enable_thinking": True}, "none", "off", True),
+    (None, "none", "on", False),                        # then reasoning_effort
+    (None, "low", "off", True),
+    (None, None, "on", True),                           # then the server flag
+    (None, None, "off", False),
+    (None, None, "auto", None),                         # then the template's default
+    ({"other": 1}, None, "auto", None),
+])
+def test_precedence(kwargs, effort, flag, expected):
+    assert enable_thinking(kwargs, effort, flag) == expected
+
+
+def test_prompt_that_opens_the_block():
+    assert starts_in_reasoning("<|im_start|>assistant\n<think>\n")
+    assert not starts_in_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert not starts_in_reasoning("<|im_start|>assistant\n")
+
+
+def _run(splitter, pieces):
+    r, c = [], []
+    for p in pieces:
+        a, b = splitter.feed(p)
+        r.append(a), c.append(b)
+    a, b = splitter.flush()
+    return "".join(r) + a, "".join(c) + b
+
+
+def test_template_opened_block_then_answer_split_across_pieces():
+    s = ReasoningSplitter(in_reasoning=True)
+    assert _run(s, ["Let me", " think.", "</th", "ink>\n\nThe", " answer."]) == ("Let me think.", "The answer.")
+
+
+def test_model_opened_block():
+    s = ReasoningSplitter(in_reasoning=False)
+    assert _run(s, ["<think>", "\nhmm", "</think>", "\n\nYes"]) == ("hmm", "Yes")
+
+
+def test_think_tag_inside_an_answer_stays_content():
+    s = ReasoningSplitter(in_reasoning=False)
+    assert _run(s, ["Use ", "<think>", " tags"]) == ("", "Use <think> tags")
+
+
+def test_disabled_splitter_passes_everything_as_content():
+    s = ReasoningSplitter(in_reasoning=True, enabled=False)
+    assert _run(s, ["<think>a</think>b"]) == ("", "<think>a</think>b")
+
+
+def test_unfinished_reasoning_never_becomes_content():
+    s = ReasoningSplitter(in_reasoning=True)
+    assert _run(s, ["still thinking", " </thi"]) == ("still thinking </thi", "")

@@ -330,3 +330,22 @@ def test_embedded_gemma_answers_a_chat_request():
         r = c.chat.completions.create(model="embedded:gemma-3-270m-q4_k_m.gguf", max_tokens=8, temperature=0,
                                       messages=[{"role": "user", "content": "What is the capital of France?"}])
         assert r.choices[0].message.content.strip() and r.usage.completion_tokens >= 1
+
+
+def test_hub_model_id_downloads_then_resolves_offline(tiny_path, tmp_path):
+    from hub_server import HubServer
+
+    repo, filename = "tiny-org/tiny-qwen3-GGUF", "tiny-qwen3-Q8_0.gguf"
+    model_id = f"{repo}:{filename}"
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    with HubServer() as hub:
+        hub.add_repo(repo, {filename: tiny_path})
+        with server(model_id, env={**env, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0"}) as base:
+            c = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
+            assert [m.id for m in c.models.list().data] == [model_id]
+            r = c.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+            assert r.choices[0].message is not None
+        assert any("/resolve/" in q for q in hub.requests)  # the real client downloaded from here
+    # the Hub is gone: offline, the cached file resolves without the network
+    with server(model_id, env={**env, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "1"}) as base:
+        assert httpx.get(f"{base}/v1/models").json()["data"][0]["id"] == model_id

@@ -34,10 +34,11 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     def startup() -> None:
         try:
-            for spec in settings.models or ["default"]:
-                entry = registry.add(spec)
-                if settings.models:  # named models load at startup; the default loads on first use
-                    registry.ensure_loaded(entry)
+            for spec in settings.models:  # named models are fetched and loaded now
+                registry.ensure_loaded(registry.add(spec))
+            if not settings.models:  # none named: the Hub cache's models and the embedded default, on first use
+                registry.add_cached()
+                registry.add("default")
             state["ready"] = True
         except Exception as e:
             state["error"] = e
@@ -96,7 +97,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         return {"status": "ok"}
 
     def describe(e) -> Model:
-        return Model(id=e.id, loaded=e.lm is not None, **e.info)
+        return Model(id=e.id, loaded=e.lm is not None, **(e.info or {}))
 
     @app.get("/v1/models")
     async def list_models() -> ModelList:
@@ -104,10 +105,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     @app.get("/v1/models/{model_id:path}")
     async def get_model(model_id: str) -> Model:
-        e = registry.entries.get(model_id)
-        if e is None:
-            raise ModelNotFound(model_id)
-        return describe(e)
+        return describe(registry.get(model_id))
 
     async def stream(gen) -> StreamingResponse:
         async def body():

@@ -18,6 +18,7 @@ from ..engine import load_model
 from ..engine.generate import Step, generate
 from ..engine.sampling import SamplingParams
 from ..gguf_io import GGUFError, GGUFReader, Keys
+from . import hub
 from .default_model import default_model_path
 from .errors import ModelLoadFailed, ModelNotFound, Overloaded
 
@@ -76,8 +77,9 @@ class Worker:
 @dataclass
 class Entry:
     id: str
-    path: str
+    path: str | None  # None: a Hub file not fetched yet
     lm: Any = None
+    hub_ref: tuple | None = None
     worker: Worker | None = None
     info: dict = field(default_factory=dict)
 
@@ -87,26 +89,66 @@ class Registry:
         self.settings = settings
         self.entries: OrderedDict[str, Entry] = OrderedDict()
         self.lock = threading.Lock()
-        self.loading = False
+        self.aliases: dict[str, str] = {}
 
     # ------------------------------------------------------------ naming
 
     def add(self, spec: str) -> Entry:
-        """Register a model by local path, `<repo>:<file>.gguf`, or `default`."""
+        """Register a model by local path, Hub id (see server.hub), or `default`; a Hub
+        repo's other .gguf files are registered too (listed, fetched on first use)."""
         if spec in ("default", DEFAULT_MODEL_ID):
-            entry = Entry(DEFAULT_MODEL_ID, default_model_path())
-        elif os.path.exists(spec):
-            entry = Entry(spec, os.path.abspath(spec))
-        elif ":" in spec and spec.endswith(".gguf"):
-            from huggingface_hub import hf_hub_download
-
-            repo, filename = spec.split(":", 1)
-            entry = Entry(spec, hf_hub_download(repo, filename))
-        else:
+            return self._put(Entry(DEFAULT_MODEL_ID, default_model_path()))
+        if os.path.exists(spec):
+            return self._put(Entry(spec, os.path.abspath(spec)))
+        ref = hub.parse(spec)
+        if ref is None:
             raise ModelNotFound(spec)
+        try:
+            files = hub.gguf_files(ref.repo, ref.revision)
+        except ModelNotFound:
+            if ref.filename is None:  # offline or unknown: only the cache can answer
+                files = [mid.split(":", 1)[1] for mid, _ in hub.cached_gguf_models()
+                         if mid.split(":", 1)[0] == ref.repo]
+                if not files:
+                    raise
+            else:
+                files = [ref.filename]
+        chosen = hub.choose_file(ref, files)
+        for f in files:
+            mid = hub.model_id(ref.repo, f, ref.revision)
+            if mid not in self.entries:
+                self.entries[mid] = Entry(mid, None, hub_ref=(ref.repo, f, ref.revision))
+        entry = self.entries[hub.model_id(ref.repo, chosen, ref.revision)]
+        self._fetch(entry)
+        if spec != entry.id:
+            self.aliases[spec] = entry.id
+        return entry
+
+    def add_cached(self) -> None:
+        """Every GGUF model in the Hub cache, loaded on first request."""
+        for mid, path in hub.cached_gguf_models():
+            if mid not in self.entries:
+                repo, f = mid.split(":", 1)
+                self.entries[mid] = Entry(mid, path, hub_ref=(repo, f, None))
+                try:
+                    self._describe(self.entries[mid])
+                except ModelLoadFailed:
+                    del self.entries[mid]
+
+    def _put(self, entry: Entry) -> Entry:
         self._describe(entry)
         self.entries[entry.id] = entry
         return entry
+
+    def _fetch(self, entry: Entry) -> None:
+        if entry.path is None:
+            repo, f, rev = entry.hub_ref
+            try:
+                entry.path = hub.download(repo, f, rev)
+            except Exception as e:
+                raise ModelLoadFailed(f"cannot download {entry.id}: {e}") from e
+        if not entry.info:
+            self._describe(entry)
 
     def _describe(self, entry: Entry) -> None:
         try:
@@ -130,7 +172,7 @@ class Registry:
         }
 
     def get(self, model_id: str) -> Entry:
-        entry = self.entries.get(model_id)
+        entry = self.entries.get(model_id) or self.entries.get(self.aliases.get(model_id, ""))
         if entry is None and model_id == "default" and DEFAULT_MODEL_ID in self.entries:
             entry = self.entries[DEFAULT_MODEL_ID]
         if entry is None:
@@ -141,6 +183,7 @@ class Registry:
 
     def ensure_loaded(self, entry: Entry) -> Entry:
         with self.lock:
+            self._fetch(entry)
             if entry.lm is None:
                 loaded = [e for e in self.entries.values() if e.lm is not None]
                 while len(loaded) >= self.settings.max_loaded:

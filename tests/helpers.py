@@ -129,3 +129,27 @@ def write_tiny_llama(path, qtype: GGMLType = GGMLType.Q8_0, seed: int = 0) -> No
         w.add_tensor("blk.0.ffn_gate.weight", mat(ff, d), ggml_type=qtype)
         w.add_tensor("blk.0.ffn_up.weight", mat(ff, d), ggml_type=qtype)
         w.add_tensor("blk.0.ffn_down.weight", mat(d, ff), ggml_type=qtype)
+
+
+def split_gguf(path, folder, name: str, n: int) -> list[str]:
+    """Write the model at `path` as `n` shards named like llama.cpp's gguf-split does."""
+    from gguf_serve.gguf_io import GGUFReader, GGUFValueType
+
+    r = GGUFReader(path)
+    names = list(r.tensors)
+    per = -(-len(names) // n)
+    out = []
+    for s in range(n):
+        p = os.path.join(folder, f"{name}-{s + 1:05d}-of-{n:05d}.gguf")
+        with GGUFWriter(p) as w:
+            if s == 0:
+                for k, v in r.metadata.items():
+                    w.add(k, v, r.metadata_types[k])
+            w.add("split.no", s, GGUFValueType.UINT16)
+            w.add("split.count", n, GGUFValueType.UINT16)
+            w.add("split.tensors.count", len(names), GGUFValueType.INT32)
+            for t in names[s * per:(s + 1) * per]:
+                info = r.tensors[t]
+                w.add_tensor(t, info.data, ggml_type=info.ggml_type, shape=info.shape)
+        out.append(p)
+    return out

@@ -67,15 +67,20 @@ class HubServer:
                             left -= len(chunk)
 
             def _api(self):
-                m = re.match(r"^/api/models/(?P<repo>[^/]+/[^/]+)(?:/revision/(?P<rev>[^/?]+))?", self.path)
+                m = re.match(r"^/api/models/(?P<repo>[^/]+/[^/]+)(?:/(?P<kind>revision|tree)/(?P<rev>[^/?]+))?", self.path)
                 if not m or m["repo"] not in hub.repos:
                     self.send_response(404)
+                    self.send_header("X-Error-Code", "RepoNotFound")
                     self.end_headers()
                     return
                 repo = hub.repos[m["repo"]]
-                body = json.dumps({"id": m["repo"], "modelId": m["repo"], "sha": repo.commit, "private": False,
-                                   "siblings": [{"rfilename": n, "size": os.path.getsize(p)} for n, p in repo.files.items()],
-                                   "tags": ["gguf"]}).encode()
+                if m["kind"] == "tree":  # list_repo_files
+                    body = json.dumps([{"type": "file", "path": n, "size": os.path.getsize(p), "oid": repo.etags[n]}
+                                       for n, p in repo.files.items()]).encode()
+                else:  # model_info
+                    body = json.dumps({"id": m["repo"], "modelId": m["repo"], "sha": repo.commit, "private": False,
+                                       "siblings": [{"rfilename": n, "size": os.path.getsize(p)} for n, p in repo.files.items()],
+                                       "tags": ["gguf"]}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))

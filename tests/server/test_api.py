@@ -3,12 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -16,61 +10,7 @@ import httpx
 import openai
 import pytest
 
-from tiny_models import random_model, spec, write_gguf
-
-THINKING_TEMPLATE = (
-    "{%- for m in messages %}"
-    "{%- if m.role == 'assistant' and m.reasoning_content %}"
-    "{{ '<|im_start|>assistant\\n<think>\\n' + m.reasoning_content + '\\n</think>\\n\\n' + m.content + '<|im_end|>\\n' }}"
-    "{%- else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-    "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
-    "{%- else %}{{ '<think>\\n' }}{%- endif %}{%- endif %}"
-)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def server(*args: str, env: dict | None = None):
-    port = free_port()
-    exe = shutil.which("gguf-serve")
-    cmd = ([exe] if exe else [sys.executable, "-m", "gguf_serve.server.cli"]) + [*args, "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"server did not start: {proc.stdout.read() if proc.poll() is not None else 'timeout'}")
-            time.sleep(0.2)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    s = spec("qwen3")
-    path = tmp_path_factory.mktemp("srv") / "tiny-qwen3.gguf"
-    write_gguf(s, random_model(s, seed=5), path, "Q8_0", think=True, chat_template=THINKING_TEMPLATE)
-    return str(path)
-
+from server_harness import server
 
 @pytest.fixture(scope="module")
 def srv(tiny_path):

@@ -1,0 +1,75 @@
+"""Model IDs resolved like the ecosystem does, against a Hub-compatible test server
+with the real huggingface_hub client."""
+
+import httpx
+import openai
+import pytest
+
+from gguf_serve.server import hub
+from gguf_serve.server.errors import BadRequest, ModelNotFound
+
+from helpers import split_gguf
+from hub_server import HubServer
+from server_harness import server
+
+
+@pytest.mark.parametrize("spec,expected", [
+    ("org/repo:Model-Q4_K_M.gguf", hub.ModelRef("org/repo", None, "Model-Q4_K_M.gguf", None)),
+    ("org/repo@dev:sub/Model.gguf", hub.ModelRef("org/repo", "dev", "sub/Model.gguf", None)),
+    ("org/repo:q8_0", hub.ModelRef("org/repo", None, None, "q8_0")),
+    ("org/repo", hub.ModelRef("org/repo", None, None, None)),
+    ("just-a-name", None),
+])
+def test_parse(spec, expected):
+    assert hub.parse(spec) == expected
+
+
+FILES = ["M-Q4_K_M.gguf", "M-Q4_K_S.gguf", "M-Q8_0.gguf", "M-IQ4_XS.gguf", "big/M-F16-00001-of-00002.gguf"]
+
+
+@pytest.mark.parametrize("ref,expected", [
+    (hub.ModelRef("o/r", None, None, "q8_0"), "M-Q8_0.gguf"),
+    (hub.ModelRef("o/r", None, None, "Q4_K"), "M-Q4_K_M.gguf"),  # no exact-end match: the first containing it
+    (hub.ModelRef("o/r", None, None, "iq4_xs"), "M-IQ4_XS.gguf"),
+    (hub.ModelRef("o/r", None, None, "F16"), "big/M-F16-00001-of-00002.gguf"),
+    (hub.ModelRef("o/r", None, None, None), "M-Q4_K_M.gguf"),  # bare repo: Q4_K_M
+    (hub.ModelRef("o/r", None, "M-Q8_0.gguf", None), "M-Q8_0.gguf"),
+])
+def test_choose_file(ref, expected):
+    assert hub.choose_file(ref, FILES) == expected
+
+
+def test_choose_file_errors_list_the_choices():
+    with pytest.raises(BadRequest, match="no Q2_K file; choices: M-Q8_0.gguf, M-F16.gguf"):
+        hub.choose_file(hub.ModelRef("o/r", None, None, "Q2_K"), ["M-Q8_0.gguf", "M-F16.gguf"])
+    with pytest.raises(BadRequest, match="has 2 GGUF files; name one"):
+        hub.choose_file(hub.ModelRef("o/r", None, None, None), ["M-Q8_0.gguf", "M-F16.gguf"])
+    assert hub.choose_file(hub.ModelRef("o/r", None, None, None), ["only.gguf"]) == "only.gguf"
+    with pytest.raises(ModelNotFound):
+        hub.choose_file(hub.ModelRef("o/r", None, "missing.gguf", None), ["only.gguf"])
+
+
+def test_quant_id_lists_every_file_and_shards_download_together(tiny_path, tmp_path):
+    shards = split_gguf(tiny_path, str(tmp_path), "tiny-F16", 2)
+    files = {"tiny-Q4_K_M.gguf": tiny_path, "tiny-Q8_0.gguf": tiny_path,
+             "tiny-F16-00001-of-00002.gguf": shards[0], "tiny-F16-00002-of-00002.gguf": shards[1]}
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1", "HF_HUB_OFFLINE": "0"}
+    with HubServer() as h:
+        h.add_repo("org/tiny-GGUF", files)
+        with server("org/tiny-GGUF:q8_0", env={**env, "HF_ENDPOINT": h.url}) as base:
+            ids = [m["id"] for m in httpx.get(f"{base}/v1/models").json()["data"]]
+            assert ids == ["org/tiny-GGUF:tiny-F16-00001-of-00002.gguf", "org/tiny-GGUF:tiny-Q4_K_M.gguf",
+                           "org/tiny-GGUF:tiny-Q8_0.gguf"]  # a split model once, by its first shard
+            loaded = {m["id"]: m["loaded"] for m in httpx.get(f"{base}/v1/models").json()["data"]}
+            assert loaded["org/tiny-GGUF:tiny-Q8_0.gguf"] is True and not loaded["org/tiny-GGUF:tiny-Q4_K_M.gguf"]
+            c = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
+            r = c.chat.completions.create(model="org/tiny-GGUF:tiny-F16-00001-of-00002.gguf", max_tokens=1,
+                                          messages=[{"role": "user", "content": "hi"}])
+            assert r.choices
+            assert any("tiny-F16-00002-of-00002.gguf" in q for q in h.requests)
+            assert not any("tiny-Q4_K_M.gguf" in q and "resolve" in q for q in h.requests)  # fetched only on use
+    # no model named, offline: the Hub cache's models are served
+    with server(env={**env, "HF_HUB_OFFLINE": "1"}) as base:
+        ids = [m["id"] for m in httpx.get(f"{base}/v1/models").json()["data"]]
+        assert "org/tiny-GGUF:tiny-Q8_0.gguf" in ids and "org/tiny-GGUF:tiny-F16-00001-of-00002.gguf" in ids
+        assert "embedded:gemma-3-270m-q4_k_m.gguf" in ids

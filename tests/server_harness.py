@@ -1,0 +1,71 @@
+"""Starting a real `gguf-serve` process for tests, and the tiny thinking model they serve."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+THINKING_TEMPLATE = (
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' and m.reasoning_content %}"
+    "{{ '<|im_start|>assistant\\n<think>\\n' + m.reasoning_content + '\\n</think>\\n\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- else %}{{ '<think>\\n' }}{%- endif %}{%- endif %}"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server(*args: str, env: dict | None = None):
+    port = free_port()
+    exe = shutil.which("gguf-serve")
+    cmd = ([exe] if exe else [sys.executable, "-m", "gguf_serve.server.cli"]) + [*args, "--port", str(port)]
+    log = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+    base = f"http://127.0.0.1:{port}"
+
+    def output() -> str:
+        log.seek(0)
+        return log.read()[-4000:]
+
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                r = httpx.get(f"{base}/health", timeout=2)
+                if r.status_code == 200:
+                    break
+                if r.json().get("status") == "error":
+                    raise RuntimeError(f"server failed to start: {r.json()['error']}\n{output()}")
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"server did not start:\n{output()}")
+            time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+

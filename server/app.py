@@ -36,10 +36,12 @@ def create_app(settings: ServerSettings) -> FastAPI:
         try:
             for spec in settings.models:  # named models are fetched and loaded now
                 registry.ensure_loaded(registry.add(spec))
-            if not settings.models:  # none named: the Hub cache's models and the embedded default, on first use
-                registry.add_cached()
+            registry.add_cached()  # the Hub cache's GGUF models, loaded on first request
+            if not settings.models:  # and with none named, the embedded default
                 registry.add("default")
             state["ready"] = True
+            print(f"gguf-serve: ready, {len(registry.entries)} model(s); OpenAI API at "
+                  f"http://{settings.host}:{settings.port}/v1", flush=True)
         except Exception as e:
             state["error"] = e
             log.error("startup failed: %s", e)

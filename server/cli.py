@@ -83,7 +83,8 @@ def _serve(argv: list[str]) -> int:
     from .app import create_app
 
     app = create_app(settings)
-    print(f"gguf-serve: OpenAI API at http://{settings.host}:{settings.port}/v1", flush=True)
+    print(f"gguf-serve: loading {', '.join(settings.models) or 'the embedded default model'} "
+          f"(/health answers 503 until ready)", flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
     return 0
 

@@ -41,7 +41,7 @@ def no_end(tiny_path, **extra):
 
 def test_models_lists_the_file(client, srv, tiny_path):
     models = client.models.list().data
-    assert [m.id for m in models] == [tiny_path]
+    assert models[0].id == tiny_path
     m = httpx.get(f"{srv}/v1/models/{tiny_path}").json()
     assert m["id"] == tiny_path and m["loaded"] is True and m["context_length"] == 256 and m["quantization"]
     r = httpx.get(f"{srv}/v1/models/unknown.gguf")

@@ -190,16 +190,23 @@ def resolve_path(path_or_id: str | os.PathLike) -> str:
     raise FileNotFoundError(f"no such GGUF file: {p}")
 
 
+LOAD_STAGES = ("reading the file", "building the model", "tokenizer")
+
+
 def load_model(path_or_id: str | os.PathLike, device: str | torch.device = "auto",
-               dtype: torch.dtype | None = None) -> LoadedModel:
-    """Load a GGUF model with its weights packed; see LoadedModel."""
+               dtype: torch.dtype | None = None, progress=None) -> LoadedModel:
+    """Load a GGUF model with its weights packed; see LoadedModel. `progress`, if given,
+    is called with each of LOAD_STAGES as it starts."""
+    step = progress or (lambda stage: None)
     path = resolve_path(path_or_id)
+    step(LOAD_STAGES[0])
     reader = GGUFReader(path)
     arch = architecture_for(reader)
     config = arch.config()
     config._attn_implementation = "sdpa"
     dev = pick_device(device)
     dtype = dtype or default_dtype(dev)
+    step(LOAD_STAGES[1])
     with torch.device("meta"):
         model = arch.model_class(config)
     model.eval()
@@ -212,6 +219,7 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device = "auto
     from .tokenizer import load_tokenizer
     from .chat import chat_template_for
 
+    step(LOAD_STAGES[2])
     tokenizer = load_tokenizer(reader)
     template = chat_template_for(reader, arch)
     log.info("loaded %s (%s) on %s in %s", path, arch.name, dev, dtype)

@@ -192,10 +192,23 @@ class Registry:
                     victim.worker.stop()
                     victim.lm, victim.worker = None, None
                 t = time.perf_counter()
+                from tqdm.auto import tqdm
+
+                from ..engine.loader import LOAD_STAGES
+
+                bar = tqdm(total=len(LOAD_STAGES), desc=f"loading {entry.id}", unit="step", leave=False)
+
+                def progress(stage: str) -> None:
+                    if bar.n or stage != LOAD_STAGES[0]:
+                        bar.update(1)
+                    bar.set_postfix_str(stage)
+
                 try:
-                    entry.lm = load_model(entry.path, device=self.settings.device)
+                    entry.lm = load_model(entry.path, device=self.settings.device, progress=progress)
                 except Exception as e:
                     raise ModelLoadFailed(f"cannot load {entry.id}: {e}") from e
+                finally:
+                    bar.close()
                 entry.worker = Worker(entry.id, entry.lm, self.settings.max_queue, self.settings.ctx_size)
                 log.info("loaded %s in %.1f s", entry.id, time.perf_counter() - t)
             self.entries.move_to_end(entry.id)

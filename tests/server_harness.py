@@ -13,6 +13,8 @@ import time
 
 import httpx
 
+OUTPUTS: dict[str, object] = {}  # base URL -> function returning the server's output so far
+
 THINKING_TEMPLATE = (
     "{%- for m in messages %}"
     "{%- if m.role == 'assistant' and m.reasoning_content %}"
@@ -59,6 +61,7 @@ def server(*args: str, env: dict | None = None):
             if proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError(f"server did not start:\n{output()}")
             time.sleep(0.2)
+        OUTPUTS[base] = output
         yield base
     finally:
         proc.terminate()

@@ -289,3 +289,53 @@ def test_hub_model_id_downloads_then_resolves_offline(tiny_path, tmp_path):
     # the Hub is gone: offline, the cached file resolves without the network
     with server(model_id, env={**env, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "1"}) as base:
         assert httpx.get(f"{base}/v1/models").json()["data"][0]["id"] == model_id
+
+
+def test_ctrl_c_shuts_down_cleanly(tiny_path):
+    import signal
+
+    import server_harness
+
+    port = server_harness.free_port()
+    import shutil
+    import subprocess
+    import sys
+
+    exe = shutil.which("gguf-serve")
+    cmd = ([exe] if exe else [sys.executable, "-m", "gguf_serve.server.cli"]) + [tiny_path, "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert "Traceback" not in out
+
+
+def test_lru_unloads_beyond_the_count_limit_and_no_switch_is_logged_once(tiny_path, tmp_path):
+    import shutil as _sh
+
+    import server_harness
+
+    other = str(tmp_path / "other.gguf")
+    _sh.copy(tiny_path, other)
+    with server(tiny_path, other, "--max-loaded", "1") as base:
+        loaded = {m["id"]: m["loaded"] for m in httpx.get(f"{base}/v1/models").json()["data"]}
+        assert loaded[other] is True and loaded[tiny_path] is False  # loading the second unloaded the first
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
+        c.chat.completions.create(model=tiny_path, max_tokens=1, messages=[{"role": "user", "content": "x"}])
+        loaded = {m["id"]: m["loaded"] for m in httpx.get(f"{base}/v1/models").json()["data"]}
+        assert loaded == {tiny_path: True, other: False}
+    with server(env={"GGUF_SERVE_REASONING": "on"}) as base:  # Gemma's fallback template has no switch
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
+        for _ in range(2):
+            r = c.chat.completions.create(model="default", max_tokens=2, reasoning_effort="high",
+                                          messages=[{"role": "user", "content": "hi"}])
+            assert r.choices[0].message.content is not None
+        log = server_harness.OUTPUTS[base]()
+        assert log.count("has no thinking switch; the reasoning setting is ignored") == 1

@@ -73,3 +73,27 @@ def test_quant_id_lists_every_file_and_shards_download_together(tiny_path, tmp_p
         ids = [m["id"] for m in httpx.get(f"{base}/v1/models").json()["data"]]
         assert "org/tiny-GGUF:tiny-Q8_0.gguf" in ids and "org/tiny-GGUF:tiny-F16-00001-of-00002.gguf" in ids
         assert "embedded:gemma-3-270m-q4_k_m.gguf" in ids
+
+
+def test_bare_repo_and_revision_forms(tiny_path, tmp_path):
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1", "HF_HUB_OFFLINE": "0"}
+    with HubServer() as h:
+        h.add_repo("org/one-file", {"model-Q6_K.gguf": tiny_path})
+        with server("org/one-file", env={**env, "HF_ENDPOINT": h.url}) as base:  # bare repo, one file
+            ids = [m["id"] for m in httpx.get(f"{base}/v1/models").json()["data"]]
+            assert "org/one-file:model-Q6_K.gguf" in ids
+            c = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
+            assert c.chat.completions.create(model="org/one-file", max_tokens=1,  # the name given works too
+                                             messages=[{"role": "user", "content": "x"}]).choices
+        with server("org/one-file@v1.0:model-Q6_K.gguf", env={**env, "HF_ENDPOINT": h.url}) as base:
+            ids = [m["id"] for m in httpx.get(f"{base}/v1/models").json()["data"]]
+            assert "org/one-file@v1.0:model-Q6_K.gguf" in ids
+        assert any("/resolve/v1.0/model-Q6_K.gguf" in q for q in h.requests)  # the revision reached the Hub
+
+
+def test_unknown_repo_is_a_clear_startup_error(tmp_path):
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1", "HF_HUB_OFFLINE": "0"}
+    with HubServer() as h:
+        with pytest.raises(RuntimeError, match="does not exist"):
+            with server("org/missing:Q4_K_M", env={**env, "HF_ENDPOINT": h.url}):
+                pass

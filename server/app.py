@@ -13,7 +13,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .errors import APIError, ModelNotFound, PayloadTooLarge, Unauthorized
+from fastapi.responses import Response
+
+from .errors import APIError, PayloadTooLarge, Unauthorized
+from .metrics import Metrics
 from .protocol import ChatCompletionRequest, CompletionRequest, Model, ModelList
 from .registry import Registry
 from .service import Service, sse_error
@@ -28,8 +31,9 @@ def _error(status: int, message: str, type_: str, param=None, code=None, headers
 
 
 def create_app(settings: ServerSettings) -> FastAPI:
-    registry = Registry(settings)
-    service = Service(registry, settings)
+    metrics = Metrics()
+    registry = Registry(settings, metrics)
+    service = Service(registry, settings, metrics)
     state = {"ready": False, "error": None}
 
     def startup() -> None:
@@ -58,16 +62,24 @@ def create_app(settings: ServerSettings) -> FastAPI:
     app.state.registry = registry
     app.state.startup = state
 
+    def endpoint_of(request: Request) -> str:
+        route = request.scope.get("route")
+        return getattr(route, "path", None) or "unmatched"
+
     @app.middleware("http")
     async def guard(request: Request, call_next):
+        response = None
         if request.url.path.startswith("/v1/"):
             if settings.api_key and request.headers.get("authorization") != f"Bearer {settings.api_key}":
-                return JSONResponse(Unauthorized("Incorrect or missing API key").body(), status_code=401)
+                response = JSONResponse(Unauthorized("Incorrect or missing API key").body(), status_code=401)
             length = request.headers.get("content-length")
-            if length is not None and length.isdigit() and int(length) > settings.max_body_bytes:
+            if response is None and length is not None and length.isdigit() and int(length) > settings.max_body_bytes:
                 err = PayloadTooLarge(f"request body of {length} bytes is over the {settings.max_body_bytes}-byte limit")
-                return JSONResponse(err.body(), status_code=413)
-        return await call_next(request)
+                response = JSONResponse(err.body(), status_code=413)
+        if response is None:
+            response = await call_next(request)
+        metrics.requests.labels(endpoint_of(request), str(response.status_code)).inc()
+        return response
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError):
@@ -89,6 +101,10 @@ def create_app(settings: ServerSettings) -> FastAPI:
     async def unexpected(request: Request, exc: Exception):
         log.exception("unexpected error")
         return _error(500, f"internal error: {type(exc).__name__}: {exc}", "server_error")
+
+    @app.get("/metrics")
+    async def prometheus_metrics():
+        return Response(metrics.render(), media_type=metrics.content_type)
 
     @app.get("/health")
     async def health():

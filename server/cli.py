@@ -56,6 +56,7 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--reasoning", choices=["on", "off", "auto"],
                    help="thinking for models whose template has the switch: on, off, or the template's default (auto)")
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/*")
+    p.add_argument("--api-key-file", help="read the API key from this file (e.g. a mounted secret)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], help="where to run (default auto)")
     p.add_argument("--ctx-size", type=int, help="cap on prompt + completion tokens (default: the model's)")
     p.add_argument("--threads", type=int, help="CPU threads for torch and the kernels (default: torch's)")

@@ -39,7 +39,9 @@ class Job:
 class Worker:
     """One thread generating for one model, one request at a time."""
 
-    def __init__(self, name: str, lm, max_queue: int, max_context: int | None):
+    def __init__(self, name: str, lm, max_queue: int, max_context: int | None, metrics=None):
+        self.name = name
+        self.metrics = metrics
         self.lm = lm
         self.max_context = max_context
         self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
@@ -52,12 +54,17 @@ class Worker:
         except queue.Full:
             raise Overloaded("the model's request queue is full; retry shortly",
                              headers={"Retry-After": "1"}) from None
+        if self.metrics:
+            self.metrics.queue_depth.labels(self.name).set(self.jobs.qsize())
 
     def _run(self) -> None:
         while True:
             job = self.jobs.get()
             if job is None:
                 return
+            if self.metrics:
+                self.metrics.queue_depth.labels(self.name).set(self.jobs.qsize())
+                self.metrics.running.labels(self.name).inc()
             try:
                 if job.cancel.is_set():
                     continue
@@ -68,6 +75,8 @@ class Worker:
                 log.exception("generation failed")
                 job.loop.call_soon_threadsafe(job.out.put_nowait, e)
             finally:
+                if self.metrics:
+                    self.metrics.running.labels(self.name).dec()
                 job.loop.call_soon_threadsafe(job.out.put_nowait, None)
 
     def stop(self) -> None:
@@ -85,8 +94,9 @@ class Entry:
 
 
 class Registry:
-    def __init__(self, settings):
+    def __init__(self, settings, metrics=None):
         self.settings = settings
+        self.metrics = metrics
         self.entries: OrderedDict[str, Entry] = OrderedDict()
         self.lock = threading.Lock()
         self.aliases: dict[str, str] = {}
@@ -191,6 +201,8 @@ class Registry:
                     log.info("unloading %s (limit of %d loaded models)", victim.id, self.settings.max_loaded)
                     victim.worker.stop()
                     victim.lm, victim.worker = None, None
+                    if self.metrics:
+                        self.metrics.models_loaded.dec()
                 t = time.perf_counter()
                 from tqdm.auto import tqdm
 
@@ -209,7 +221,11 @@ class Registry:
                     raise ModelLoadFailed(f"cannot load {entry.id}: {e}") from e
                 finally:
                     bar.close()
-                entry.worker = Worker(entry.id, entry.lm, self.settings.max_queue, self.settings.ctx_size)
-                log.info("loaded %s in %.1f s", entry.id, time.perf_counter() - t)
+                entry.worker = Worker(entry.id, entry.lm, self.settings.max_queue, self.settings.ctx_size, self.metrics)
+                elapsed = time.perf_counter() - t
+                if self.metrics:
+                    self.metrics.load_time.labels(entry.id).observe(elapsed)
+                    self.metrics.models_loaded.inc()
+                log.info("loaded %s in %.1f s", entry.id, elapsed)
             self.entries.move_to_end(entry.id)
         return entry

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
@@ -82,9 +83,10 @@ def _sampling(req, max_tokens: int | None) -> SamplingParams:
 
 
 class Service:
-    def __init__(self, registry: Registry, settings):
+    def __init__(self, registry: Registry, settings, metrics=None):
         self.registry = registry
         self.settings = settings
+        self.metrics = metrics
         self._warned_no_switch: set[str] = set()
 
     async def _entry(self, model: str):
@@ -147,10 +149,15 @@ class Service:
     async def pieces(self, prep: Prepared, tally: Tally) -> AsyncIterator[Piece]:
         """Run each choice in turn, yielding its pieces; cancels generation if abandoned."""
         tally.prompt_tokens = len(prep.prompt_ids)
+        m, name = self.metrics, prep.entry.id
         for index, params in enumerate(prep.params):
             job = Job(prep.prompt_ids, params, asyncio.get_running_loop(), asyncio.Queue())
             prep.entry.worker.submit(job)
             splitter = ReasoningSplitter(**prep.splitter_args)
+            last = time.perf_counter()
+            first = True
+            if m:
+                m.prompt_tokens.labels(name).inc(len(prep.prompt_ids))
             try:
                 while True:
                     step = await job.out.get()
@@ -160,6 +167,11 @@ class Service:
                         raise step
                     if step.token_id is not None:
                         tally.completion_tokens += 1
+                        if m:
+                            t = time.perf_counter()
+                            (m.ttft if first else m.tpot).labels(name).observe(t - last)
+                            m.generated_tokens.labels(name).inc()
+                            last, first = t, False
                         if splitter.in_reasoning:
                             tally.reasoning_tokens += 1
                     reasoning, content = splitter.feed(step.text)

@@ -16,6 +16,7 @@ class ServerSettings(BaseSettings):
     port: int = 8000
     reasoning: Literal["on", "off", "auto"] = "auto"
     api_key: Optional[str] = None
+    api_key_file: Optional[str] = Field(default=None, description="read the API key from this file (a mounted secret)")
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     ctx_size: Optional[int] = None
     threads: Optional[int] = None
@@ -23,3 +24,8 @@ class ServerSettings(BaseSettings):
     max_queue: int = 16
     max_loaded: int = 2
     max_body_bytes: int = 16 * 1024 * 1024
+
+    def model_post_init(self, __context) -> None:
+        if self.api_key_file and not self.api_key:
+            with open(self.api_key_file) as f:
+                self.api_key = f.read().strip()

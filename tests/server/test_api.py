@@ -339,3 +339,11 @@ def test_lru_unloads_beyond_the_count_limit_and_no_switch_is_logged_once(tiny_pa
             assert r.choices[0].message.content is not None
         log = server_harness.OUTPUTS[base]()
         assert log.count("has no thinking switch; the reasoning setting is ignored") == 1
+
+
+def test_api_key_from_a_mounted_secret_file(tiny_path, tmp_path):
+    secret = tmp_path / "api-key"
+    secret.write_text("from-a-file\n")
+    with server(tiny_path, env={"GGUF_SERVE_API_KEY_FILE": str(secret)}) as base:
+        assert httpx.get(f"{base}/v1/models").status_code == 401
+        assert httpx.get(f"{base}/v1/models", headers={"Authorization": "Bearer from-a-file"}).status_code == 200

@@ -1,0 +1,45 @@
+"""Prometheus metrics (text format at GET /metrics). Names follow Prometheus
+conventions: a `gguf_serve_` prefix, base units in the name, `_total` on counters.
+
+| metric | type | labels | meaning |
+|---|---|---|---|
+| gguf_serve_requests_total | counter | endpoint, status | HTTP requests answered |
+| gguf_serve_queue_depth | gauge | model | requests waiting for the model's worker |
+| gguf_serve_requests_running | gauge | model | requests being generated now |
+| gguf_serve_prompt_tokens_total | counter | model | prompt tokens processed |
+| gguf_serve_generated_tokens_total | counter | model | tokens generated |
+| gguf_serve_time_to_first_token_seconds | histogram | model | submit → first token |
+| gguf_serve_time_per_output_token_seconds | histogram | model | time between tokens |
+| gguf_serve_model_load_seconds | histogram | model | time to load a model |
+| gguf_serve_models_loaded | gauge | | models loaded now |
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("gguf_serve_requests", "HTTP requests answered", ["endpoint", "status"], registry=r)
+        self.queue_depth = Gauge("gguf_serve_queue_depth", "Requests waiting for the model's worker", ["model"], registry=r)
+        self.running = Gauge("gguf_serve_requests_running", "Requests being generated now", ["model"], registry=r)
+        self.prompt_tokens = Counter("gguf_serve_prompt_tokens", "Prompt tokens processed", ["model"], registry=r)
+        self.generated_tokens = Counter("gguf_serve_generated_tokens", "Tokens generated", ["model"], registry=r)
+        self.ttft = Histogram("gguf_serve_time_to_first_token_seconds", "From submission to the first token",
+                              ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.tpot = Histogram("gguf_serve_time_per_output_token_seconds", "Time between generated tokens",
+                              ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.load_time = Histogram("gguf_serve_model_load_seconds", "Time to load a model", ["model"],
+                                   buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600), registry=r)
+        self.models_loaded = Gauge("gguf_serve_models_loaded", "Models loaded now", registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -110,6 +110,33 @@ def prompt_ids_for(lm, prompt, **template_kwargs) -> list[int]:
     return [int(i) for i in prompt]
 
 
+class _decode_threads:
+    """With the native CPU kernels, single-token steps run torch's own (tiny) ops on one
+    thread and leave the cores to the kernels' pool: two thread pools spinning on two
+    cores slow each other down. Prefill keeps torch's threads for its BLAS matmuls."""
+
+    def __init__(self, lm, n: int):
+        self.lm, self.n, self.active, self.decided = lm, n, False, False
+
+    def __enter__(self):
+        return self
+
+    def step(self, first: bool) -> None:
+        if first or self.decided:
+            return
+        self.decided = True  # after the prefill, the kernels in use are known
+        if self.lm.device.type != "cpu" or self.n <= 1:
+            return
+        if any(getattr(m, "_ops", None) is not None and m._ops.name.startswith("cpu-native")
+               for m in self.lm.model.modules()):
+            torch.set_num_threads(1)
+            self.active = True
+
+    def __exit__(self, *exc):
+        if self.active:
+            torch.set_num_threads(self.n)
+
+
 def generate(lm, prompt, params: SamplingParams | None = None,
              cancel: threading.Event | None = None, max_context: int | None = None,
              **template_kwargs) -> Iterator[Step]:
@@ -136,8 +163,10 @@ def generate(lm, prompt, params: SamplingParams | None = None,
     cache = DynamicCache(config=model.config)
     inputs = torch.tensor([prompt_ids], dtype=torch.long, device=device)
     n_out = 0
-    with torch.inference_mode():
+    torch_threads = torch.get_num_threads()
+    with torch.inference_mode(), _decode_threads(lm, torch_threads) as threads:
         while True:
+            threads.step(first=n_out == 0)
             if cancel is not None and cancel.is_set():
                 yield Step(None, stops.flush(), "cancelled", n_prompt, n_out)
                 return

@@ -78,7 +78,10 @@ def _serve(argv: list[str]) -> int:
     if settings.threads:
         import torch
 
+        from ..engine.kernels import cpu
+
         torch.set_num_threads(settings.threads)
+        cpu.set_threads(settings.threads)
     import uvicorn
 
     from .app import create_app

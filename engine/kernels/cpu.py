@@ -1,7 +1,8 @@
 """The native CPU kernels (engine/kernels/csrc/gguf_cpu.c), built by the package's own
 build and loaded with ctypes: activation rows are quantized once to 8-bit blocks and
 multiplied against the packed weight blocks with integer dot products, threads over
-output rows (one pool, sized by torch.get_num_threads()).
+output rows (one pool, sized like torch's: torch.get_num_threads() at import, or
+set_threads()).
 
 Exposed as the torch custom op `gguf_serve::cpu_mul_mat` so that torch.compile can
 trace through it. `GGUF_SERVE_CPU_ISA` (scalar, avx2, avx512) picks the code path;
@@ -27,6 +28,19 @@ LIB_NAME = "_gguf_cpu"
 
 _lib: ctypes.CDLL | None = None
 _tried = False
+# The kernels' own thread count: torch's at import (decode may then run torch's ops on
+# one thread while the kernels keep all of them; see engine.generate).
+_threads = torch.get_num_threads()
+
+
+def set_threads(n: int) -> None:
+    """Threads the native kernels use (the server's --threads sets this and torch's)."""
+    global _threads
+    _threads = max(1, int(n))
+
+
+def threads() -> int:
+    return _threads
 
 
 def library_path() -> Path | None:
@@ -103,7 +117,7 @@ def cpu_mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_featu
     xc = x.contiguous()
     y = torch.empty(xc.shape[0], out_features, dtype=torch.float32)
     rc = lib.gc_mul_mat(int(ggml_type), w.data_ptr(), out_features, xc.shape[1], xc.data_ptr(), xc.shape[0],
-                        y.data_ptr(), torch.get_num_threads())
+                        y.data_ptr(), _threads)
     if rc != 0:
         raise RuntimeError(f"gc_mul_mat failed ({rc}) for {GGMLType(ggml_type).name}, {xc.shape[1]} columns")
     return y
@@ -120,7 +134,7 @@ def cpu_dequantize(weight: torch.Tensor, ggml_type: int, rows: int, cols: int) -
     lib = load()
     w = weight if weight.is_contiguous() else weight.contiguous()
     y = torch.empty(rows, cols, dtype=torch.float32)
-    rc = lib.gc_dequantize(int(ggml_type), w.data_ptr(), rows, cols, y.data_ptr(), torch.get_num_threads())
+    rc = lib.gc_dequantize(int(ggml_type), w.data_ptr(), rows, cols, y.data_ptr(), _threads)
     if rc != 0:
         raise RuntimeError(f"gc_dequantize failed ({rc}) for {GGMLType(ggml_type).name}, {cols} columns")
     return y

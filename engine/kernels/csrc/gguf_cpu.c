@@ -735,18 +735,29 @@ typedef struct {
     int n_threads;            /* workers (excluding the caller) */
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
-    uint64_t generation;
-    int pending;
+    atomic_uint_fast64_t generation;
+    atomic_int pending;
     task_fn fn;
     void *ctx;
     int64_t n, chunk;
     atomic_int_fast64_t next;
-    int stop;
+    atomic_int stop;
 } pool_t;
 
 static pool_t g_pool;
 static pthread_mutex_t g_pool_init = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_call = PTHREAD_MUTEX_INITIALIZER;
+
+/* Workers and the caller spin this many polls (tens of microseconds) before sleeping:
+ * decode issues a hundred small matmuls per token, and a sleep/wake pair costs more
+ * than the work. After that they block, so idle threads never hold a core. */
+#define SPIN_POLLS 20000
+
+static inline void cpu_relax(void) {
+#ifdef GC_X86
+    _mm_pause();
+#endif
+}
 
 static void run_chunks(pool_t *p) {
     for (;;) {
@@ -761,15 +772,24 @@ static void *worker(void *arg) {
     pool_t *p = arg;
     uint64_t seen = 0;
     for (;;) {
-        pthread_mutex_lock(&p->mu);
-        while (p->generation == seen && !p->stop) pthread_cond_wait(&p->cv_work, &p->mu);
-        if (p->stop) { pthread_mutex_unlock(&p->mu); return NULL; }
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
+        int polls = 0;
+        while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop) && polls < SPIN_POLLS) {
+            cpu_relax();
+            polls++;
+        }
+        if (atomic_load(&p->generation) == seen && !atomic_load(&p->stop)) {
+            pthread_mutex_lock(&p->mu);
+            while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv_work, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->stop)) return NULL;
+        seen = atomic_load(&p->generation);
         run_chunks(p);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0) pthread_cond_signal(&p->cv_done);
-        pthread_mutex_unlock(&p->mu);
+        if (atomic_fetch_sub(&p->pending, 1) == 1) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->cv_done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
 }
 
@@ -779,7 +799,7 @@ static void pool_resize(int n_threads) {
     if (p->threads && p->n_threads == workers) return;
     if (p->threads) {
         pthread_mutex_lock(&p->mu);
-        p->stop = 1;
+        atomic_store(&p->stop, 1);
         pthread_cond_broadcast(&p->cv_work);
         pthread_mutex_unlock(&p->mu);
         for (int i = 0; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
@@ -809,17 +829,24 @@ static void parallel_for(int n_threads, int64_t n, int64_t chunk, task_fn fn, vo
     pool_resize(n_threads);
     pthread_mutex_unlock(&g_pool_init);
     pool_t *p = &g_pool;
-    pthread_mutex_lock(&p->mu);
     p->fn = fn; p->ctx = ctx; p->n = n; p->chunk = chunk;
     atomic_store(&p->next, 0);
-    p->pending = p->n_threads;
-    p->generation++;
+    atomic_store(&p->pending, p->n_threads);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->generation, 1);
     pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
     run_chunks(p);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0) pthread_cond_wait(&p->cv_done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    int polls = 0;
+    while (atomic_load(&p->pending) > 0 && polls < SPIN_POLLS) {
+        cpu_relax();
+        polls++;
+    }
+    if (atomic_load(&p->pending) > 0) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
     pthread_mutex_unlock(&g_call);
 }
 

@@ -19,20 +19,19 @@ class MissingMetadata(KeyError):
 
 
 # transformers name (per layer, after "model.layers.{i}.") → GGUF name (after "blk.{i}.")
+ATTENTION_NAMES = {
+    f"self_attn.{hf}.{kind}": f"{gg}.{kind}"
+    for hf, gg in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output"))
+    for kind in ("weight", "bias")
+}
+QK_NORM_NAMES = {"self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight"}
+MLP_NAMES = {"mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+             "mlp.down_proj.weight": "ffn_down.weight"}
 LLAMA_LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
     "post_attention_layernorm.weight": "ffn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "self_attn.q_proj.bias": "attn_q.bias",
-    "self_attn.k_proj.bias": "attn_k.bias",
-    "self_attn.v_proj.bias": "attn_v.bias",
-    "self_attn.o_proj.bias": "attn_output.bias",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
+    **ATTENTION_NAMES,
+    **MLP_NAMES,
 }
 
 GLOBAL_NAMES = {

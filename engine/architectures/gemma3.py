@@ -6,22 +6,16 @@ from __future__ import annotations
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 from ...gguf_io import Keys
-from .base import Architecture
+from .base import ATTENTION_NAMES, MLP_NAMES, QK_NORM_NAMES, Architecture
 
 GEMMA3_LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
     "post_attention_layernorm.weight": "post_attention_norm.weight",
     "pre_feedforward_layernorm.weight": "ffn_norm.weight",
     "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "self_attn.q_norm.weight": "attn_q_norm.weight",
-    "self_attn.k_norm.weight": "attn_k_norm.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
+    **ATTENTION_NAMES,
+    **QK_NORM_NAMES,
+    **MLP_NAMES,
 }
 
 SLIDING_WINDOW_PATTERN = 6  # every 6th layer attends globally (llama.cpp: set_swa_pattern(6))

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from .base import LLAMA_LAYER_NAMES, Architecture
+from .base import LLAMA_LAYER_NAMES, QK_NORM_NAMES, Architecture
 
-QWEN3_LAYER_NAMES = {
-    **LLAMA_LAYER_NAMES,
-    "self_attn.q_norm.weight": "attn_q_norm.weight",
-    "self_attn.k_norm.weight": "attn_k_norm.weight",
-}
+QWEN3_LAYER_NAMES = {**LLAMA_LAYER_NAMES, **QK_NORM_NAMES}
 
 
 class Qwen3(Architecture):

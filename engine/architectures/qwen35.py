@@ -12,7 +12,7 @@ import torch
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 from ...gguf_io import Keys
-from .base import Architecture
+from .base import ATTENTION_NAMES, MLP_NAMES, QK_NORM_NAMES, Architecture
 
 QWEN35_LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
@@ -26,15 +26,9 @@ QWEN35_LAYER_NAMES = {
     "linear_attn.A_log": "ssm_a",
     "linear_attn.dt_bias": "ssm_dt.bias",
     "linear_attn.norm.weight": "ssm_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "self_attn.q_norm.weight": "attn_q_norm.weight",
-    "self_attn.k_norm.weight": "attn_k_norm.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
+    **ATTENTION_NAMES,
+    **QK_NORM_NAMES,
+    **MLP_NAMES,
 }
 
 SSM_CONV_KERNEL = "{arch}.ssm.conv_kernel"

@@ -549,10 +549,12 @@ DEFINE_DOT32(dot_q4_1_vnni, AVX512, dot_u8_vnni, BODY_Q4_1)
 DEFINE_DOT32(dot_q5_1_vnni, AVX512, dot_u8_vnni, BODY_Q5_1)
 DEFINE_DOT32(dot_iq4_nl_vnni, AVX512, dot_i8_vnni, BODY_IQ4_NL)
 
-/* Q4_K: per 64 elements, 32 bytes hold sub-block 2c (low nibbles) and 2c+1 (high). */
-#define DEFINE_Q4K(NAME, TARGET, DOTU8)                                                             \
+/* Q4_K and Q5_K: per 64 elements, 32 bytes hold sub-block 2c (low nibbles) and 2c+1
+ * (high nibbles); Q5_K adds a fifth bit: element 64c + 32h + l takes bit (2c + h) of
+ * qh[l]. HIGH(shift) gives those bits (as 0x10) for one half, or zero for Q4_K. */
+#define DEFINE_Q45K(NAME, TARGET, DOTU8, BLK, HIGH)                                      \
     TARGET static float NAME(const void *vw, const void *vx, int nb) {                            \
-        const blk_q4_K *w = vw; const act256 *x = vx;                                             \
+        const BLK *w = vw; const act256 *x = vx;                                                  \
         __m256 acc = _mm256_setzero_ps(); float accm = 0.f;                                        \
         const __m256i m4 = _mm256_set1_epi8(0xF);                                                 \
         for (int i = 0; i < nb; i++) {                                                            \
@@ -563,7 +565,8 @@ DEFINE_DOT32(dot_iq4_nl_vnni, AVX512, dot_i8_vnni, BODY_IQ4_NL)
             __m256i sum = _mm256_setzero_si256();                                                 \
             for (int c = 0; c < 4; c++) {                                                         \
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));        \
-                const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4); \
+                const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), HIGH(2 * c));          \
+                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), HIGH(2 * c + 1)); \
                 const __m256i xl = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * c));       \
                 const __m256i xh = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * c + 32));  \
                 sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(DOTU8(lo, xl), _mm256_set1_epi32(sc[2 * c]))); \
@@ -575,41 +578,15 @@ DEFINE_DOT32(dot_iq4_nl_vnni, AVX512, dot_i8_vnni, BODY_IQ4_NL)
         return hsum8(acc) - accm;                                                                 \
     }
 
-DEFINE_Q4K(dot_q4_K_avx2, AVX2, dot_u8_avx2)
-DEFINE_Q4K(dot_q4_K_vnni, AVX512, dot_u8_vnni)
+#define NO_HIGH(shift) _mm256_setzero_si256()
+#define Q5_HIGH(shift) \
+    _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)w[i].qh), (shift)), 4), \
+                     _mm256_set1_epi8(0x10))
 
-/* Q5_K: as Q4_K with a fifth bit: element 64c + 32h + l takes bit (2c + h) of qh[l]. */
-#define DEFINE_Q5K(NAME, TARGET, DOTU8)                                                             \
-    TARGET static float NAME(const void *vw, const void *vx, int nb) {                            \
-        const blk_q5_K *w = vw; const act256 *x = vx;                                             \
-        __m256 acc = _mm256_setzero_ps(); float accm = 0.f;                                        \
-        const __m256i m4 = _mm256_set1_epi8(0xF), b16 = _mm256_set1_epi8(0x10);                   \
-        for (int i = 0; i < nb; i++) {                                                            \
-            uint8_t sc[8], m[8];                                                                  \
-            unpack_scale_min_k4(w[i].scales, sc, m);                                               \
-            int summ = 0;                                                                         \
-            for (int j = 0; j < 8; j++) summ += m[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]); \
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)w[i].qh);                      \
-            __m256i sum = _mm256_setzero_si256();                                                 \
-            for (int c = 0; c < 4; c++) {                                                         \
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));        \
-                const __m256i hl = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c), 4), b16); \
-                const __m256i hh = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c + 1), 4), b16); \
-                const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), hl);                  \
-                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hh); \
-                const __m256i xl = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * c));       \
-                const __m256i xh = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * c + 32));  \
-                sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(DOTU8(lo, xl), _mm256_set1_epi32(sc[2 * c]))); \
-                sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(DOTU8(hi, xh), _mm256_set1_epi32(sc[2 * c + 1]))); \
-            }                                                                                     \
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(H2F(w[i].d) * x[i].d), _mm256_cvtepi32_ps(sum), acc); \
-            accm += H2F(w[i].dmin) * x[i].d * (float)summ;                                        \
-        }                                                                                         \
-        return hsum8(acc) - accm;                                                                 \
-    }
-
-DEFINE_Q5K(dot_q5_K_avx2, AVX2, dot_u8_avx2)
-DEFINE_Q5K(dot_q5_K_vnni, AVX512, dot_u8_vnni)
+DEFINE_Q45K(dot_q4_K_avx2, AVX2, dot_u8_avx2, blk_q4_K, NO_HIGH)
+DEFINE_Q45K(dot_q4_K_vnni, AVX512, dot_u8_vnni, blk_q4_K, NO_HIGH)
+DEFINE_Q45K(dot_q5_K_avx2, AVX2, dot_u8_avx2, blk_q5_K, Q5_HIGH)
+DEFINE_Q45K(dot_q5_K_vnni, AVX512, dot_u8_vnni, blk_q5_K, Q5_HIGH)
 
 /* Q6_K: q in 0..63 (offset 32): sum((q - 32) x) = sum(q x) - 32 sum(x), per 16 with int8 scales. */
 #define DEFINE_Q6K(NAME, TARGET, DOTU8)                                                             \

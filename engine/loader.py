@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -54,7 +54,6 @@ class LoadedModel:
     architecture: Architecture
     device: torch.device
     dtype: torch.dtype
-    extras: dict = field(default_factory=dict)
 
     def generate(self, *args, **kwargs):
         from .generate import generate

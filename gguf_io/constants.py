@@ -236,7 +236,6 @@ class Keys:
     ROPE_SCALING_ORIG_CTX = "{arch}.rope.scaling.original_context_length"
     EXPERT_FEED_FORWARD_LENGTH = "{arch}.expert_feed_forward_length"
     EXPERT_SHARED_FEED_FORWARD_LENGTH = "{arch}.expert_shared_feed_forward_length"
-    EXPERT_WEIGHTS_NORM = "{arch}.expert_weights_norm"
     FINAL_LOGIT_SOFTCAPPING = "{arch}.final_logit_softcapping"
     ATTN_LOGIT_SOFTCAPPING = "{arch}.attn_logit_softcapping"
 

@@ -54,7 +54,6 @@ class _Tensor:
     ggml_type: GGMLType
     nbytes: int
     source: TensorSource
-    quantize_on_write: bool
 
 
 def infer_spec(value: Any) -> ValueSpec:
@@ -219,7 +218,7 @@ class GGUFWriter:
         nbytes = n // info.block_size * info.type_size
         if not callable(data) and not quantize_on_write and data.nbytes != nbytes:
             raise ValueError(f"tensor {name!r}: {gtype.name} of shape {shp} needs {nbytes} bytes, data has {data.nbytes}")
-        self.tensors[name] = _Tensor(name, shp, gtype, nbytes, data, bool(quantize_on_write))
+        self.tensors[name] = _Tensor(name, shp, gtype, nbytes, data)
 
     # -------------------------------------------------------------- writing
 
@@ -241,7 +240,6 @@ class GGUFWriter:
     def _tensor_bytes(self, t: _Tensor) -> np.ndarray:
         data = t.source() if callable(t.source) else t.source
         arr = np.asarray(data)
-        info = TYPE_INFO[t.ggml_type]
         packed = arr.dtype == np.uint8
         if not packed and _DTYPE_TO_GGML.get(arr.dtype.newbyteorder("=")) != t.ggml_type:
             from .quants import quantize

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine import load_model
-from ..engine.generate import Step, generate
+from ..engine.generate import generate
 from ..engine.sampling import SamplingParams
 from ..gguf_io import GGUFError, GGUFReader, Keys
 from . import hub

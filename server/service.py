@@ -135,7 +135,8 @@ class Service:
         ids = lm.tokenizer.backend_tokenizer.encode(prompt, add_special_tokens=False).ids
         max_tokens = req.max_completion_tokens or req.max_tokens
         self._check_length(entry, len(ids), max_tokens, "messages")
-        vocab_thinks = THINK_OPEN in lm.tokenizer.get_vocab() or (lm.chat_template and THINK_OPEN in lm.chat_template)
+        vocab_thinks = (lm.tokenizer.backend_tokenizer.token_to_id(THINK_OPEN) is not None
+                        or (lm.chat_template and THINK_OPEN in lm.chat_template))
         split = {"in_reasoning": starts_in_reasoning(prompt) and thinking is not False,
                  "enabled": bool(vocab_thinks) and thinking is not False}
         params = []

@@ -16,7 +16,7 @@ from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, Llam
                           Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM,
                           Qwen3_5MoeTextConfig, Qwen3_5TextConfig)
 
-from gguf_serve.gguf_io import GGMLType, GGUFValueType as V, GGUFWriter, dequantize, quantize
+from gguf_serve.gguf_io import GGMLType, GGUFWriter, dequantize, quantize
 
 VOCAB = 320
 HIDDEN = 256

@@ -10,8 +10,6 @@ import pytest
 
 from gguf_serve.gguf_io import GGUFError, GGUFReader
 
-from helpers import write_small_model
-
 
 def s(text: str | bytes) -> bytes:
     b = text.encode() if isinstance(text, str) else text

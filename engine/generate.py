@@ -14,6 +14,7 @@ import torch
 from transformers import DynamicCache
 
 from ..gguf_io import Keys
+from .modules import GgufLinear
 from .sampling import SamplingParams, apply_logit_bias, apply_penalties, sample
 
 END_OF_GENERATION_TEXTS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>",
@@ -63,6 +64,18 @@ def end_of_generation_ids(lm) -> set[int]:
     return {i for i in ids if isinstance(i, int)}
 
 
+def held_back(text: str, needles: list[str]) -> int:
+    """Length of the longest end of `text` that may be the start of one of `needles`
+    (streamed text must wait for the next piece before it can be emitted)."""
+    hold = 0
+    for needle in needles:
+        for n in range(min(len(needle) - 1, len(text)), hold, -1):
+            if text.endswith(needle[:n]):
+                hold = n
+                break
+    return hold
+
+
 class StopStrings:
     """Holds back text that may be the start of a stop string; cuts at a full match."""
 
@@ -79,13 +92,7 @@ class StopStrings:
         if cut >= 0:
             out, self.pending = self.pending[:cut], ""
             return out, True
-        hold = 0
-        for s in self.stops:
-            for n in range(min(len(s) - 1, len(self.pending)), 0, -1):
-                if self.pending.endswith(s[:n]):
-                    hold = max(hold, n)
-                    break
-        out = self.pending[: len(self.pending) - hold]
+        out = self.pending[: len(self.pending) - held_back(self.pending, self.stops)]
         self.pending = self.pending[len(out):]
         return out, False
 
@@ -126,7 +133,7 @@ class _decode_threads:
         self.decided = True  # after the prefill, the kernels in use are known
         if self.lm.device.type != "cpu" or self.n <= 1:
             return
-        if any(getattr(m, "_ops", None) is not None and m._ops.name.startswith("cpu-native")
+        if any(isinstance(m, GgufLinear) and m._ops is not None and m._ops.name.startswith("cpu-native")
                for m in self.lm.model.modules()):
             torch.set_num_threads(1)
             self.active = True

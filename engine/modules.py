@@ -11,7 +11,18 @@ from ..gguf_io import GGMLType
 from . import kernels
 
 
-class GgufLinear(nn.Module):
+class _Packed(nn.Module):
+    """A module over packed bytes: kernels are chosen on first use, and chosen again
+    after the module moves to another device."""
+
+    _ops = None
+
+    def _apply(self, fn, recurse=True):
+        self._ops = None
+        return super()._apply(fn, recurse)
+
+
+class GgufLinear(_Packed):
     """y = x @ W.T (+ bias) with W packed as GGUF rows (out_features, row_bytes).
 
     `out_perm` and `in_perm`, when set, undo a row or column permutation llama.cpp's
@@ -29,16 +40,11 @@ class GgufLinear(nn.Module):
         self.bias = nn.Parameter(bias, requires_grad=False) if bias is not None else None
         self.register_buffer("out_perm", out_perm, persistent=False)
         self.register_buffer("in_perm", in_perm, persistent=False)
-        self._ops = None
 
     def _kernels(self) -> kernels.KernelOps:
         if self._ops is None:
             self._ops = kernels.select(self.packed.device, self.ggml_type)
         return self._ops
-
-    def _apply(self, fn, recurse=True):  # moving devices re-selects kernels
-        self._ops = None
-        return super()._apply(fn, recurse)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.in_perm is not None:
@@ -54,7 +60,7 @@ class GgufLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, type={self.ggml_type.name}"
 
 
-class GgufEmbedding(nn.Module):
+class GgufEmbedding(_Packed):
     """Row lookup into a packed (num_embeddings, row_bytes) table, times `scale`."""
 
     def __init__(self, packed: torch.Tensor, ggml_type: GGMLType, num_embeddings: int, embedding_dim: int,
@@ -66,11 +72,6 @@ class GgufEmbedding(nn.Module):
         self.dtype = dtype
         self.scale = scale
         self.register_buffer("packed", packed, persistent=False)
-        self._ops = None
-
-    def _apply(self, fn, recurse=True):
-        self._ops = None
-        return super()._apply(fn, recurse)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self._ops is None:
@@ -84,7 +85,7 @@ class GgufEmbedding(nn.Module):
         return f"{self.num_embeddings}, {self.embedding_dim}, type={self.ggml_type.name}"
 
 
-class GgufExperts(nn.Module):
+class GgufExperts(_Packed):
     """A mixture-of-experts feed-forward over packed expert tensors (llama.cpp's
     ffn_gate_exps / ffn_up_exps / ffn_down_exps), with transformers' experts interface:
     forward(hidden_states (T, H), top_k_index (T, K), top_k_weights (T, K))."""
@@ -100,11 +101,6 @@ class GgufExperts(nn.Module):
         self.hidden = hidden
         self.intermediate = intermediate
         self.act_fn = act_fn
-        self._ops = None
-
-    def _apply(self, fn, recurse=True):
-        self._ops = None
-        return super()._apply(fn, recurse)
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
         if self._ops is None:

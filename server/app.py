@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fastapi.responses import Response
 
-from .errors import APIError, PayloadTooLarge, Unauthorized
+from .errors import APIError, BadRequest, HTTPStatus, InternalError, PayloadTooLarge, Unauthorized
 from .metrics import Metrics
 from .protocol import ChatCompletionRequest, CompletionRequest, Model, ModelList
 from .registry import Registry
@@ -23,11 +23,6 @@ from .service import Service, sse_error
 from .settings import ServerSettings
 
 log = logging.getLogger("gguf_serve.server")
-
-
-def _error(status: int, message: str, type_: str, param=None, code=None, headers=None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": type_, "param": param, "code": code}},
-                        status_code=status, headers=headers)
 
 
 def create_app(settings: ServerSettings) -> FastAPI:
@@ -71,11 +66,11 @@ def create_app(settings: ServerSettings) -> FastAPI:
         response = None
         if request.url.path.startswith("/v1/"):
             if settings.api_key and request.headers.get("authorization") != f"Bearer {settings.api_key}":
-                response = JSONResponse(Unauthorized("Incorrect or missing API key").body(), status_code=401)
+                response = Unauthorized("Incorrect or missing API key").response()
             length = request.headers.get("content-length")
             if response is None and length is not None and length.isdigit() and int(length) > settings.max_body_bytes:
-                err = PayloadTooLarge(f"request body of {length} bytes is over the {settings.max_body_bytes}-byte limit")
-                response = JSONResponse(err.body(), status_code=413)
+                response = PayloadTooLarge(
+                    f"request body of {length} bytes is over the {settings.max_body_bytes}-byte limit").response()
         if response is None:
             response = await call_next(request)
         metrics.requests.labels(endpoint_of(request), str(response.status_code)).inc()
@@ -83,7 +78,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError):
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+        return exc.response()
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
@@ -91,16 +86,16 @@ def create_app(settings: ServerSettings) -> FastAPI:
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         param = ".".join(loc) or None
         msg = f"{param}: {first.get('msg', 'invalid request')}" if param else first.get("msg", "invalid request")
-        return _error(400, msg, "invalid_request_error", param=param)
+        return BadRequest(msg, param=param).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
-        return _error(exc.status_code, str(exc.detail), "invalid_request_error")
+        return HTTPStatus(exc.status_code, str(exc.detail)).response()
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
         log.exception("unexpected error")
-        return _error(500, f"internal error: {type(exc).__name__}: {exc}", "server_error")
+        return InternalError(f"internal error: {type(exc).__name__}: {exc}").response()
 
     @app.get("/metrics")
     async def prometheus_metrics():
@@ -136,7 +131,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 raise
             except Exception as e:
                 log.exception("stream failed")
-                yield sse_error({"error": {"message": str(e), "type": "server_error", "param": None, "code": None}})
+                yield sse_error(InternalError(str(e)).body())
         return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     @app.post("/v1/chat/completions")

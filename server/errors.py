@@ -20,6 +20,12 @@ class APIError(Exception):
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
+    def response(self):
+        """The error as an HTTP response in OpenAI's shape."""
+        from fastapi.responses import JSONResponse
+
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
 
 class BadRequest(APIError):
     """The request is malformed or asks for something not supported."""
@@ -59,6 +65,21 @@ class Overloaded(APIError):
 
     status = 429
     type = "rate_limit_error"
+
+
+class HTTPStatus(APIError):
+    """A routing-level HTTP error (unknown path, wrong method) with its own status."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class InternalError(APIError):
+    """Something failed inside the server."""
+
+    status = 500
+    type = "server_error"
 
 
 class ModelLoadFailed(APIError):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 
+from ..engine.generate import held_back
+
 log = logging.getLogger("gguf_serve.server")
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -72,12 +74,7 @@ class ReasoningSplitter:
                     content.append(self.pending)
                     self.pending = ""
                 continue
-            hold = 0
-            for n in range(min(len(tag) - 1, len(self.pending)), 0, -1):
-                if self.pending.endswith(tag[:n]):
-                    hold = n
-                    break
-            out = self.pending[: len(self.pending) - hold]
+            out = self.pending[: len(self.pending) - held_back(self.pending, [tag])]
             self.pending = self.pending[len(out):]
             (reasoning if self.in_reasoning else content).append(out)
             break

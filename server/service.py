@@ -82,6 +82,23 @@ def _sampling(req, max_tokens: int | None) -> SamplingParams:
     )
 
 
+def _refuse_unsupported(req) -> None:
+    bad = unsupported_fields(req)
+    if bad:
+        raise BadRequest(f"'{bad[0]}' is not supported by this server yet", param=bad[0], code="unsupported_parameter")
+
+
+def _per_choice(req, max_tokens: int | None) -> list[SamplingParams]:
+    """One SamplingParams per requested choice (n); a seed advances by one per choice."""
+    params = []
+    for i in range(req.n or 1):
+        p = _sampling(req, max_tokens)
+        if p.seed is not None:
+            p.seed += i
+        params.append(p)
+    return params
+
+
 class Service:
     def __init__(self, registry: Registry, settings, metrics=None):
         self.registry = registry
@@ -108,9 +125,7 @@ class Service:
     # ------------------------------------------------------------- chat
 
     async def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
-        bad = unsupported_fields(req)
-        if bad:
-            raise BadRequest(f"'{bad[0]}' is not supported by this server yet", param=bad[0], code="unsupported_parameter")
+        _refuse_unsupported(req)
         entry = await self._entry(req.model)
         lm = entry.lm
         messages = []
@@ -139,13 +154,7 @@ class Service:
                         or (lm.chat_template and THINK_OPEN in lm.chat_template))
         split = {"in_reasoning": starts_in_reasoning(prompt) and thinking is not False,
                  "enabled": bool(vocab_thinks) and thinking is not False}
-        params = []
-        for i in range(req.n or 1):
-            p = _sampling(req, max_tokens)
-            if p.seed is not None:
-                p.seed += i
-            params.append(p)
-        return Prepared(entry, ids, params, split)
+        return Prepared(entry, ids, _per_choice(req, max_tokens), split)
 
     async def pieces(self, prep: Prepared, tally: Tally) -> AsyncIterator[Piece]:
         """Run each choice in turn, yielding its pieces; cancels generation if abandoned."""
@@ -228,9 +237,7 @@ class Service:
     # ------------------------------------------------------- completions
 
     async def prepare_completion(self, req: CompletionRequest) -> Prepared:
-        bad = unsupported_fields(req)
-        if bad:
-            raise BadRequest(f"'{bad[0]}' is not supported by this server yet", param=bad[0], code="unsupported_parameter")
+        _refuse_unsupported(req)
         if isinstance(req.prompt, list):
             if len(req.prompt) != 1:
                 raise BadRequest("only one prompt string per request is supported", param="prompt")
@@ -240,13 +247,7 @@ class Service:
         entry = await self._entry(req.model)
         ids = encode(entry.lm.tokenizer, prompt)
         self._check_length(entry, len(ids), req.max_tokens, "prompt")
-        params = []
-        for i in range(req.n or 1):
-            p = _sampling(req, req.max_tokens)
-            if p.seed is not None:
-                p.seed += i
-            params.append(p)
-        return Prepared(entry, ids, params, {"in_reasoning": False, "enabled": False})
+        return Prepared(entry, ids, _per_choice(req, req.max_tokens), {"in_reasoning": False, "enabled": False})
 
     async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[str]:
         prep = await self.prepare_completion(req)

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from ...gguf_io import GGMLType
+from . import reference
 
 log = logging.getLogger("gguf_serve.kernels")
 
@@ -159,11 +160,8 @@ def mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_feat
     if x2.shape[0] <= GEMV_MAX_ROWS:
         y = cpu_mul_mat(weight, x2, int(ggml_type), out_features)
     else:
-        y = torch.empty(x2.shape[0], out_features, dtype=torch.float32)
-        step = max(1, TILE_ELEMENTS // cols)
-        for r in range(0, out_features, step):
-            n = min(step, out_features - r)
-            torch.matmul(x2, cpu_dequantize(weight[r:r + n], int(ggml_type), n, cols).T, out=y[:, r:r + n])
+        y = reference.matmul_by_tiles(weight, x2, out_features, max(1, TILE_ELEMENTS // cols),
+                                      lambda rows, n: cpu_dequantize(rows, int(ggml_type), n, cols))
     return y.to(x.dtype).reshape(*lead, out_features)
 
 
@@ -172,6 +170,4 @@ def dequantize(weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int, 
 
 
 def mul_mat_id(weight, x, ids, ggml_type, out_features):
-    from .reference import mul_mat_id as generic
-
-    return generic(weight, x, ids, ggml_type, out_features, mul_mat=mul_mat)
+    return reference.mul_mat_id(weight, x, ids, ggml_type, out_features, mul_mat=mul_mat)

@@ -42,12 +42,8 @@ def ops_from_module(mod, name: str):
         x2 = x.reshape(-1, cols)
         if x2.shape[0] <= GEMV_MAX_ROWS and int(ggml_type) in gemv_types:
             return mod.mul_mat_vec(weight, x2, int(ggml_type), out_features).reshape(*lead, out_features)
-        out = torch.empty(x2.shape[0], out_features, dtype=x.dtype, device=x.device)
-        step = reference.rows_per_chunk(cols)
-        for r in range(0, out_features, step):
-            rows = min(step, out_features - r)
-            w = mod.dequantize(weight[r:r + rows], int(ggml_type), rows, cols, x.dtype)
-            out[:, r:r + rows] = x2 @ w.T
+        out = reference.matmul_by_tiles(weight, x2, out_features, reference.rows_per_chunk(cols),
+                                        lambda rows, n: mod.dequantize(rows, int(ggml_type), n, cols, x.dtype))
         return out.reshape(*lead, out_features)
 
     def get_rows(weight, indices, ggml_type, cols, dtype):

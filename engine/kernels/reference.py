@@ -231,17 +231,23 @@ def get_rows(weight: torch.Tensor, indices: torch.Tensor, ggml_type: GGMLType, c
     return out.reshape(*indices.shape, cols)
 
 
+def matmul_by_tiles(weight: torch.Tensor, x2: torch.Tensor, out_features: int, step: int,
+                    dequantize_tile: Callable[[torch.Tensor, int], torch.Tensor]) -> torch.Tensor:
+    """x2 (n, in) @ W.T for packed W (out, row_bytes): W is dequantized `step` rows at a
+    time by dequantize_tile(rows, n_rows), so no whole weight ever exists in float."""
+    out = torch.empty(x2.shape[0], out_features, dtype=x2.dtype, device=x2.device)
+    for r in range(0, out_features, step):
+        n = min(step, out_features - r)
+        out[:, r:r + n] = x2 @ dequantize_tile(weight[r:r + n], n).T
+    return out
+
+
 def mul_mat_vec(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_features: int) -> torch.Tensor:
     """x (…, in) @ W.T for packed W (out, row_bytes), dequantizing bounded row chunks."""
     cols = x.shape[-1]
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, cols)
-    out = torch.empty(x2.shape[0], out_features, dtype=x.dtype, device=x.device)
-    step = rows_per_chunk(cols)
-    for r in range(0, out_features, step):
-        w = dequantize_rows(weight[r:r + step], ggml_type, cols, x.dtype)
-        out[:, r:r + step] = x2 @ w.T
-    return out.reshape(*lead, out_features)
+    out = matmul_by_tiles(weight, x.reshape(-1, cols), out_features, rows_per_chunk(cols),
+                          lambda rows, n: dequantize_rows(rows, ggml_type, cols, x.dtype))
+    return out.reshape(*x.shape[:-1], out_features)
 
 
 def mul_mat_id(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, ggml_type: GGMLType,

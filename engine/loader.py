@@ -177,16 +177,17 @@ def _rebuild_buffers(model: nn.Module) -> None:
 
 
 def resolve_path(path_or_id: str | os.PathLike) -> str:
-    """A local .gguf path, or `<repo>:<file>.gguf` fetched through huggingface_hub."""
+    """A local .gguf path, or a Hub `<repo>[@<revision>]:<file>.gguf` fetched (with every
+    shard of a split model) through huggingface_hub."""
     p = os.fspath(path_or_id)
     if os.path.exists(p):
         return p
-    if ":" in p and p.endswith(".gguf"):
-        from huggingface_hub import hf_hub_download
+    from .hub import download, parse
 
-        repo, filename = p.split(":", 1)
-        return hf_hub_download(repo, filename)
-    raise FileNotFoundError(f"no such GGUF file: {p}")
+    ref = parse(p)
+    if ref is not None and ref.filename is not None:
+        return download(ref.repo, ref.filename, ref.revision)
+    raise FileNotFoundError(f"no such GGUF file: {p} (give a local path or <repo>:<file>.gguf)")
 
 
 LOAD_STAGES = ("reading the file", "building the model", "tokenizer")

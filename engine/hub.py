@@ -1,0 +1,80 @@
+"""Hub model IDs (`<repo>:<file>.gguf`, `<repo>@<revision>:<file>.gguf`, and the
+`<repo>:<QUANT>` / bare `<repo>` forms that the server resolves against a repo's
+files), and fetching a file, with every shard of a split model, into the standard
+Hugging Face cache through huggingface_hub."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from ..gguf_io.reader import SHARD_PATTERN
+
+_REPO = r"[A-Za-z0-9][\w.\-]*/[\w.\-]+"
+_ID = re.compile(rf"^(?P<repo>{_REPO})(?:@(?P<rev>[\w.\-/]+?))?(?::(?P<tail>[^:]+))?$")
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    repo: str
+    revision: str | None
+    filename: str | None  # a .gguf file name in the repo
+    quant: str | None  # a quant name to match against the files
+
+
+def parse(spec: str) -> ModelRef | None:
+    """A Hub reference, or None if `spec` does not look like one."""
+    m = _ID.match(spec)
+    if m is None:
+        return None
+    tail = m["tail"]
+    if tail is None:
+        return ModelRef(m["repo"], m["rev"], None, None)
+    if tail.lower().endswith(".gguf"):
+        return ModelRef(m["repo"], m["rev"], tail, None)
+    return ModelRef(m["repo"], m["rev"], None, tail)
+
+
+def model_id(repo: str, filename: str, revision: str | None = None) -> str:
+    return f"{repo}@{revision}:{filename}" if revision else f"{repo}:{filename}"
+
+
+def is_follow_on_shard(filename: str) -> bool:
+    m = SHARD_PATTERN.match(os.path.basename(filename))
+    return m is not None and int(m["no"]) != 1
+
+
+def download(repo: str, filename: str, revision: str | None = None) -> str:
+    """Local path of the file (all shards fetched for a split model)."""
+    from huggingface_hub import hf_hub_download
+
+    path = hf_hub_download(repo, filename, revision=revision)
+    m = SHARD_PATTERN.match(os.path.basename(filename))
+    if m is not None:
+        folder = os.path.dirname(filename)
+        for i in range(2, int(m["count"]) + 1):
+            shard = f"{m['prefix']}-{i:05d}-of-{m['count']}.gguf"
+            hf_hub_download(repo, f"{folder}/{shard}" if folder else shard, revision=revision)
+    return path
+
+
+def cached_gguf_models() -> list[tuple[str, str]]:
+    """(model id, local path) of every .gguf file in the Hub cache (first shards only)."""
+    from huggingface_hub import scan_cache_dir
+
+    try:
+        info = scan_cache_dir()
+    except Exception:
+        return []
+    out = []
+    for repo in info.repos:
+        if repo.repo_type != "model":
+            continue
+        for rev in repo.revisions:
+            for f in rev.files:
+                name = f.file_name
+                rel = str(f.file_path).split(f"/snapshots/{rev.commit_hash}/", 1)[-1]
+                if name.lower().endswith(".gguf") and not is_follow_on_shard(name):
+                    out.append((model_id(repo.repo_id, rel), str(f.file_path)))
+    return sorted(set(out))

@@ -80,7 +80,7 @@ def test_simd_paths_equal_scalar_up_to_summation_order(gtype):
         torch.testing.assert_close(out[isa], out["scalar"], rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q5_0, GGMLType.IQ4_NL])
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q5_0, GGMLType.IQ4_NL])
 def test_native_dequantize_bit_identical_to_gguf_io(gtype):
     rng = np.random.default_rng(7)
     packed = _weights(rng, gtype, 9, 512)

@@ -240,38 +240,34 @@ static float dot_q3_K_s(const void *vw, const void *vx, int nb) {
     return acc;
 }
 
+/* element e of a Q4_K or Q5_K block: its nibble, plus for Q5_K (qh != NULL) the fifth
+ * bit, bit e / 32 of qh[e % 32] */
+static inline int q45_value(const uint8_t *qs, const uint8_t *qh, int e) {
+    const int c = e / 64, l = e % 32;
+    int q = ((e % 64) / 32) ? (qs[32 * c + l] >> 4) : (qs[32 * c + l] & 0xF);
+    if (qh) q |= ((qh[l] >> (e / 32)) & 1) << 4;
+    return q;
+}
+
+static float q45_block_dot(uint16_t d, uint16_t dmin, const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
+                           const act256 *x) {
+    uint8_t sc[8], m[8];
+    unpack_scale_min_k4(scales, sc, m);
+    int sum = 0, summ = 0;
+    for (int e = 0; e < QK_K; e++) sum += sc[e / 32] * q45_value(qs, qh, e) * x->qs[e];
+    for (int j = 0; j < 8; j++) summ += m[j] * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
+    return x->d * (h2f(d) * (float)sum - h2f(dmin) * (float)summ);
+}
+
 static float dot_q4_K_s(const void *vw, const void *vx, int nb) {
     const blk_q4_K *w = vw; const act256 *x = vx; float acc = 0.f;
-    for (int i = 0; i < nb; i++) {
-        uint8_t sc[8], m[8];
-        unpack_scale_min_k4(w[i].scales, sc, m);
-        int sum = 0, summ = 0;
-        for (int e = 0; e < QK_K; e++) {
-            const int c = e / 64, hi = (e % 64) / 32, l = e % 32;
-            const int q = hi ? (w[i].qs[32 * c + l] >> 4) : (w[i].qs[32 * c + l] & 0xF);
-            sum += sc[e / 32] * q * x[i].qs[e];
-        }
-        for (int j = 0; j < 8; j++) summ += m[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
-        acc += x[i].d * (h2f(w[i].d) * (float)sum - h2f(w[i].dmin) * (float)summ);
-    }
+    for (int i = 0; i < nb; i++) acc += q45_block_dot(w[i].d, w[i].dmin, w[i].scales, w[i].qs, NULL, &x[i]);
     return acc;
 }
 
 static float dot_q5_K_s(const void *vw, const void *vx, int nb) {
     const blk_q5_K *w = vw; const act256 *x = vx; float acc = 0.f;
-    for (int i = 0; i < nb; i++) {
-        uint8_t sc[8], m[8];
-        unpack_scale_min_k4(w[i].scales, sc, m);
-        int sum = 0, summ = 0;
-        for (int e = 0; e < QK_K; e++) {
-            const int c = e / 64, hi = (e % 64) / 32, l = e % 32;
-            int q = hi ? (w[i].qs[32 * c + l] >> 4) : (w[i].qs[32 * c + l] & 0xF);
-            q |= ((w[i].qh[l] >> (e / 32)) & 1) << 4;
-            sum += sc[e / 32] * q * x[i].qs[e];
-        }
-        for (int j = 0; j < 8; j++) summ += m[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
-        acc += x[i].d * (h2f(w[i].d) * (float)sum - h2f(w[i].dmin) * (float)summ);
-    }
+    for (int i = 0; i < nb; i++) acc += q45_block_dot(w[i].d, w[i].dmin, w[i].scales, w[i].qs, w[i].qh, &x[i]);
     return acc;
 }
 
@@ -413,12 +409,7 @@ static void deq_q5_K(const void *v, float *y, int nb) {
         uint8_t sc[8], m[8];
         unpack_scale_min_k4(b[i].scales, sc, m);
         const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
-        for (int e = 0; e < QK_K; e++) {
-            const int c = e / 64, hi = (e % 64) / 32, l = e % 32;
-            int q = hi ? (b[i].qs[32 * c + l] >> 4) : (b[i].qs[32 * c + l] & 0xF);
-            q |= ((b[i].qh[l] >> (e / 32)) & 1) << 4;
-            y[e] = d * sc[e / 32] * q - dmin * m[e / 32];
-        }
+        for (int e = 0; e < QK_K; e++) y[e] = d * sc[e / 32] * q45_value(b[i].qs, b[i].qh, e) - dmin * m[e / 32];
     }
 }
 

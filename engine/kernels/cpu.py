@@ -110,18 +110,22 @@ def supports(ggml_type: GGMLType) -> bool:
     return bool(lib and lib.gc_supports(int(ggml_type)))
 
 
-@torch.library.custom_op("gguf_serve::cpu_mul_mat", mutates_args=())
-def cpu_mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_features: int) -> torch.Tensor:
-    """y (n, out) = x (n, in) · W^T for packed rows W (out, row_bytes), float32."""
-    lib = load()
+def _mul_mat_rows(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_features: int) -> torch.Tensor:
+    lib = _lib or load()
     w = weight if weight.is_contiguous() else weight.contiguous()
     xc = x.contiguous()
     y = torch.empty(xc.shape[0], out_features, dtype=torch.float32)
-    rc = lib.gc_mul_mat(int(ggml_type), w.data_ptr(), out_features, xc.shape[1], xc.data_ptr(), xc.shape[0],
+    rc = lib.gc_mul_mat(ggml_type, w.data_ptr(), out_features, xc.shape[1], xc.data_ptr(), xc.shape[0],
                         y.data_ptr(), _threads)
     if rc != 0:
         raise RuntimeError(f"gc_mul_mat failed ({rc}) for {GGMLType(ggml_type).name}, {xc.shape[1]} columns")
     return y
+
+
+@torch.library.custom_op("gguf_serve::cpu_mul_mat", mutates_args=())
+def cpu_mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_features: int) -> torch.Tensor:
+    """y (n, out) = x (n, in) · W^T for packed rows W (out, row_bytes), float32."""
+    return _mul_mat_rows(weight, x, ggml_type, out_features)
 
 
 @cpu_mul_mat.register_fake
@@ -147,21 +151,42 @@ def _(weight, ggml_type, rows, cols):
 
 
 # Up to this many activation rows, integer dot products (memory-bound decode); beyond,
-# dequantize cache-sized tiles of W and let torch's BLAS do the (compute-bound) matmul.
+# dequantize tiles of W and let torch's BLAS do the (compute-bound) matmul, in bfloat16
+# where the CPU has AMX (oneDNN's bfloat16 GEMM is ~5x float32 there), else float32.
 GEMV_MAX_ROWS = 16
-TILE_ELEMENTS = 1 << 18  # floats per dequantized tile (1 MB)
+TILE_ELEMENTS = 1 << 22  # weights per dequantized tile
+PREFILL_DTYPE_ENV = "GGUF_SERVE_PREFILL_DTYPE"
+
+
+def _prefill_dtype() -> torch.dtype:
+    forced = os.environ.get(PREFILL_DTYPE_ENV)
+    if forced:
+        if forced not in ("float32", "bfloat16"):
+            raise ValueError(f"{PREFILL_DTYPE_ENV}={forced!r}: expected float32 or bfloat16")
+        return getattr(torch, forced)
+    try:
+        amx = bool(torch.cpu._is_amx_tile_supported())
+    except AttributeError:  # a torch without the probe: stay with float32
+        amx = False
+    return torch.bfloat16 if amx else torch.float32
+
+
+PREFILL_DTYPE = _prefill_dtype()
 
 
 def mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_features: int) -> torch.Tensor:
     """The kernel interface's mul_mat for CPU tensors of any leading shape and dtype."""
     cols = x.shape[-1]
     lead = x.shape[:-1]
-    x2 = x.reshape(-1, cols).to(torch.float32)
+    x2 = x.reshape(-1, cols)
     if x2.shape[0] <= GEMV_MAX_ROWS:
-        y = cpu_mul_mat(weight, x2, int(ggml_type), out_features)
+        # the custom op only when torch.compile traces (its dispatch costs ~20 us a call)
+        op = cpu_mul_mat if torch.compiler.is_compiling() else _mul_mat_rows
+        y = op(weight, x2.to(torch.float32), int(ggml_type), out_features)
     else:
-        y = reference.matmul_by_tiles(weight, x2, out_features, max(1, TILE_ELEMENTS // cols),
-                                      lambda rows, n: cpu_dequantize(rows, int(ggml_type), n, cols))
+        dt = PREFILL_DTYPE
+        y = reference.matmul_by_tiles(weight, x2.to(dt), out_features, max(1, TILE_ELEMENTS // cols),
+                                      lambda rows, n: cpu_dequantize(rows, int(ggml_type), n, cols).to(dt))
     return y.to(x.dtype).reshape(*lead, out_features)
 
 

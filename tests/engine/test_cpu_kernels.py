@@ -88,15 +88,26 @@ def test_native_dequantize_bit_identical_to_gguf_io(gtype):
     assert np.array_equal(got.view(np.uint32), dequantize(packed, gtype, (9, 512)).view(np.uint32))
 
 
-def test_rows_1_to_8_and_the_tiled_many_row_path():
+@pytest.mark.parametrize("prefill_dtype", [torch.float32, torch.bfloat16])
+def test_rows_1_to_8_and_the_tiled_many_row_path(monkeypatch, prefill_dtype):
     rng = np.random.default_rng(3)
     packed = torch.from_numpy(_weights(rng, GGMLType.Q4_K, 40, 512))
     W = torch.from_numpy(dequantize(packed.numpy(), GGMLType.Q4_K, (40, 512)))
     xs = torch.randn(40, 512)
     single = torch.cat([cpu.mul_mat(packed, xs[i:i + 1], GGMLType.Q4_K, 40) for i in range(8)])
     torch.testing.assert_close(cpu.mul_mat(packed, xs[:8], GGMLType.Q4_K, 40), single)
-    many = cpu.mul_mat(packed, xs, GGMLType.Q4_K, 40)  # > GEMV_MAX_ROWS: dequantized tiles + BLAS
-    torch.testing.assert_close(many, xs @ W.T, rtol=1e-5, atol=1e-4)
+    # > GEMV_MAX_ROWS: dequantized tiles (three here, the last one short) + torch's matmul
+    monkeypatch.setattr(cpu, "PREFILL_DTYPE", prefill_dtype)
+    monkeypatch.setattr(cpu, "TILE_ELEMENTS", 16 * 512)
+    many = cpu.mul_mat(packed, xs, GGMLType.Q4_K, 40)
+    assert many.dtype == torch.float32
+    exact = xs.double() @ W.double().T
+    if prefill_dtype == torch.float32:
+        torch.testing.assert_close(many.double(), exact, rtol=1e-5, atol=1e-4)
+    else:  # x, W and the result each rounded to bfloat16 (8 significant bits)
+        bound = 3 * 2.0 ** -8 * (xs.double().abs() @ W.double().abs().T)
+        assert ((many.double() - exact).abs() <= bound).all()
+        assert (many.double() - exact).abs().max() > 0  # it did take the bfloat16 path
 
 
 def test_real_gemma_tensors(gemma_path):

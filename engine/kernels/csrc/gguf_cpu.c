@@ -575,9 +575,7 @@ DEFINE_DOT32(dot_iq4_nl_vnni, AVX512, dot_i8_vnni, BODY_IQ4_NL)
                      _mm256_set1_epi8(0x10))
 
 DEFINE_Q45K(dot_q4_K_avx2, AVX2, dot_u8_avx2, blk_q4_K, NO_HIGH)
-DEFINE_Q45K(dot_q4_K_vnni, AVX512, dot_u8_vnni, blk_q4_K, NO_HIGH)
 DEFINE_Q45K(dot_q5_K_avx2, AVX2, dot_u8_avx2, blk_q5_K, Q5_HIGH)
-DEFINE_Q45K(dot_q5_K_vnni, AVX512, dot_u8_vnni, blk_q5_K, Q5_HIGH)
 
 /* Q6_K: q in 0..63 (offset 32): sum((q - 32) x) = sum(q x) - 32 sum(x), per 16 with int8 scales. */
 #define DEFINE_Q6K(NAME, TARGET, DOTU8)                                                             \
@@ -615,7 +613,172 @@ DEFINE_Q45K(dot_q5_K_vnni, AVX512, dot_u8_vnni, blk_q5_K, Q5_HIGH)
     }
 
 DEFINE_Q6K(dot_q6_K_avx2, AVX2, dot_u8_avx2)
-DEFINE_Q6K(dot_q6_K_vnni, AVX512, dot_u8_vnni)
+
+/* ---- AVX-512 k-quants: 64 weight bytes per vector. Unsigned weights times signed
+ * activations in pairs (vpmaddubsw, no saturation for these ranges), then a multiply-add
+ * with the sub-block scales as 16-bit lanes (vpmaddwd), so the scales cost one
+ * permute per vector instead of a 32-bit multiply. */
+
+/* two 32-byte pieces as one vector */
+AVX512 static inline __m512i load_2x32(const void *lo, const void *hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)lo)),
+                              _mm256_loadu_si256((const __m256i *)hi), 1);
+}
+
+/* 16-bit lanes 0-15 take lane a of a permuted vector, lanes 16-31 lane b */
+AVX512 static inline __m512i lanes_2x16(int a, int b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)a)), _mm256_set1_epi16((short)b), 1);
+}
+
+/* 16-bit lanes 8g..8g+7 take lane first+g (g = 0..3) */
+AVX512 static inline __m512i lanes_4x8(int first) {
+    return _mm512_cvtepu8_epi16(_mm256_setr_epi64x(0x0101010101010101LL * first, 0x0101010101010101LL * (first + 1),
+                                                  0x0101010101010101LL * (first + 2), 0x0101010101010101LL * (first + 3)));
+}
+
+AVX512 static inline float hsum16(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+AVX2 static inline float hsum4(__m128 s) {
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Q4_K / Q5_K scales: the 12 bytes as 8 six-bit scales (bytes 0-7) and 8 mins (8-15) */
+static inline void k4_scales_mins(const uint8_t *q, uint32_t out[4]) {
+    uint32_t a[3];
+    memcpy(a, q, 12);
+    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    out[0] = a[0] & m6;                                  /* scales 0-3 */
+    out[1] = (a[2] & m4) | (((a[0] >> 6) & m2) << 4);    /* scales 4-7: low 4 bits, top 2 bits */
+    out[2] = a[1] & m6;                                  /* mins 0-3 */
+    out[3] = ((a[2] >> 4) & m4) | (((a[1] >> 6) & m2) << 4); /* mins 4-7 */
+}
+
+/* A 64-byte load of qs holds chunks 2p and 2p+1: low nibbles are sub-blocks 4p and 4p+2
+ * (activations 128p and 128p+64), high nibbles 4p+1 and 4p+3. Q5_K's fifth bit of
+ * element 64c + 32h + l is bit 2c + h of qh[l]. */
+#define DEFINE_Q45K_512(NAME, BLK, FIVE)                                                            \
+    AVX512 static float NAME(const void *vw, const void *vx, int nb) {                             \
+        const BLK *w = vw; const act256 *x = vx;                                                  \
+        const __m512i m4 = _mm512_set1_epi8(0xF);                                                 \
+        const __m512i sel[4] = {lanes_2x16(0, 2), lanes_2x16(1, 3), lanes_2x16(4, 6), lanes_2x16(5, 7)}; \
+        __m512 acc = _mm512_setzero_ps(); __m128 accm = _mm_setzero_ps();                          \
+        for (int i = 0; i < nb; i++) {                                                            \
+            uint32_t sm[4];                                                                       \
+            k4_scales_mins(w[i].scales, sm);                                                       \
+            const __m256i sm16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm));      \
+            const __m512i sc = _mm512_castsi256_si512(sm16);                                      \
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)x[i].bsums);                   \
+            const __m128i bs32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)); \
+            const __m128i mins = _mm_madd_epi16(_mm256_extracti128_si256(sm16, 1), bs32);          \
+            __m512i sum = _mm512_setzero_si512();                                                 \
+            for (int p = 0; p < 2; p++) {                                                         \
+                const __m512i q = _mm512_loadu_si512((const void *)(w[i].qs + 64 * p));           \
+                __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4); \
+                FIVE                                                                              \
+                const int8_t *xq = x[i].qs + 128 * p;                                             \
+                const __m512i pl = _mm512_maddubs_epi16(lo, load_2x32(xq, xq + 64));              \
+                const __m512i ph = _mm512_maddubs_epi16(hi, load_2x32(xq + 32, xq + 96));         \
+                sum = _mm512_add_epi32(sum, _mm512_madd_epi16(pl, _mm512_permutexvar_epi16(sel[2 * p], sc))); \
+                sum = _mm512_add_epi32(sum, _mm512_madd_epi16(ph, _mm512_permutexvar_epi16(sel[2 * p + 1], sc))); \
+            }                                                                                     \
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(H2F(w[i].d) * x[i].d), _mm512_cvtepi32_ps(sum), acc); \
+            accm = _mm_fmadd_ps(_mm_set1_ps(H2F(w[i].dmin) * x[i].d), _mm_cvtepi32_ps(mins), accm); \
+        }                                                                                         \
+        return hsum16(acc) - hsum4(accm);                                 \
+    }
+
+#define Q5_FIVE                                                                                     \
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w[i].qh));      \
+    const __m512i b16 = _mm512_set1_epi8(0x10);                                                   \
+    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, lanes_bits(4 * p, 4 * p + 2)), lo, b16); \
+    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, lanes_bits(4 * p + 1, 4 * p + 3)), hi, b16);
+
+/* bytes 0-31: bit a, bytes 32-63: bit b */
+AVX512 static inline __m512i lanes_bits(int a, int b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << a))), _mm256_set1_epi8((char)(1 << b)), 1);
+}
+
+DEFINE_Q45K_512(dot_q4_K_vnni, blk_q4_K, )
+DEFINE_Q45K_512(dot_q5_K_vnni, blk_q5_K, Q5_FIVE)
+
+/* Q6_K: a 64-byte load of ql (half h) gives, from its low nibbles, elements 128h..+63 and
+ * from its high nibbles 128h+64..+63; qh adds bits 4-5 from bit pairs 0/2 and 4/6.
+ * q is 0..63 with offset 32: sum((q - 32) x) = sum(q x) - 32 sum(x) per 16 (bsums). */
+AVX512 static float dot_q6_K_vnni(const void *vw, const void *vx, int nb) {
+    const blk_q6_K *w = vw; const act256 *x = vx;
+    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+    const __m512i sel[4] = {lanes_4x8(0), lanes_4x8(4), lanes_4x8(8), lanes_4x8(12)};
+    const __m512i shl = lanes_2x16(4, 2), shr = lanes_2x16(0, 2);
+    __m512 acc = _mm512_setzero_ps(); __m256 accoff = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
+        const __m512i sc = _mm512_castsi256_si512(sc16);
+        const __m256i off = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)x[i].bsums));
+        __m512i sum = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m512i ql = _mm512_loadu_si512((const void *)(w[i].ql + 64 * h));
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h)));
+            const __m512i lo = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30));
+            const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                               _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30));
+            const __m512i pl = _mm512_maddubs_epi16(lo, _mm512_loadu_si512((const void *)(x[i].qs + 128 * h)));
+            const __m512i ph = _mm512_maddubs_epi16(hi, _mm512_loadu_si512((const void *)(x[i].qs + 128 * h + 64)));
+            sum = _mm512_add_epi32(sum, _mm512_madd_epi16(pl, _mm512_permutexvar_epi16(sel[2 * h], sc)));
+            sum = _mm512_add_epi32(sum, _mm512_madd_epi16(ph, _mm512_permutexvar_epi16(sel[2 * h + 1], sc)));
+        }
+        const float d = H2F(w[i].d) * x[i].d;
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sum), acc);
+        accoff = _mm256_fmadd_ps(_mm256_set1_ps(32.f * d), _mm256_cvtepi32_ps(off), accoff);
+    }
+    return hsum16(acc) - hsum8(accoff);
+}
+
+/* ---- AVX-512 activation quantization: the scalar functions' arithmetic, 16 lanes at a
+ * time (vcvtps2dq rounds to nearest even, as lrintf does in the default mode). */
+AVX512 static void quantize_act32_avx512(const float *x, act32 *y, int64_t k) {
+    for (int64_t i = 0; i < k / 32; i++) {
+        const __m512 a = _mm512_loadu_ps(x + 32 * i), b = _mm512_loadu_ps(x + 32 * i + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+        const float d = amax / 127.f, id = d ? 1.f / d : 0.f;
+        const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id)));
+        const __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, _mm512_set1_ps(id)));
+        _mm_storeu_si128((__m128i *)y[i].qs, _mm512_cvtsepi32_epi8(qa));
+        _mm_storeu_si128((__m128i *)(y[i].qs + 16), _mm512_cvtsepi32_epi8(qb));
+        y[i].d = d;
+        y[i].s = d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+    }
+}
+
+AVX512 static void quantize_act256_avx512(const float *x, act256 *y, int64_t k) {
+    for (int64_t i = 0; i < k / QK_K; i++) {
+        const float *xb = x + QK_K * i;
+        __m512 vmax = _mm512_loadu_ps(xb), vmin = vmax;
+        for (int j = 16; j < QK_K; j += 16) {
+            const __m512 v = _mm512_loadu_ps(xb + j);
+            vmax = _mm512_max_ps(vmax, v);
+            vmin = _mm512_min_ps(vmin, v);
+        }
+        const float hi = _mm512_reduce_max_ps(vmax), lo = _mm512_reduce_min_ps(vmin);
+        const float amax = fmaxf(hi, -lo);
+        if (amax == 0.f) {
+            memset(&y[i], 0, sizeof(act256));
+            continue;
+        }
+        /* the extreme maps to -127; when +a and -a tie, either sign gives the same products */
+        const float max = hi >= -lo ? hi : lo;
+        const float iscale = -127.f / max;
+        const __m512 vs = _mm512_set1_ps(iscale);
+        for (int j = 0; j < 16; j++) {
+            __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 16 * j), vs));
+            q = _mm512_min_epi32(q, _mm512_set1_epi32(127));
+            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * j), _mm512_cvtsepi32_epi8(q));
+            y[i].bsums[j] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+        y[i].d = 1.f / iscale;
+    }
+}
 
 #endif /* GC_X86 */
 
@@ -719,7 +882,9 @@ static pthread_mutex_t g_call = PTHREAD_MUTEX_INITIALIZER;
 /* Workers and the caller spin this many polls (tens of microseconds) before sleeping:
  * decode issues a hundred small matmuls per token, and a sleep/wake pair costs more
  * than the work. After that they block, so idle threads never hold a core. */
+#ifndef SPIN_POLLS
 #define SPIN_POLLS 20000
+#endif
 
 static inline void cpu_relax(void) {
 #ifdef GC_X86
@@ -835,6 +1000,14 @@ typedef struct {
  * DRAM with 2 threads here). */
 #define NSTREAM 4
 
+static inline void prefetch_row(const uint8_t *p, int64_t n) {
+#ifdef GC_X86
+    for (int64_t o = 0; o < n; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+#else
+    (void)p; (void)n;
+#endif
+}
+
 static void mm_task(void *vctx, int64_t start, int64_t end) {
     const mm_ctx *c = vctx;
     const int nb = (int)(c->n_cols / c->k->block);
@@ -843,6 +1016,7 @@ static void mm_task(void *vctx, int64_t start, int64_t end) {
         for (int64_t i = 0; i < len; i++) {
             for (int s = 0; s < NSTREAM; s++) {
                 const int64_t r = start + s * len + i;
+                if (i + 1 < len) prefetch_row(c->w + (r + 1) * c->row_bytes, c->row_bytes);
                 c->y[r] = c->dot(c->w + r * c->row_bytes, c->xq, nb);
             }
         }
@@ -865,10 +1039,17 @@ typedef struct {
 static void quant_task(void *vctx, int64_t start, int64_t end) {
     const q_ctx *c = vctx;
     for (int64_t b = start; b < end; b++) {
-        if (c->act256)
-            quantize_act256(c->x + b * c->n_cols, (act256 *)(c->xq + b * c->xq_row_bytes), c->n_cols);
-        else
-            quantize_act32(c->x + b * c->n_cols, (act32 *)(c->xq + b * c->xq_row_bytes), c->n_cols);
+        const float *x = c->x + b * c->n_cols;
+        uint8_t *xq = c->xq + b * c->xq_row_bytes;
+#ifdef GC_X86
+        if (g_isa >= ISA_AVX512) {
+            if (c->act256) quantize_act256_avx512(x, (act256 *)xq, c->n_cols);
+            else quantize_act32_avx512(x, (act32 *)xq, c->n_cols);
+            continue;
+        }
+#endif
+        if (c->act256) quantize_act256(x, (act256 *)xq, c->n_cols);
+        else quantize_act32(x, (act32 *)xq, c->n_cols);
     }
 }
 

@@ -18,6 +18,7 @@ from torch import nn
 from ..gguf_io import GGUFReader, TensorInfo
 from .architectures import architecture_for
 from .architectures.base import Architecture
+from . import kernels
 from .kernels.reference import as_tensor
 from .modules import GgufEmbedding, GgufExperts, GgufLinear
 
@@ -216,6 +217,11 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device = "auto
     _rebuild_buffers(model)
     if dev.type != "cpu":
         model.to(dev)
+    elif kernels.native_cpu_in_use():
+        from .kernels import cpu
+        from .modules import use_native_norms
+
+        use_native_norms(model, cpu.rms_norm)
     from .tokenizer import load_tokenizer
     from .chat import chat_template_for
 

@@ -4,6 +4,8 @@ their device and type; nothing here dequantizes a whole weight."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 
@@ -114,3 +116,41 @@ class GgufExperts(_Packed):
 
     def extra_repr(self) -> str:
         return f"experts={self.num_experts}, hidden={self.hidden}, intermediate={self.intermediate}, types={[t.name for t in self.types]}"
+
+
+# transformers' RMSNorm classes whose forward is, in float32,
+# x * rsqrt(mean(x²) + eps) * w  (or * (1 + w)): class name -> (eps attribute, 1 + w)
+RMS_NORMS = {
+    "LlamaRMSNorm": ("variance_epsilon", False),
+    "MistralRMSNorm": ("variance_epsilon", False),
+    "Qwen2RMSNorm": ("variance_epsilon", False),
+    "Qwen3RMSNorm": ("variance_epsilon", False),
+    "Qwen3MoeRMSNorm": ("variance_epsilon", False),
+    "Phi3RMSNorm": ("variance_epsilon", False),
+    "Gemma3RMSNorm": ("eps", True),
+    "Qwen3_5RMSNorm": ("eps", True),
+    "Qwen3_5MoeRMSNorm": ("eps", True),
+}
+
+
+def use_native_norms(model: nn.Module, rms_norm: Callable) -> int:
+    """Route the float32 CPU calls of the model's RMSNorm modules (the classes in
+    RMS_NORMS) to `rms_norm(x, weight, eps, add_one)`; anything else (another dtype or
+    device) still runs the class's own forward. Returns how many modules were routed."""
+    n = 0
+    for module in model.modules():
+        spec = RMS_NORMS.get(type(module).__name__)
+        if spec is None or getattr(module, "weight", None) is None:
+            continue
+        eps, add_one = float(getattr(module, spec[0])), spec[1]
+        own = module.forward
+
+        def forward(x, _m=module, _own=own, _eps=eps, _add_one=add_one):
+            w = _m.weight
+            if x.dtype is torch.float32 and w.dtype is torch.float32 and x.device.type == "cpu" and w.device.type == "cpu":
+                return rms_norm(x, w, _eps, _add_one)
+            return _own(x)
+
+        module.forward = forward
+        n += 1
+    return n

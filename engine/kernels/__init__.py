@@ -81,6 +81,13 @@ def _register_native_cpu() -> None:
 _register_native_cpu()
 
 
+def native_cpu_in_use() -> bool:
+    """Whether CPU weights get the native kernels (built, and not overridden by
+    GGUF_SERVE_KERNELS); the engine then also routes small CPU ops to them."""
+    forced = os.environ.get(ENV_OVERRIDE)
+    return "cpu" in _REGISTRY and (not forced or forced == "cpu")
+
+
 def select(device: torch.device | str, ggml_type: GGMLType) -> KernelOps:
     """The kernels for weights of `ggml_type` on `device` (decided once per pair)."""
     dev = torch.device(device).type

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gguf_serve.engine import kernels, load_model
+from gguf_serve.engine import kernels, load_model, modules
 from gguf_serve.engine.kernels import cpu
 from gguf_serve.gguf_io import GGMLType, GGUFReader, dequantize, quantize
 
@@ -132,6 +132,7 @@ def test_engine_uses_native_kernels_on_cpu_and_stays_close_to_exact(gemma_path):
         short = lm.model(input_ids=ids[:, :6]).logits[0, -1]  # 6 rows: the integer-dot path
     names = {m._kernels().name for m in lm.model.modules() if hasattr(m, "_kernels")}
     assert names == {f"cpu-native ({cpu.best_isa()})"}
+    assert sum("forward" in vars(m) for m in lm.model.modules()) == 18 * 4 + 18 * 2 + 1  # native norms
     import os
     os.environ[kernels.ENV_OVERRIDE] = "reference"
     kernels.reset()
@@ -144,3 +145,29 @@ def test_engine_uses_native_kernels_on_cpu_and_stays_close_to_exact(gemma_path):
         kernels.reset()
     assert int(short.argmax()) == int(exact.argmax())
     assert torch.corrcoef(torch.stack([short, exact]))[0, 1] > 0.995
+
+
+def _norm_class(name: str):
+    import importlib
+
+    import transformers.models as tm
+
+    for module in ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "phi3", "gemma3", "qwen3_5", "qwen3_5_moe"):
+        mod = importlib.import_module(f"{tm.__name__}.{module}.modeling_{module}")
+        if hasattr(mod, name):
+            return getattr(mod, name)
+    raise LookupError(name)
+
+
+@pytest.mark.parametrize("name", sorted(modules.RMS_NORMS))
+def test_native_rms_norm_equals_the_transformers_class(name):
+    torch.manual_seed(0)
+    norm = _norm_class(name)(320, eps=1e-5)
+    with torch.no_grad():
+        norm.weight.normal_()
+    x = torch.randn(3, 5, 640)[..., ::2] * 7  # not contiguous
+    want = norm(x)
+    assert modules.use_native_norms(norm, cpu.rms_norm) == 1
+    torch.testing.assert_close(norm(x), want, rtol=1e-5, atol=1e-5)
+    xb = x.to(torch.bfloat16)  # another dtype: the class's own forward
+    torch.testing.assert_close(norm(xb), _norm_class(name).forward(norm, xb), rtol=0, atol=0)

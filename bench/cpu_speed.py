@@ -123,7 +123,7 @@ def run_alternating(kinds: list[str], path: str, threads: int, text_path: str, r
     return out
 
 
-def print_table(results: dict, ref_name: str = "llama.cpp", digits: int = 1) -> None:
+def print_table(results: dict, digits: int = 1) -> None:
     print(f"{'':<14} {'decode tok/s':>13} {'prefill tok/s':>14} {'load s':>8} {'peak RSS MB':>12}")
     for k, v in results.items():
         if "error" in v:
@@ -131,7 +131,7 @@ def print_table(results: dict, ref_name: str = "llama.cpp", digits: int = 1) -> 
             continue
         print(f"{k:<14} {v['decode_tok_s']:>13.{digits}f} {v['prefill_tok_s']:>14.1f} {v['load_s']:>8.2f} "
               f"{v['peak_rss_mb']:>12.0f}")
-    ours, ref = results["gguf-serve"], results.get(ref_name, {})
+    ours, ref = results["gguf-serve"], results.get("llama.cpp", {})
     if "error" not in ours and ref and "error" not in ref:
         print(f"gguf-serve / llama.cpp: decode {ours['decode_tok_s'] / ref['decode_tok_s']:.2f}x, "
               f"prefill {ours['prefill_tok_s'] / ref['prefill_tok_s']:.2f}x")

@@ -4,6 +4,7 @@ their device and type; nothing here dequantizes a whole weight."""
 
 from __future__ import annotations
 
+import types
 from typing import Callable
 
 import torch
@@ -145,15 +146,15 @@ def use_native_norms(model: nn.Module, rms_norm: Callable) -> int:
         spec = RMS_NORMS.get(type(module).__name__)
         if spec is None or getattr(module, "weight", None) is None:
             continue
-        eps, add_one = float(getattr(module, spec[0])), spec[1]
-        own = module.forward
-
-        def forward(x, _m=module, _own=own, _eps=eps, _add_one=add_one):
-            w = _m.weight
-            if x.dtype is torch.float32 and w.dtype is torch.float32 and x.device.type == "cpu" and w.device.type == "cpu":
-                return rms_norm(x, w, _eps, _add_one)
-            return _own(x)
-
-        module.forward = forward
+        module._native_norm = (rms_norm, float(getattr(module, spec[0])), spec[1])
+        module.forward = types.MethodType(_native_norm_forward, module)
         n += 1
     return n
+
+
+def _native_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    rms_norm, eps, add_one = self._native_norm
+    w = self.weight
+    if x.dtype is torch.float32 and w.dtype is torch.float32 and x.device.type == "cpu" and w.device.type == "cpu":
+        return rms_norm(x, w, eps, add_one)
+    return type(self).forward(self, x)

@@ -114,8 +114,11 @@ def supports(ggml_type: GGMLType) -> bool:
 
 
 def _mul_mat_rows(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_features: int) -> torch.Tensor:
-    """gc_mul_mat on x (n, in) float32, contiguous."""
+    """gc_mul_mat on x (n, in); float32 contiguous input passes without a copy (or a cast
+    call: decode makes hundreds of these calls a token)."""
     w = weight if weight.is_contiguous() else weight.contiguous()
+    if x.dtype is not torch.float32 or not x.is_contiguous():
+        x = x.float().contiguous()
     n, cols = x.shape
     y = torch.empty(n, out_features, dtype=torch.float32)
     rc = (_lib or load()).gc_mul_mat(ggml_type, w.data_ptr(), out_features, cols, x.data_ptr(), n, y.data_ptr(),
@@ -128,7 +131,7 @@ def _mul_mat_rows(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_fea
 @torch.library.custom_op("gguf_serve::cpu_mul_mat", mutates_args=())
 def cpu_mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_features: int) -> torch.Tensor:
     """y (n, out) = x (n, in) · W^T for packed rows W (out, row_bytes), float32."""
-    return _mul_mat_rows(weight, x.float().contiguous(), ggml_type, out_features)
+    return _mul_mat_rows(weight, x, ggml_type, out_features)
 
 
 @cpu_mul_mat.register_fake
@@ -181,14 +184,10 @@ def mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_feat
     """The kernel interface's mul_mat for CPU tensors of any leading shape and dtype."""
     cols = x.shape[-1]
     n = x.numel() // cols if cols else 0
-    f32 = x.dtype is torch.float32
     if n <= GEMV_MAX_ROWS:
-        x2 = x.reshape(n, cols)
-        if torch.compiler.is_compiling():
-            y = cpu_mul_mat(weight, x2, int(ggml_type), out_features)
-        else:  # decode calls this hundreds of times a token: no custom-op dispatch (~20 us)
-            y = _mul_mat_rows(weight, x2 if f32 and x2.is_contiguous() else x2.float().contiguous(), ggml_type,
-                              out_features)
+        # the custom op only while torch.compile traces: its dispatch costs ~20 us a call
+        op = cpu_mul_mat if torch.compiler.is_compiling() else _mul_mat_rows
+        y = op(weight, x.reshape(n, cols), int(ggml_type), out_features)
     else:
         dt = PREFILL_DTYPE
         y = reference.matmul_by_tiles(weight, x.reshape(-1, cols).to(dt), out_features, max(1, TILE_ELEMENTS // cols),

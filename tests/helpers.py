@@ -10,10 +10,26 @@ import numpy as np
 from gguf_serve.gguf_io import GGMLType, GGUFWriter, TYPE_INFO
 
 
-def random_packed(rng: np.random.Generator, gtype: GGMLType, rows: int, blocks_per_row: int) -> np.ndarray:
-    """Random bytes for `rows` rows of `gtype`, with finite float16 scales where a type has them."""
+# byte offsets of the float16 fields (d, and m / dmin) inside one block
+F16_FIELDS = {
+    GGMLType.Q4_0: (0,), GGMLType.Q4_1: (0, 2), GGMLType.Q5_0: (0,), GGMLType.Q5_1: (0, 2), GGMLType.Q8_0: (0,),
+    GGMLType.IQ4_NL: (0,), GGMLType.Q2_K: (80, 82), GGMLType.Q3_K: (108,), GGMLType.Q4_K: (0, 2),
+    GGMLType.Q5_K: (0, 2), GGMLType.Q6_K: (208,), GGMLType.IQ4_XS: (0,),
+}
+
+
+def random_packed(rng: np.random.Generator, gtype: GGMLType, rows: int, blocks_per_row: int,
+                  f16_scale: float | None = None) -> np.ndarray:
+    """Random bytes for `rows` rows of `gtype`. With `f16_scale`, the block's float16
+    fields (F16_FIELDS) are set to ±f16_scale times a random factor in [0.5, 1) instead
+    of random bits (which may be huge, inf or nan)."""
     info = TYPE_INFO[gtype]
     raw = rng.integers(0, 256, size=(rows, blocks_per_row * info.type_size), dtype=np.uint8)
+    if f16_scale is not None:
+        blocks = raw.reshape(-1, info.type_size)
+        for off in F16_FIELDS[gtype]:
+            v = (f16_scale * rng.uniform(0.5, 1.0, blocks.shape[0]) * rng.choice([-1, 1], blocks.shape[0]))
+            blocks[:, off:off + 2] = v.astype(np.float16).view(np.uint8).reshape(-1, 2)
     return raw
 
 

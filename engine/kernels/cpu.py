@@ -81,6 +81,8 @@ def load() -> ctypes.CDLL | None:
     lib.gc_set_isa.restype = ctypes.c_int
     lib.gc_set_isa.argtypes = [ctypes.c_int]
     lib.gc_best_isa.restype = ctypes.c_int
+    lib.gc_path_isa.restype = ctypes.c_int
+    lib.gc_path_isa.argtypes = [ctypes.c_int]
     lib.gc_rms_norm.restype = None
     lib.gc_rms_norm.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                 ctypes.c_float, ctypes.c_int]
@@ -106,6 +108,14 @@ def set_isa(name: str | None) -> str:
 def best_isa() -> str:
     lib = load()
     return {v: k for k, v in ISAS.items()}[lib.gc_best_isa()] if lib else "none"
+
+
+def path_isa(ggml_type: GGMLType) -> str:
+    """The code path mul_mat takes for this type under the current selection."""
+    got = load().gc_path_isa(int(ggml_type))
+    if got < 0:
+        raise ValueError(f"no native kernel for {GGMLType(ggml_type).name}")
+    return {v: k for k, v in ISAS.items()}[got]
 
 
 def supports(ggml_type: GGMLType) -> bool:

@@ -33,11 +33,14 @@ def test_the_library_is_built_by_the_install():
 
 def _weights(rng, t, rows, cols):
     if t in (GGMLType.IQ4_NL, GGMLType.IQ4_XS):  # no quantizer: random blocks with sane scales
-        raw = random_packed(rng, t, rows, cols // t.block_size)
-        b = raw.reshape(-1, t.type_size)
-        b[:, 0:2] = np.frombuffer(np.full(b.shape[0], 0.02, np.float16).tobytes(), np.uint8).reshape(-1, 2)
-        return raw
+        return random_packed(rng, t, rows, cols // t.block_size, f16_scale=0.02)
     return quantize(rng.standard_normal((rows, cols)).astype(np.float32), t)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_every_type_has_a_kernel_for_every_isa(isa):
+    cpu.set_isa(isa)
+    assert {t.name: cpu.path_isa(t) for t in TYPES} == {t.name: isa for t in TYPES}
 
 
 def _activation_bound(W: np.ndarray, x: np.ndarray, block: int) -> np.ndarray:
@@ -80,12 +83,32 @@ def test_simd_paths_equal_scalar_up_to_summation_order(gtype):
         torch.testing.assert_close(out[isa], out["scalar"], rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q5_0, GGMLType.IQ4_NL])
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
+def test_simd_paths_equal_scalar_on_random_blocks(gtype):
+    """Every bit pattern a block can hold (not only what our quantizer writes): random
+    quants, scales, masks and signs, with sane float16 factors."""
+    rng = np.random.default_rng(200 + int(gtype))
+    rows, cols = 24, 1024
+    packed = torch.from_numpy(random_packed(rng, gtype, rows, cols // gtype.block_size, f16_scale=0.02))
+    x = torch.randn(3, cols)
+    W = dequantize(packed.numpy(), gtype, (rows, cols)).astype(np.float64)
+    exact = x.double().numpy() @ W.T
+    bound = _activation_bound(W, x.double().numpy(), 32 if gtype.block_size == 32 else 256)
+    out = {}
+    for isa in ISAS:
+        cpu.set_isa(isa)
+        out[isa] = cpu.cpu_mul_mat(packed, x, int(gtype), rows)
+        assert np.all(np.abs(out[isa].numpy() - exact) <= bound * 1.001 + 1e-4), isa
+    for isa in ISAS[1:]:
+        torch.testing.assert_close(out[isa], out["scalar"], rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
 def test_native_dequantize_bit_identical_to_gguf_io(gtype):
     rng = np.random.default_rng(7)
-    packed = _weights(rng, gtype, 9, 512)
-    got = cpu.dequantize(torch.from_numpy(packed), gtype, 9, 512, torch.float32).numpy()
-    assert np.array_equal(got.view(np.uint32), dequantize(packed, gtype, (9, 512)).view(np.uint32))
+    for packed in (_weights(rng, gtype, 9, 512), random_packed(rng, gtype, 9, 512 // gtype.block_size, f16_scale=0.5)):
+        got = cpu.dequantize(torch.from_numpy(packed), gtype, 9, 512, torch.float32).numpy()
+        assert np.array_equal(got.view(np.uint32), dequantize(packed, gtype, (9, 512)).view(np.uint32))
 
 
 @pytest.mark.parametrize("prefill_dtype", [torch.float32, torch.bfloat16])

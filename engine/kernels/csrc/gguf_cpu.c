@@ -536,12 +536,12 @@ DEFINE_DOT32(dot_q5_0_avx2, AVX2, dot_i8_avx2, BODY_Q5_0)
 DEFINE_DOT32(dot_q4_1_avx2, AVX2, dot_u8_avx2, BODY_Q4_1)
 DEFINE_DOT32(dot_q5_1_avx2, AVX2, dot_u8_avx2, BODY_Q5_1)
 DEFINE_DOT32(dot_iq4_nl_avx2, AVX2, dot_i8_avx2, BODY_IQ4_NL)
-DEFINE_DOT32(dot_q8_0_vnni, AVX512, dot_i8_vnni, BODY_Q8_0)
-DEFINE_DOT32(dot_q4_0_vnni, AVX512, dot_i8_vnni, BODY_Q4_0)
-DEFINE_DOT32(dot_q5_0_vnni, AVX512, dot_i8_vnni, BODY_Q5_0)
-DEFINE_DOT32(dot_q4_1_vnni, AVX512, dot_u8_vnni, BODY_Q4_1)
-DEFINE_DOT32(dot_q5_1_vnni, AVX512, dot_u8_vnni, BODY_Q5_1)
-DEFINE_DOT32(dot_iq4_nl_vnni, AVX512, dot_i8_vnni, BODY_IQ4_NL)
+DEFINE_DOT32(dot_q8_0_avx512, AVX512, dot_i8_vnni, BODY_Q8_0)
+DEFINE_DOT32(dot_q4_0_avx512, AVX512, dot_i8_vnni, BODY_Q4_0)
+DEFINE_DOT32(dot_q5_0_avx512, AVX512, dot_i8_vnni, BODY_Q5_0)
+DEFINE_DOT32(dot_q4_1_avx512, AVX512, dot_u8_vnni, BODY_Q4_1)
+DEFINE_DOT32(dot_q5_1_avx512, AVX512, dot_u8_vnni, BODY_Q5_1)
+DEFINE_DOT32(dot_iq4_nl_avx512, AVX512, dot_i8_vnni, BODY_IQ4_NL)
 
 /* Q4_K and Q5_K: per 64 elements, 32 bytes hold sub-block 2c (low nibbles) and 2c+1
  * (high nibbles); Q5_K adds a fifth bit: element 64c + 32h + l takes bit (2c + h) of
@@ -616,6 +616,106 @@ DEFINE_Q45K(dot_q5_K_avx2, AVX2, dot_u8_avx2, blk_q5_K, Q5_HIGH)
     }
 
 DEFINE_Q6K(dot_q6_K_avx2, AVX2, dot_u8_avx2)
+
+/* ---- Q2_K, Q3_K, IQ4_XS on 32-byte vectors (the same code built for AVX2 and for the
+ * AVX-512 level): unsigned weights times signed activations in pairs (vpmaddubsw), then
+ * the sub-block scales as 16-bit lanes (vpmaddwd). A 32-byte run of elements covers two
+ * sub-blocks of 16: 16-bit lanes 0-7 the first, 8-15 the second. */
+
+/* 16-bit lanes 0-7: lane j of sc16, lanes 8-15: lane j + 1 (j even) */
+AVX2 static inline __m256i scale_pair16(__m256i sc16, int j) {
+    const __m256i pair = _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(j / 2));
+    const __m256i bcast = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                           2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    return _mm256_shuffle_epi8(pair, bcast);
+}
+
+/* Q2_K: element 128h + 32s + l is bits 2s..2s+1 of qs[32h + l]; scales[j] holds the
+ * sub-block's scale (low nibble) and min (high nibble): sum(d sc q x) - dmin sum(m bsum). */
+#define DEFINE_Q2K(NAME, TARGET)                                                                    \
+    TARGET static float NAME(const void *vw, const void *vx, int nb) {                            \
+        const blk_q2_K *w = vw; const act256 *x = vx;                                             \
+        __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();                              \
+        const __m256i m3 = _mm256_set1_epi8(3);                                                   \
+        const __m128i m4 = _mm_set1_epi8(0xF);                                                    \
+        for (int i = 0; i < nb; i++) {                                                            \
+            const __m128i sc8 = _mm_loadu_si128((const __m128i *)w[i].scales);                    \
+            const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4));                     \
+            const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));  \
+            const __m256i mins = _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)x[i].bsums)); \
+            __m256i sum = _mm256_setzero_si256();                                                 \
+            for (int h = 0; h < 2; h++) {                                                         \
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h));        \
+                for (int s = 0; s < 4; s++) {                                                     \
+                    const __m256i qv = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m3);        \
+                    const __m256i p = _mm256_maddubs_epi16(qv, _mm256_loadu_si256((const __m256i *)(x[i].qs + 128 * h + 32 * s))); \
+                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, scale_pair16(sc16, 8 * h + 2 * s))); \
+                }                                                                                 \
+            }                                                                                     \
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(H2F(w[i].d) * x[i].d), _mm256_cvtepi32_ps(sum), acc); \
+            accm = _mm256_fmadd_ps(_mm256_set1_ps(H2F(w[i].dmin) * x[i].d), _mm256_cvtepi32_ps(mins), accm); \
+        }                                                                                         \
+        return hsum8(acc) - hsum8(accm);                                                          \
+    }
+
+/* Q3_K: as Q2_K's two bits, plus 4 where bit 4h + s of hmask[l] is set, is q + 4 (0..7):
+ * sum(sc q x) = sum(sc (q + 4) x) - 4 sum(sc bsum), with signed six-bit scales. */
+#define DEFINE_Q3K(NAME, TARGET)                                                                    \
+    TARGET static float NAME(const void *vw, const void *vx, int nb) {                            \
+        const blk_q3_K *w = vw; const act256 *x = vx;                                             \
+        __m256 acc = _mm256_setzero_ps(), accoff = _mm256_setzero_ps();                            \
+        const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);                        \
+        for (int i = 0; i < nb; i++) {                                                            \
+            int sc[16]; int16_t sc_h[16];                                                         \
+            q3_scales(w[i].scales, sc);                                                           \
+            for (int j = 0; j < 16; j++) sc_h[j] = (int16_t)sc[j];                                \
+            const __m256i sc16 = _mm256_loadu_si256((const __m256i *)sc_h);                       \
+            const __m256i off = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)x[i].bsums)); \
+            const __m256i hm = _mm256_loadu_si256((const __m256i *)w[i].hmask);                   \
+            __m256i sum = _mm256_setzero_si256();                                                 \
+            for (int h = 0; h < 2; h++) {                                                         \
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h));        \
+                for (int s = 0; s < 4; s++) {                                                     \
+                    const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * h + s)));               \
+                    const __m256i hb = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), four); \
+                    const __m256i qv = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m3), hb); \
+                    const __m256i p = _mm256_maddubs_epi16(qv, _mm256_loadu_si256((const __m256i *)(x[i].qs + 128 * h + 32 * s))); \
+                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, scale_pair16(sc16, 8 * h + 2 * s))); \
+                }                                                                                 \
+            }                                                                                     \
+            const float d = H2F(w[i].d) * x[i].d;                                                 \
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sum), acc);              \
+            accoff = _mm256_fmadd_ps(_mm256_set1_ps(4.f * d), _mm256_cvtepi32_ps(off), accoff);   \
+        }                                                                                         \
+        return hsum8(acc) - hsum8(accoff);                                                        \
+    }
+
+/* IQ4_XS: per sub-block of 32, IQ4_NL's nibble layout and table, a signed six-bit scale */
+#define DEFINE_IQ4XS(NAME, TARGET)                                                                  \
+    TARGET static float NAME(const void *vw, const void *vx, int nb) {                            \
+        const blk_iq4_xs *w = vw; const act256 *x = vx;                                           \
+        const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl)); \
+        __m256 acc = _mm256_setzero_ps();                                                         \
+        for (int i = 0; i < nb; i++) {                                                            \
+            __m256i sum = _mm256_setzero_si256();                                                 \
+            for (int ib = 0; ib < 8; ib++) {                                                      \
+                const int ls = (((w[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((w[i].scales_h >> (2 * ib)) & 3) << 4)) - 32; \
+                const __m256i q = _mm256_shuffle_epi8(lut, nibbles32(w[i].qs + 16 * ib));        \
+                const __m256i xv = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * ib));      \
+                const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q)); \
+                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, _mm256_set1_epi16((short)ls)));  \
+            }                                                                                     \
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(H2F(w[i].d) * x[i].d), _mm256_cvtepi32_ps(sum), acc); \
+        }                                                                                         \
+        return hsum8(acc);                                                                        \
+    }
+
+DEFINE_Q2K(dot_q2_K_avx2, AVX2)
+DEFINE_Q3K(dot_q3_K_avx2, AVX2)
+DEFINE_IQ4XS(dot_iq4_xs_avx2, AVX2)
+DEFINE_Q2K(dot_q2_K_avx512, AVX512)
+DEFINE_Q3K(dot_q3_K_avx512, AVX512)
+DEFINE_IQ4XS(dot_iq4_xs_avx512, AVX512)
 
 /* ---- AVX-512 k-quants: 64 weight bytes per vector. Unsigned weights times signed
  * activations in pairs (vpmaddubsw, no saturation for these ranges), then a multiply-add
@@ -697,13 +797,13 @@ AVX512 static inline __m512i lanes_bits(int a, int b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << a))), _mm256_set1_epi8((char)(1 << b)), 1);
 }
 
-DEFINE_Q45K_512(dot_q4_K_vnni, blk_q4_K, )
-DEFINE_Q45K_512(dot_q5_K_vnni, blk_q5_K, Q5_FIVE)
+DEFINE_Q45K_512(dot_q4_K_avx512, blk_q4_K, )
+DEFINE_Q45K_512(dot_q5_K_avx512, blk_q5_K, Q5_FIVE)
 
 /* Q6_K: a 64-byte load of ql (half h) gives, from its low nibbles, elements 128h..+63 and
  * from its high nibbles 128h+64..+63; qh adds bits 4-5 from bit pairs 0/2 and 4/6.
  * q is 0..63 with offset 32: sum((q - 32) x) = sum(q x) - 32 sum(x) per 16 (bsums). */
-AVX512 static float dot_q6_K_vnni(const void *vw, const void *vx, int nb) {
+AVX512 static float dot_q6_K_avx512(const void *vw, const void *vx, int nb) {
     const blk_q6_K *w = vw; const act256 *x = vx;
     const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
     const __m512i sel[4] = {lanes_4x8(0), lanes_4x8(4), lanes_4x8(8), lanes_4x8(12)};
@@ -786,16 +886,14 @@ typedef float (*dot_fn)(const void *, const void *, int);
 typedef struct {
     int type, block, act256; /* act256: activations in 256-blocks (k-quants) else 32 */
     size_t bytes;            /* bytes per weight block */
-    dot_fn scalar, avx2, vnni;
+    dot_fn scalar, avx2, avx512;
     deq_fn deq;
 } kernel_t;
 
 #ifdef GC_X86
-#define K(t, blk, a, sz, name) {t, blk, a, sz, dot_##name##_s, dot_##name##_avx2, dot_##name##_vnni, deq_##name}
-#define KS(t, blk, a, sz, name) {t, blk, a, sz, dot_##name##_s, NULL, NULL, deq_##name}
+#define K(t, blk, a, sz, name) {t, blk, a, sz, dot_##name##_s, dot_##name##_avx2, dot_##name##_avx512, deq_##name}
 #else
 #define K(t, blk, a, sz, name) {t, blk, a, sz, dot_##name##_s, NULL, NULL, deq_##name}
-#define KS K
 #endif
 
 static const kernel_t KERNELS[] = {
@@ -805,12 +903,12 @@ static const kernel_t KERNELS[] = {
     K(T_Q5_1, 32, 0, sizeof(blk_q5_1), q5_1),
     K(T_Q8_0, 32, 0, sizeof(blk_q8_0), q8_0),
     K(T_IQ4_NL, 32, 0, sizeof(blk_iq4_nl), iq4_nl),
-    KS(T_Q2_K, QK_K, 1, sizeof(blk_q2_K), q2_K),
-    KS(T_Q3_K, QK_K, 1, sizeof(blk_q3_K), q3_K),
+    K(T_Q2_K, QK_K, 1, sizeof(blk_q2_K), q2_K),
+    K(T_Q3_K, QK_K, 1, sizeof(blk_q3_K), q3_K),
     K(T_Q4_K, QK_K, 1, sizeof(blk_q4_K), q4_K),
     K(T_Q5_K, QK_K, 1, sizeof(blk_q5_K), q5_K),
     K(T_Q6_K, QK_K, 1, sizeof(blk_q6_K), q6_K),
-    KS(T_IQ4_XS, QK_K, 1, sizeof(blk_iq4_xs), iq4_xs),
+    K(T_IQ4_XS, QK_K, 1, sizeof(blk_iq4_xs), iq4_xs),
 };
 
 enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
@@ -846,13 +944,21 @@ static const kernel_t *find(int type) {
 
 static dot_fn pick(const kernel_t *k) {
     if (g_isa < 0) gc_set_isa(-1);
-    if (g_isa >= ISA_AVX512 && k->vnni) return k->vnni;
+    if (g_isa >= ISA_AVX512 && k->avx512) return k->avx512;
     if (g_isa >= ISA_AVX2 && k->avx2) return k->avx2;
     return k->scalar;
 }
 
 /* 1 if mul_mat handles this type */
 int gc_supports(int type) { return find(type) != NULL; }
+
+/* the ISA of the dot product mul_mat uses for this type under the current selection, or -1 */
+int gc_path_isa(int type) {
+    const kernel_t *k = find(type);
+    if (!k) return -1;
+    const dot_fn f = pick(k);
+    return f == k->avx512 ? ISA_AVX512 : f == k->avx2 ? ISA_AVX2 : ISA_SCALAR;
+}
 
 /* ------------------------------------------------------------- thread pool */
 

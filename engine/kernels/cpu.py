@@ -82,6 +82,10 @@ def load() -> ctypes.CDLL | None:
     lib.gc_set_isa.argtypes = [ctypes.c_int]
     lib.gc_best_isa.restype = ctypes.c_int
     lib.gc_path_isa.restype = ctypes.c_int
+    lib.gc_mul_mat_id.restype = ctypes.c_int
+    lib.gc_mul_mat_id.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                  ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                  ctypes.c_void_p, ctypes.c_int]
     lib.gc_path_isa.argtypes = [ctypes.c_int]
     lib.gc_rms_norm.restype = None
     lib.gc_rms_norm.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
@@ -221,5 +225,33 @@ def dequantize(weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int, 
     return cpu_dequantize(weight, int(ggml_type), rows, cols).to(dtype)
 
 
-def mul_mat_id(weight, x, ids, ggml_type, out_features):
+def _mul_mat_id_rows(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, ggml_type: int,
+                     out_features: int) -> torch.Tensor:
+    """gc_mul_mat_id: weight (experts, out, row_bytes), x (T, in) or (T, K, in), ids (T, K)
+    -> (T, K, out) float32, every selection in one native call."""
+    w = weight if weight.is_contiguous() else weight.contiguous()
+    if x.dtype is not torch.float32 or not x.is_contiguous():
+        x = x.float().contiguous()
+    ids = ids.to(torch.int64).contiguous()
+    t, k = ids.shape
+    if x.shape[0] != t or (x.dim() == 3 and x.shape[1] != k) or x.dim() not in (2, 3):
+        raise ValueError(f"mul_mat_id: x {tuple(x.shape)} does not match ids {tuple(ids.shape)}")
+    y = torch.empty(t, k, out_features, dtype=torch.float32)
+    rc = (_lib or load()).gc_mul_mat_id(ggml_type, w.data_ptr(), w.shape[0], out_features, x.shape[-1], x.data_ptr(),
+                                        int(x.dim() == 3), ids.data_ptr(), t, k, y.data_ptr(), _threads)
+    if rc == -3:
+        raise IndexError(f"expert index out of range 0..{w.shape[0] - 1} in {ids.tolist()}")
+    if rc != 0:
+        raise RuntimeError(f"gc_mul_mat_id failed ({rc}) for {GGMLType(ggml_type).name}, {x.shape[-1]} columns")
+    return y
+
+
+def mul_mat_id(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, ggml_type: GGMLType,
+               out_features: int) -> torch.Tensor:
+    """The kernel interface's mul_mat_id. Up to GEMV_MAX_ROWS tokens (each expert then
+    sees at most that many rows) one native call does every selection with integer dots;
+    longer prompts go expert by expert through mul_mat (dequantized tiles + torch)."""
+    if ids.shape[0] <= GEMV_MAX_ROWS:
+        y = _mul_mat_id_rows(weight, x, ids, int(ggml_type), out_features)
+        return y if y.dtype is x.dtype else y.to(x.dtype)
     return reference.mul_mat_id(weight, x, ids, ggml_type, out_features, mul_mat=mul_mat)

@@ -1174,6 +1174,78 @@ int gc_mul_mat(int type, const void *w, int64_t n_rows, int64_t n_cols, const fl
     return 0;
 }
 
+/* ---------------------------------------------------------- mul_mat_id */
+
+/* Selections grouped by expert: group g is expert gexp[g] with the slots (t * n_k + k)
+ * slot[gstart[g] .. gstart[g + 1]). Work items are (group, weight row) pairs, so each
+ * expert row is read once for all the tokens that chose that expert. */
+typedef struct {
+    dot_fn dot;
+    int nb;
+    const uint8_t *w;
+    int64_t row_bytes, expert_bytes, n_rows, n_k;
+    const int64_t *gexp, *gstart, *slot;
+    const uint8_t *xq;
+    size_t xq_row_bytes;
+    int x_per_slot;
+    float *y;
+} mmid_ctx;
+
+static void mmid_task(void *vctx, int64_t start, int64_t end) {
+    const mmid_ctx *c = vctx;
+    for (int64_t it = start; it < end; it++) {
+        const int64_t g = it / c->n_rows, r = it % c->n_rows;
+        const uint8_t *wr = c->w + c->gexp[g] * c->expert_bytes + r * c->row_bytes;
+        if (it + 1 < end && r + 1 < c->n_rows) prefetch_row(wr + c->row_bytes, c->row_bytes);
+        for (int64_t j = c->gstart[g]; j < c->gstart[g + 1]; j++) {
+            const int64_t s = c->slot[j];
+            const uint8_t *xq = c->xq + (c->x_per_slot ? s : s / c->n_k) * c->xq_row_bytes;
+            c->y[s * c->n_rows + r] = c->dot(wr, xq, c->nb);
+        }
+    }
+}
+
+/* Mixture-of-experts product: y[t, k, :] = x_t · W[ids[t, k]]^T, W being n_experts packed
+ * (n_rows, n_cols) matrices one after another; x is (n_tokens, n_cols), or with
+ * x_per_slot (n_tokens, n_k, n_cols), one row per selection. 0 on success, -3 for an
+ * expert index out of range. */
+int gc_mul_mat_id(int type, const void *w, int64_t n_experts, int64_t n_rows, int64_t n_cols, const float *x,
+                  int x_per_slot, const int64_t *ids, int64_t n_tokens, int64_t n_k, float *y, int n_threads) {
+    const kernel_t *k = find(type);
+    if (!k || n_cols % k->block) return -1;
+    const int64_t n_slots = n_tokens * n_k;
+    for (int64_t s = 0; s < n_slots; s++)
+        if (ids[s] < 0 || ids[s] >= n_experts) return -3;
+    const int64_t nb = n_cols / k->block, n_x = x_per_slot ? n_slots : n_tokens;
+    const size_t xq_row_bytes = k->act256 ? (size_t)nb * sizeof(act256) : (size_t)nb * sizeof(act32);
+    uint8_t *xq = malloc(xq_row_bytes * (size_t)n_x + 64);
+    int64_t *count = calloc((size_t)n_experts, sizeof(int64_t));
+    int64_t *gexp = malloc(sizeof(int64_t) * (size_t)(n_slots + 1)), *gstart = malloc(sizeof(int64_t) * (size_t)(n_slots + 2));
+    int64_t *slot = malloc(sizeof(int64_t) * (size_t)(n_slots + 1)), *fill = malloc(sizeof(int64_t) * (size_t)(n_experts + 1));
+    int rc = 0;
+    if (!xq || !count || !gexp || !gstart || !slot || !fill) { rc = -2; goto done; }
+    q_ctx qc = {x, n_cols, xq, xq_row_bytes, k->act256};
+    parallel_for(n_threads, n_x, 1, quant_task, &qc);
+    for (int64_t s = 0; s < n_slots; s++) count[ids[s]]++;
+    int64_t n_groups = 0, pos = 0;
+    for (int64_t e = 0; e < n_experts; e++) {
+        fill[e] = pos;
+        if (count[e]) { gexp[n_groups] = e; gstart[n_groups++] = pos; pos += count[e]; }
+    }
+    gstart[n_groups] = pos;
+    for (int64_t s = 0; s < n_slots; s++) slot[fill[ids[s]]++] = s;
+    const int64_t row_bytes = nb * (int64_t)k->bytes;
+    mmid_ctx c = {pick(k), (int)nb, w, row_bytes, row_bytes * n_rows, n_rows, n_k, gexp, gstart, slot,
+                  xq, xq_row_bytes, x_per_slot, y};
+    const int64_t items = n_groups * n_rows;
+    int64_t chunk = items / (8 * (n_threads > 0 ? n_threads : 1));
+    if (chunk < 16) chunk = 16;
+    parallel_for(n_threads, items, chunk, mmid_task, &c);
+done:
+    free(xq); free(count); free(gexp); free(gstart); free(slot); free(fill);
+    return rc;
+}
+
 typedef struct {
     const kernel_t *k;
     const uint8_t *w;

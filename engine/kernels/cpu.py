@@ -5,8 +5,8 @@ output rows (one pool, sized like torch's: torch.get_num_threads() at import, or
 set_threads()).
 
 Exposed as the torch custom op `gguf_serve::cpu_mul_mat` so that torch.compile can
-trace through it. `GGUF_SERVE_CPU_ISA` (scalar, avx2, avx512) picks the code path;
-by default the best the CPU runs."""
+trace through it. `GGUF_SERVE_CPU_ISA` picks the code path (scalar, avx2, avx512 on
+x86-64; scalar, neon on AArch64); by default the best the CPU runs."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ from . import reference
 log = logging.getLogger("gguf_serve.kernels")
 
 ISA_ENV = "GGUF_SERVE_CPU_ISA"
-ISAS = {"scalar": 0, "avx2": 1, "avx512": 2}
 LIB_NAME = "_gguf_cpu"
 
 _lib: ctypes.CDLL | None = None
@@ -87,6 +86,8 @@ def load() -> ctypes.CDLL | None:
                                   ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                   ctypes.c_void_p, ctypes.c_int]
     lib.gc_path_isa.argtypes = [ctypes.c_int]
+    lib.gc_isa_name.restype = ctypes.c_char_p
+    lib.gc_isa_name.argtypes = [ctypes.c_int]
     lib.gc_rms_norm.restype = None
     lib.gc_rms_norm.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                 ctypes.c_float, ctypes.c_int]
@@ -95,15 +96,24 @@ def load() -> ctypes.CDLL | None:
     return _lib
 
 
+def isas() -> list[str]:
+    """The code paths of this architecture's build, lowest first (index = ISA level)."""
+    lib = load()
+    names = []
+    while lib is not None and (name := lib.gc_isa_name(len(names))) is not None:
+        names.append(name.decode())
+    return names
+
+
 def set_isa(name: str | None) -> str:
-    """Select the code path (scalar, avx2, avx512; None: the best this CPU runs)."""
+    """Select the code path (one of isas(); None: the best this CPU runs)."""
     lib = load()
     if lib is None:
         raise RuntimeError("native CPU kernels are not available")
-    if name is not None and name not in ISAS:
-        raise ValueError(f"{ISA_ENV}={name!r}: expected one of {', '.join(ISAS)}")
-    got = lib.gc_set_isa(ISAS[name] if name else -1)
-    chosen = {v: k for k, v in ISAS.items()}[got]
+    names = isas()
+    if name is not None and name not in names:
+        raise ValueError(f"{ISA_ENV}={name!r}: expected one of {', '.join(names)}")
+    chosen = names[lib.gc_set_isa(names.index(name) if name else -1)]
     if name and chosen != name:
         log.warning("%s=%s is not supported by this CPU; using %s", ISA_ENV, name, chosen)
     return chosen
@@ -111,7 +121,7 @@ def set_isa(name: str | None) -> str:
 
 def best_isa() -> str:
     lib = load()
-    return {v: k for k, v in ISAS.items()}[lib.gc_best_isa()] if lib else "none"
+    return isas()[lib.gc_best_isa()] if lib else "none"
 
 
 def path_isa(ggml_type: GGMLType) -> str:
@@ -119,7 +129,7 @@ def path_isa(ggml_type: GGMLType) -> str:
     got = load().gc_path_isa(int(ggml_type))
     if got < 0:
         raise ValueError(f"no native kernel for {GGMLType(ggml_type).name}")
-    return {v: k for k, v in ISAS.items()}[got]
+    return isas()[got]
 
 
 def supports(ggml_type: GGMLType) -> bool:

@@ -14,8 +14,7 @@ from helpers import random_packed
 
 TYPES = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q5_K, GGMLType.Q5_0, GGMLType.Q4_0, GGMLType.Q4_1,
          GGMLType.Q5_1, GGMLType.Q3_K, GGMLType.Q2_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS]
-ISAS = [isa for isa in ("scalar", "avx2", "avx512") if cpu.load() is None or
-        list(cpu.ISAS).index(isa) <= list(cpu.ISAS).index(cpu.best_isa())]
+ISAS = cpu.isas()[:cpu.isas().index(cpu.best_isa()) + 1] if cpu.load() is not None else ["scalar"]
 
 
 @pytest.fixture(autouse=True)

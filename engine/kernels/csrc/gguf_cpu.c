@@ -5,8 +5,8 @@
  * products against the packed weight blocks, threads over output rows.
  *
  * Plain C with a C ABI (loaded through ctypes; no Python or torch headers). Each dot
- * product exists as a scalar version and as AVX2 / AVX-512 (VNNI) versions compiled
- * with target attributes; gc_set_isa() picks one at run time.
+ * product exists as a scalar version and, on x86-64, AVX2 / AVX-512 versions compiled
+ * with target attributes, on AArch64 a NEON version; gc_set_isa() picks one at run time.
  */
 
 #include <math.h>
@@ -19,6 +19,9 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #define GC_X86 1
 #include <immintrin.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#define GC_NEON 1
+#include <arm_neon.h>
 #endif
 
 #define QK_K 256
@@ -879,21 +882,258 @@ AVX512 static void quantize_act256_avx512(const float *x, act256 *y, int64_t k) 
 
 #endif /* GC_X86 */
 
+/* ------------------------------------------------------------ NEON dots */
+#ifdef GC_NEON
+
+/* baseline AArch64 NEON (no dot-product extension needed) */
+static inline float h2f_neon(uint16_t h) {
+    __fp16 f;
+    memcpy(&f, &h, 2);
+    return (float)f;
+}
+
+/* acc + the 16 products a[j] b[j], pairwise into 4 lanes (|a b| <= 128 * 127 fits 16 bits) */
+static inline int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) {
+    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
+    return vpadalq_s16(acc, vmull_s8(vget_high_s8(a), vget_high_s8(b)));
+}
+
+static inline int sum16(int8x16_t a, int8x16_t b) { return vaddvq_s32(dot16(vdupq_n_s32(0), a, b)); }
+
+static inline int sum32(int8x16_t a0, int8x16_t a1, const int8_t *x) {
+    return vaddvq_s32(dot16(dot16(vdupq_n_s32(0), a0, vld1q_s8(x)), a1, vld1q_s8(x + 16)));
+}
+
+static inline int8x16_t lo_nib(uint8x16_t v) { return vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0xF))); }
+static inline int8x16_t hi_nib(uint8x16_t v) { return vreinterpretq_s8_u8(vshrq_n_u8(v, 4)); }
+
+/* 16 bits (two bytes) -> 16 bytes of 0x10 / 0x00 */
+static inline uint8x16_t bits16_to_0x10(const uint8_t *two) {
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t v = vcombine_u8(vdup_n_u8(two[0]), vdup_n_u8(two[1]));
+    return vandq_u8(vtstq_u8(v, vld1q_u8(bit)), vdupq_n_u8(0x10));
+}
+
+static float dot_q8_0_neon(const void *vw, const void *vx, int nb) {
+    const blk_q8_0 *w = vw; const act32 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++)
+        acc += h2f_neon(w[i].d) * x[i].d * (float)sum32(vld1q_s8(w[i].qs), vld1q_s8(w[i].qs + 16), x[i].qs);
+    return acc;
+}
+
+static float dot_q4_0_neon(const void *vw, const void *vx, int nb) {
+    const blk_q4_0 *w = vw; const act32 *x = vx; float acc = 0.f;
+    const int8x16_t eight = vdupq_n_s8(8);
+    for (int i = 0; i < nb; i++) {
+        const uint8x16_t v = vld1q_u8(w[i].qs);
+        acc += h2f_neon(w[i].d) * x[i].d * (float)sum32(vsubq_s8(lo_nib(v), eight), vsubq_s8(hi_nib(v), eight), x[i].qs);
+    }
+    return acc;
+}
+
+static float dot_q4_1_neon(const void *vw, const void *vx, int nb) {
+    const blk_q4_1 *w = vw; const act32 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) {
+        const uint8x16_t v = vld1q_u8(w[i].qs);
+        acc += h2f_neon(w[i].d) * x[i].d * (float)sum32(lo_nib(v), hi_nib(v), x[i].qs) + h2f_neon(w[i].m) * x[i].s;
+    }
+    return acc;
+}
+
+static float dot_q5_0_neon(const void *vw, const void *vx, int nb) {
+    const blk_q5_0 *w = vw; const act32 *x = vx; float acc = 0.f;
+    const int8x16_t sixteen = vdupq_n_s8(16);
+    for (int i = 0; i < nb; i++) {
+        const uint8x16_t v = vld1q_u8(w[i].qs);
+        const int8x16_t a = vorrq_s8(lo_nib(v), vreinterpretq_s8_u8(bits16_to_0x10(w[i].qh)));
+        const int8x16_t b = vorrq_s8(hi_nib(v), vreinterpretq_s8_u8(bits16_to_0x10(w[i].qh + 2)));
+        acc += h2f_neon(w[i].d) * x[i].d * (float)sum32(vsubq_s8(a, sixteen), vsubq_s8(b, sixteen), x[i].qs);
+    }
+    return acc;
+}
+
+static float dot_q5_1_neon(const void *vw, const void *vx, int nb) {
+    const blk_q5_1 *w = vw; const act32 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) {
+        const uint8x16_t v = vld1q_u8(w[i].qs);
+        const int8x16_t a = vorrq_s8(lo_nib(v), vreinterpretq_s8_u8(bits16_to_0x10(w[i].qh)));
+        const int8x16_t b = vorrq_s8(hi_nib(v), vreinterpretq_s8_u8(bits16_to_0x10(w[i].qh + 2)));
+        acc += h2f_neon(w[i].d) * x[i].d * (float)sum32(a, b, x[i].qs) + h2f_neon(w[i].m) * x[i].s;
+    }
+    return acc;
+}
+
+static float dot_iq4_nl_neon(const void *vw, const void *vx, int nb) {
+    const blk_iq4_nl *w = vw; const act32 *x = vx; float acc = 0.f;
+    const int8x16_t lut = vld1q_s8(kvalues_iq4nl);
+    for (int i = 0; i < nb; i++) {
+        const uint8x16_t v = vld1q_u8(w[i].qs);
+        const int8x16_t a = vqtbl1q_s8(lut, vandq_u8(v, vdupq_n_u8(0xF))), b = vqtbl1q_s8(lut, vshrq_n_u8(v, 4));
+        acc += h2f_neon(w[i].d) * x[i].d * (float)sum32(a, b, x[i].qs);
+    }
+    return acc;
+}
+
+/* Q2_K: element 128h + 32s + l is bits 2s..2s+1 of qs[32h + l]; per 16, scale (low
+ * nibble) and min (high nibble) */
+static float dot_q2_K_neon(const void *vw, const void *vx, int nb) {
+    const blk_q2_K *w = vw; const act256 *x = vx; float acc = 0.f;
+    const uint8x16_t m3 = vdupq_n_u8(3);
+    for (int i = 0; i < nb; i++) {
+        int sum = 0, summ = 0;
+        for (int j = 0; j < 16; j++) summ += (w[i].scales[j] >> 4) * x[i].bsums[j];
+        for (int h = 0; h < 2; h++) {
+            const uint8x16_t q0 = vld1q_u8(w[i].qs + 32 * h), q1 = vld1q_u8(w[i].qs + 32 * h + 16);
+            for (int s = 0; s < 4; s++) {
+                const int e = 128 * h + 32 * s;
+                const int8x16_t shift = vdupq_n_s8((int8_t)(-2 * s));
+                const int8x16_t a = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(q0, shift), m3));
+                const int8x16_t b = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(q1, shift), m3));
+                sum += (w[i].scales[e / 16] & 0xF) * sum16(a, vld1q_s8(x[i].qs + e)) +
+                       (w[i].scales[e / 16 + 1] & 0xF) * sum16(b, vld1q_s8(x[i].qs + e + 16));
+            }
+        }
+        acc += x[i].d * (h2f_neon(w[i].d) * (float)sum - h2f_neon(w[i].dmin) * (float)summ);
+    }
+    return acc;
+}
+
+/* Q3_K: Q2_K's two bits, minus 4 where bit 4h + s of hmask[l] is clear; signed scales */
+static float dot_q3_K_neon(const void *vw, const void *vx, int nb) {
+    const blk_q3_K *w = vw; const act256 *x = vx; float acc = 0.f;
+    const uint8x16_t m3 = vdupq_n_u8(3), four = vdupq_n_u8(4);
+    for (int i = 0; i < nb; i++) {
+        int sc[16], sum = 0;
+        q3_scales(w[i].scales, sc);
+        const uint8x16_t hm0 = vld1q_u8(w[i].hmask), hm1 = vld1q_u8(w[i].hmask + 16);
+        for (int h = 0; h < 2; h++) {
+            const uint8x16_t q0 = vld1q_u8(w[i].qs + 32 * h), q1 = vld1q_u8(w[i].qs + 32 * h + 16);
+            for (int s = 0; s < 4; s++) {
+                const int e = 128 * h + 32 * s;
+                const int8x16_t shift = vdupq_n_s8((int8_t)(-2 * s));
+                const uint8x16_t bit = vdupq_n_u8((uint8_t)(1 << (4 * h + s)));
+                /* q = two bits - 4 + (4 where the mask bit is set) */
+                const int8x16_t a = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(vshlq_u8(q0, shift), m3), vandq_u8(vtstq_u8(hm0, bit), four))), vreinterpretq_s8_u8(four));
+                const int8x16_t b = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(vshlq_u8(q1, shift), m3), vandq_u8(vtstq_u8(hm1, bit), four))), vreinterpretq_s8_u8(four));
+                sum += sc[e / 16] * sum16(a, vld1q_s8(x[i].qs + e)) + sc[e / 16 + 1] * sum16(b, vld1q_s8(x[i].qs + e + 16));
+            }
+        }
+        acc += h2f_neon(w[i].d) * x[i].d * (float)sum;
+    }
+    return acc;
+}
+
+/* Q4_K / Q5_K: 32 bytes of qs per 64 elements, low nibbles sub-block 2c, high 2c+1;
+ * Q5_K's fifth bit of element 64c + 32h + l is bit 2c + h of qh[l] */
+static float q45_block_dot_neon(uint16_t d, uint16_t dmin, const uint8_t *scales, const uint8_t *qs,
+                                const uint8_t *qh, const act256 *x) {
+    uint8_t sc[8], m[8];
+    unpack_scale_min_k4(scales, sc, m);
+    int sum = 0, summ = 0;
+    for (int j = 0; j < 8; j++) summ += m[j] * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
+    const uint8x16_t h0 = qh ? vld1q_u8(qh) : vdupq_n_u8(0), h1 = qh ? vld1q_u8(qh + 16) : vdupq_n_u8(0);
+    const uint8x16_t b16 = vdupq_n_u8(0x10);
+    for (int c = 0; c < 4; c++) {
+        const uint8x16_t v0 = vld1q_u8(qs + 32 * c), v1 = vld1q_u8(qs + 32 * c + 16);
+        const uint8x16_t bl = vdupq_n_u8((uint8_t)(1 << (2 * c))), bh = vdupq_n_u8((uint8_t)(2 << (2 * c)));
+        const int8x16_t l0 = vorrq_s8(lo_nib(v0), vreinterpretq_s8_u8(vandq_u8(vtstq_u8(h0, bl), b16)));
+        const int8x16_t l1 = vorrq_s8(lo_nib(v1), vreinterpretq_s8_u8(vandq_u8(vtstq_u8(h1, bl), b16)));
+        const int8x16_t u0 = vorrq_s8(hi_nib(v0), vreinterpretq_s8_u8(vandq_u8(vtstq_u8(h0, bh), b16)));
+        const int8x16_t u1 = vorrq_s8(hi_nib(v1), vreinterpretq_s8_u8(vandq_u8(vtstq_u8(h1, bh), b16)));
+        sum += sc[2 * c] * sum32(l0, l1, x->qs + 64 * c) + sc[2 * c + 1] * sum32(u0, u1, x->qs + 64 * c + 32);
+    }
+    return x->d * (h2f_neon(d) * (float)sum - h2f_neon(dmin) * (float)summ);
+}
+
+static float dot_q4_K_neon(const void *vw, const void *vx, int nb) {
+    const blk_q4_K *w = vw; const act256 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) acc += q45_block_dot_neon(w[i].d, w[i].dmin, w[i].scales, w[i].qs, NULL, &x[i]);
+    return acc;
+}
+
+static float dot_q5_K_neon(const void *vw, const void *vx, int nb) {
+    const blk_q5_K *w = vw; const act256 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) acc += q45_block_dot_neon(w[i].d, w[i].dmin, w[i].scales, w[i].qs, w[i].qh, &x[i]);
+    return acc;
+}
+
+/* Q6_K: element 128h + 32s + l: a nibble of ql[64h + 32(s & 1) + l] (high one for
+ * s >= 2) and bits 2s..2s+1 of qh[32h + l] as bits 4-5, minus 32; int8 scales per 16 */
+static float dot_q6_K_neon(const void *vw, const void *vx, int nb) {
+    const blk_q6_K *w = vw; const act256 *x = vx; float acc = 0.f;
+    const uint8x16_t m3 = vdupq_n_u8(3);
+    const int8x16_t off = vdupq_n_s8(32);
+    for (int i = 0; i < nb; i++) {
+        int sum = 0;
+        for (int h = 0; h < 2; h++) {
+            for (int s = 0; s < 4; s++) {
+                const int e = 128 * h + 32 * s;
+                const uint8_t *ql = w[i].ql + 64 * h + 32 * (s & 1);
+                const int8x16_t hshift = vdupq_n_s8((int8_t)(-2 * s));
+                int8x16_t q[2];
+                for (int half = 0; half < 2; half++) {
+                    const uint8x16_t v = vld1q_u8(ql + 16 * half);
+                    const uint8x16_t lo = (s >> 1) ? vshrq_n_u8(v, 4) : vandq_u8(v, vdupq_n_u8(0xF));
+                    const uint8x16_t hi = vshlq_n_u8(vandq_u8(vshlq_u8(vld1q_u8(w[i].qh + 32 * h + 16 * half), hshift), m3), 4);
+                    q[half] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), off);
+                }
+                sum += w[i].scales[e / 16] * sum16(q[0], vld1q_s8(x[i].qs + e)) +
+                       w[i].scales[e / 16 + 1] * sum16(q[1], vld1q_s8(x[i].qs + e + 16));
+            }
+        }
+        acc += h2f_neon(w[i].d) * x[i].d * (float)sum;
+    }
+    return acc;
+}
+
+static float dot_iq4_xs_neon(const void *vw, const void *vx, int nb) {
+    const blk_iq4_xs *w = vw; const act256 *x = vx; float acc = 0.f;
+    const int8x16_t lut = vld1q_s8(kvalues_iq4nl);
+    for (int i = 0; i < nb; i++) {
+        int sum = 0;
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = (((w[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((w[i].scales_h >> (2 * ib)) & 3) << 4)) - 32;
+            const uint8x16_t v = vld1q_u8(w[i].qs + 16 * ib);
+            const int8x16_t a = vqtbl1q_s8(lut, vandq_u8(v, vdupq_n_u8(0xF))), b = vqtbl1q_s8(lut, vshrq_n_u8(v, 4));
+            sum += ls * sum32(a, b, x[i].qs + 32 * ib);
+        }
+        acc += h2f_neon(w[i].d) * x[i].d * (float)sum;
+    }
+    return acc;
+}
+
+#endif /* GC_NEON */
+
 /* ---------------------------------------------------------------- dispatch */
 
 typedef float (*dot_fn)(const void *, const void *, int);
 
+/* ISA levels: 0 is the portable C; above it this architecture's SIMD builds, each
+ * level running on CPUs that run the one below. */
+#if defined(GC_X86)
+enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, N_ISA = 3 };
+static const char *const ISA_NAMES[N_ISA] = {"scalar", "avx2", "avx512"};
+#elif defined(GC_NEON)
+enum { ISA_SCALAR = 0, ISA_NEON = 1, N_ISA = 2 };
+static const char *const ISA_NAMES[N_ISA] = {"scalar", "neon"};
+#else
+enum { ISA_SCALAR = 0, N_ISA = 1 };
+static const char *const ISA_NAMES[N_ISA] = {"scalar"};
+#endif
+
 typedef struct {
     int type, block, act256; /* act256: activations in 256-blocks (k-quants) else 32 */
     size_t bytes;            /* bytes per weight block */
-    dot_fn scalar, avx2, avx512;
+    dot_fn dot[N_ISA];       /* by ISA level (NULL: none at that level) */
     deq_fn deq;
 } kernel_t;
 
-#ifdef GC_X86
-#define K(t, blk, a, sz, name) {t, blk, a, sz, dot_##name##_s, dot_##name##_avx2, dot_##name##_avx512, deq_##name}
+#if defined(GC_X86)
+#define K(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s, dot_##name##_avx2, dot_##name##_avx512}, deq_##name}
+#elif defined(GC_NEON)
+#define K(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s, dot_##name##_neon}, deq_##name}
 #else
-#define K(t, blk, a, sz, name) {t, blk, a, sz, dot_##name##_s, NULL, NULL, deq_##name}
+#define K(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s}, deq_##name}
 #endif
 
 static const kernel_t KERNELS[] = {
@@ -911,25 +1151,29 @@ static const kernel_t KERNELS[] = {
     K(T_IQ4_XS, QK_K, 1, sizeof(blk_iq4_xs), iq4_xs),
 };
 
-enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
 static int g_isa = -1;
 
 static int detect_isa(void) {
-#ifdef GC_X86
+#if defined(GC_X86)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma"))
         return ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         return ISA_AVX2;
+#elif defined(GC_NEON)
+    return ISA_NEON; /* part of every AArch64 CPU */
 #endif
     return ISA_SCALAR;
 }
 
-/* the best ISA this CPU runs */
+/* the best ISA level this CPU runs */
 int gc_best_isa(void) { return detect_isa(); }
 
-/* select an ISA (clamped to what the CPU runs); returns the one in use */
+/* the name of an ISA level on this architecture, or NULL past the last */
+const char *gc_isa_name(int isa) { return isa >= 0 && isa < N_ISA ? ISA_NAMES[isa] : NULL; }
+
+/* select an ISA level (clamped to what the CPU runs); returns the one in use */
 int gc_set_isa(int isa) {
     const int best = detect_isa();
     g_isa = (isa < 0 || isa > best) ? best : isa;
@@ -942,12 +1186,15 @@ static const kernel_t *find(int type) {
     return NULL;
 }
 
-static dot_fn pick(const kernel_t *k) {
+/* the dot product of the selected level, or the best one below it */
+static int pick_level(const kernel_t *k) {
     if (g_isa < 0) gc_set_isa(-1);
-    if (g_isa >= ISA_AVX512 && k->avx512) return k->avx512;
-    if (g_isa >= ISA_AVX2 && k->avx2) return k->avx2;
-    return k->scalar;
+    int level = g_isa;
+    while (level > 0 && !k->dot[level]) level--;
+    return level;
 }
+
+static dot_fn pick(const kernel_t *k) { return k->dot[pick_level(k)]; }
 
 /* 1 if mul_mat handles this type */
 int gc_supports(int type) { return find(type) != NULL; }
@@ -955,9 +1202,7 @@ int gc_supports(int type) { return find(type) != NULL; }
 /* the ISA of the dot product mul_mat uses for this type under the current selection, or -1 */
 int gc_path_isa(int type) {
     const kernel_t *k = find(type);
-    if (!k) return -1;
-    const dot_fn f = pick(k);
-    return f == k->avx512 ? ISA_AVX512 : f == k->avx2 ? ISA_AVX2 : ISA_SCALAR;
+    return k ? pick_level(k) : -1;
 }
 
 /* ------------------------------------------------------------- thread pool */
@@ -988,8 +1233,10 @@ static pthread_mutex_t g_call = PTHREAD_MUTEX_INITIALIZER;
 #define SPIN_POLLS 20000
 
 static inline void cpu_relax(void) {
-#ifdef GC_X86
+#if defined(GC_X86)
     _mm_pause();
+#elif defined(GC_NEON)
+    __asm__ __volatile__("yield");
 #endif
 }
 
@@ -1103,11 +1350,7 @@ typedef struct {
 #define NSTREAM 4
 
 static inline void prefetch_row(const uint8_t *p, int64_t n) {
-#ifdef GC_X86
-    for (int64_t o = 0; o < n; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
-#else
-    (void)p; (void)n;
-#endif
+    for (int64_t o = 0; o < n; o += 64) __builtin_prefetch(p + o, 0, 3);
 }
 
 static void mm_task(void *vctx, int64_t start, int64_t end) {

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import torch
-from transformers import DynamicCache
 
 from ..gguf_io import Keys
+from .cache import new_cache
 from .modules import GgufLinear
 from .sampling import SamplingParams, apply_logit_bias, apply_penalties, sample
 
@@ -166,7 +166,7 @@ def generate(lm, prompt, params: SamplingParams | None = None,
     detok = Detokenizer(lm.tokenizer, prompt_ids)
     stops = StopStrings(params.stop)
     counts: dict[int, int] = {}
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model.config)
     inputs = torch.tensor([prompt_ids], dtype=torch.long, device=device)
     n_out = 0
     torch_threads = torch.get_num_threads()

@@ -73,8 +73,7 @@ def _register_native_cpu() -> None:
 
     if cpu.load() is None:
         return
-    ops = KernelOps(f"cpu-native ({cpu.best_isa()})", cpu.mul_mat, reference.get_rows, cpu.dequantize,
-                    cpu.mul_mat_id)
+    ops = KernelOps(f"cpu-native ({cpu.best_isa()})", cpu.mul_mat, cpu.get_rows, cpu.dequantize, cpu.mul_mat_id)
     register("cpu", lambda dev, t: dev == "cpu" and cpu.supports(t), ops)
 
 

@@ -256,12 +256,34 @@ def _mul_mat_id_rows(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, g
     return y
 
 
+@torch.library.custom_op("gguf_serve::cpu_mul_mat_id", mutates_args=())
+def cpu_mul_mat_id(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, ggml_type: int,
+                   out_features: int) -> torch.Tensor:
+    """y (T, K, out) for packed experts weight (E, out, row_bytes), x (T, in) or (T, K, in), ids (T, K)."""
+    return _mul_mat_id_rows(weight, x, ids, ggml_type, out_features)
+
+
+@cpu_mul_mat_id.register_fake
+def _(weight, x, ids, ggml_type, out_features):
+    return x.new_empty(ids.shape[0], ids.shape[1], out_features, dtype=torch.float32)
+
+
 def mul_mat_id(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, ggml_type: GGMLType,
                out_features: int) -> torch.Tensor:
     """The kernel interface's mul_mat_id. Up to GEMV_MAX_ROWS tokens (each expert then
     sees at most that many rows) one native call does every selection with integer dots;
     longer prompts go expert by expert through mul_mat (dequantized tiles + torch)."""
     if ids.shape[0] <= GEMV_MAX_ROWS:
-        y = _mul_mat_id_rows(weight, x, ids, int(ggml_type), out_features)
+        op = cpu_mul_mat_id if torch.compiler.is_compiling() else _mul_mat_id_rows
+        y = op(weight, x, ids, int(ggml_type), out_features)
         return y if y.dtype is x.dtype else y.to(x.dtype)
     return reference.mul_mat_id(weight, x, ids, ggml_type, out_features, mul_mat=mul_mat)
+
+
+def get_rows(weight: torch.Tensor, indices: torch.Tensor, ggml_type: GGMLType, cols: int,
+             dtype: torch.dtype) -> torch.Tensor:
+    """Embedding lookup: the selected packed rows, dequantized by the native kernels."""
+    flat = indices.reshape(-1)
+    rows = weight.index_select(0, flat)  # raises IndexError for an index out of range
+    out = cpu_dequantize(rows, int(ggml_type), flat.numel(), cols)
+    return (out if out.dtype is dtype else out.to(dtype)).reshape(*indices.shape, cols)

@@ -130,6 +130,30 @@ def test_mul_mat_id_one_native_call_equals_expert_by_expert(gtype):
                 assert np.all(np.abs(got[t, k].numpy() - xr[0] @ Wk.T) <= bound * 1.001 + 1e-4)
 
 
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q5_0], ids=lambda t: t.name)
+def test_get_rows_equals_the_reference_lookup(gtype):
+    rng = np.random.default_rng(5)
+    table = torch.from_numpy(_weights(rng, gtype, 30, 512))
+    idx = torch.tensor([[3, 0, 29], [3, 7, 7]])
+    for dtype in (torch.float32, torch.bfloat16):
+        got = cpu.get_rows(table, idx, gtype, 512, dtype)
+        assert got.shape == (2, 3, 512) and got.dtype == dtype
+        assert torch.equal(got, reference.get_rows(table, idx, gtype, 512, dtype))
+    with pytest.raises(IndexError):
+        cpu.get_rows(table, torch.tensor([30]), gtype, 512, torch.float32)
+
+
+def test_custom_ops_pass_torch_library_checks():
+    """The ops torch.compile traces (fake tensors, schemas, autograd registration)."""
+    rng = np.random.default_rng(6)
+    w = torch.from_numpy(_weights(rng, GGMLType.Q4_K, 8, 256))
+    experts = torch.from_numpy(np.stack([_weights(rng, GGMLType.Q4_K, 8, 256) for _ in range(3)]))
+    torch.library.opcheck(cpu.cpu_mul_mat, (w, torch.randn(2, 256), int(GGMLType.Q4_K), 8))
+    torch.library.opcheck(cpu.cpu_dequantize, (w, int(GGMLType.Q4_K), 8, 256))
+    torch.library.opcheck(cpu.cpu_mul_mat_id, (experts, torch.randn(2, 256), torch.tensor([[0, 2], [1, 2]]),
+                                               int(GGMLType.Q4_K), 8))
+
+
 def test_mul_mat_id_rejects_bad_expert_indices_and_shapes():
     w = torch.from_numpy(np.stack([_weights(np.random.default_rng(e), GGMLType.Q8_0, 8, 64) for e in range(3)]))
     with pytest.raises(IndexError, match="expert index out of range 0..2"):

@@ -1374,6 +1374,10 @@ static void mm_task(void *vctx, int64_t start, int64_t end) {
     const int nb = (int)(c->n_cols / c->k->block);
     if (c->n_x == 1 && end - start >= 2 * NSTREAM) {
         const int64_t len = (end - start) / NSTREAM;
+        /* the dots prefetch PREFETCH_DIST ahead: ask for each stream's first bytes now */
+        const int64_t first = len * c->row_bytes < PREFETCH_DIST ? len * c->row_bytes : PREFETCH_DIST;
+        for (int s = 0; s < NSTREAM; s++)
+            for (int64_t o = 0; o < first; o += 64) __builtin_prefetch(c->w + (start + s * len) * c->row_bytes + o, 0, 3);
         for (int64_t i = 0; i < len; i++) {
             for (int s = 0; s < NSTREAM; s++) {
                 const int64_t r = start + s * len + i;

@@ -45,14 +45,32 @@ def test_append_cache_equals_dynamic_cache_through_growth(models, arch, monkeypa
     ids = torch.randint(0, 250, (1, 11), generator=torch.Generator().manual_seed(4))
     cache = kv.new_cache(lm.model.config)
     kinds = {type(layer).__name__ for layer in cache.layers}
-    assert "AppendLayer" in kinds and "DynamicLayer" not in kinds
-    if arch == "gemma3":
-        assert "DynamicSlidingWindowLayer" in kinds  # sliding layers keep their own class
+    assert "AppendLayer" in kinds and not kinds & {"DynamicLayer", "DynamicSlidingWindowLayer"}
+    if arch == "gemma3":  # window 8: its buffer (16 positions) fills and moves several times
+        assert "AppendSlidingWindowLayer" in kinds
+    if arch == "qwen35":
+        assert "LinearAttentionLayer" in kinds  # other kinds stay transformers' own
     ours = _decode(lm, cache, ids, 30)
     ref = _decode(lm, DynamicCache(config=lm.model.config), ids, 30)
     assert torch.equal(ours, ref)
-    append = [layer for layer in cache.layers if isinstance(layer, kv.AppendLayer)]
+    append = [layer for layer in cache.layers if type(layer) is kv.AppendLayer]
     assert all(layer.get_seq_length() == 41 and layer._kbuf.shape[-2] == 46 for layer in append)
+    sliding = [layer for layer in cache.layers if isinstance(layer, kv.AppendSlidingWindowLayer)]
+    assert all(layer.keys.shape[-2] == 7 and layer._kbuf.shape[-2] == 16 for layer in sliding)
+
+
+def test_sliding_window_layer_matches_transformers_step_by_step():
+    ours, ref = kv.AppendSlidingWindowLayer(sliding_window=5), kv.DynamicSlidingWindowLayer(sliding_window=5)
+    g = torch.Generator().manual_seed(0)
+    for n in (3, 1, 1, 7, 1, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 12, 1, 1):
+        k, v = torch.randn(1, 2, n, 4, generator=g), torch.randn(1, 2, n, 4, generator=g)
+        got, want = ours.update(k, v), ref.update(k, v)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert torch.equal(ours.keys, ref.keys) and ours.get_mask_sizes(1) == ref.get_mask_sizes(1)
+    ours.reset()
+    ref.reset()
+    k = torch.randn(1, 2, 2, 4, generator=g)
+    assert torch.equal(ours.update(k, k)[0], ref.update(k, k)[0])
 
 
 def test_append_layer_appends_in_place_and_survives_crop_and_reset():

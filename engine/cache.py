@@ -14,10 +14,16 @@ MIN_CAPACITY = 256  # positions allocated at first; the buffer doubles when full
 
 class AppendLayer(DynamicLayer):
     """A DynamicLayer whose `keys` / `values` are views of the first `length` positions
-    of larger buffers; an update writes only the new positions."""
+    of larger buffers; an update writes only the new positions. A buffer never grows
+    past `max_length` positions (the most the generation can reach) unless one update
+    needs more."""
 
     _kbuf: torch.Tensor | None = None
     _vbuf: torch.Tensor | None = None
+
+    def __init__(self, max_length: int | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.max_length = max_length
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
@@ -34,6 +40,8 @@ class AppendLayer(DynamicLayer):
 
     def _grow(self, key_states, value_states, old: int, new: int) -> None:
         capacity = max(MIN_CAPACITY, 2 * new)
+        if self.max_length is not None:
+            capacity = max(new, min(capacity, self.max_length))
         bufs = []
         for cur, states in ((self.keys, key_states), (self.values, value_states)):
             buf = states.new_empty(*states.shape[:-2], capacity, states.shape[-1])
@@ -127,14 +135,15 @@ class AppendSlidingWindowLayer(DynamicSlidingWindowLayer):
         self._kbuf = self._vbuf = None
 
 
-def new_cache(config) -> DynamicCache:
+def new_cache(config, max_length: int | None = None) -> DynamicCache:
     """A DynamicCache for `config` whose full-attention and sliding-window layers append
-    in place (linear-attention and other layer kinds stay transformers' own)."""
+    in place (linear-attention and other layer kinds stay transformers' own);
+    `max_length`, the most positions the sequence can reach, caps the buffers."""
     cache = DynamicCache(config=config)
     layers = []
     for layer in cache.layers:
         if type(layer) is DynamicLayer:
-            layer = AppendLayer()
+            layer = AppendLayer(max_length)
         elif type(layer) is DynamicSlidingWindowLayer:
             layer = AppendSlidingWindowLayer(sliding_window=layer.sliding_window)
         layers.append(layer)

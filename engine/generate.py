@@ -166,7 +166,7 @@ def generate(lm, prompt, params: SamplingParams | None = None,
     detok = Detokenizer(lm.tokenizer, prompt_ids)
     stops = StopStrings(params.stop)
     counts: dict[int, int] = {}
-    cache = new_cache(model.config)
+    cache = new_cache(model.config, max_length=n_prompt + budget)
     inputs = torch.tensor([prompt_ids], dtype=torch.long, device=device)
     n_out = 0
     torch_threads = torch.get_num_threads()

@@ -59,6 +59,19 @@ def test_append_cache_equals_dynamic_cache_through_growth(models, arch, monkeypa
     assert all(layer.keys.shape[-2] == 7 and layer._kbuf.shape[-2] == 16 for layer in sliding)
 
 
+def test_buffers_stop_at_the_longest_sequence_generation_can_reach(models):
+    lm = models["qwen3"]
+    ids = torch.randint(0, 250, (1, 11), generator=torch.Generator().manual_seed(5))
+    cache = kv.new_cache(lm.model.config, max_length=15)
+    ours = _decode(lm, cache, ids, 4)  # 11 + 4 = 15 positions: one buffer of 15, no regrowth
+    assert torch.equal(ours, _decode(lm, DynamicCache(config=lm.model.config), ids, 4))
+    append = [layer for layer in cache.layers if type(layer) is kv.AppendLayer]
+    assert append and all(layer._kbuf.shape[-2] == 15 for layer in append)
+    with torch.inference_mode():  # past the cap (generate never goes there): still correct
+        lm.model(input_ids=ids[:, :2], cache=cache, use_cache=True)
+    assert all(layer.get_seq_length() == 17 and layer._kbuf.shape[-2] == 17 for layer in append)
+
+
 def test_sliding_window_layer_matches_transformers_step_by_step():
     ours, ref = kv.AppendSlidingWindowLayer(sliding_window=5), kv.DynamicSlidingWindowLayer(sliding_window=5)
     g = torch.Generator().manual_seed(0)

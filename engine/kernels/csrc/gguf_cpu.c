@@ -552,11 +552,22 @@ DEFINE_DOT32(dot_q5_0_avx2, AVX2, dot_i8_avx2, blk_q5_0, BODY_Q5_0)
 DEFINE_DOT32(dot_q4_1_avx2, AVX2, dot_u8_avx2, blk_q4_1, BODY_Q4_1)
 DEFINE_DOT32(dot_q5_1_avx2, AVX2, dot_u8_avx2, blk_q5_1, BODY_Q5_1)
 DEFINE_DOT32(dot_iq4_nl_avx2, AVX2, dot_i8_avx2, blk_iq4_nl, BODY_IQ4_NL)
+/* AVX-512 (VL, BW): the fifth bits as a byte mask for a masked add (Q5_0 dot 13.2 -> 12.1
+ * ns per 256 weights in L1) */
+#define BODY_Q5_0_MASK                                                                              \
+    const blk_q5_0 *w = vw; uint32_t qh; memcpy(&qh, w[i].qh, 4);                                   \
+    const __m256i q16 = _mm256_sub_epi8(nibbles32(w[i].qs), _mm256_set1_epi8(16));                  \
+    q = _mm256_mask_add_epi8(q16, qh, q16, _mm256_set1_epi8(16)); d = H2F(w[i].d)
+#define BODY_Q5_1_MASK                                                                              \
+    const blk_q5_1 *w = vw; uint32_t qh; memcpy(&qh, w[i].qh, 4);                                   \
+    const __m256i q4 = nibbles32(w[i].qs);                                                          \
+    q = _mm256_mask_add_epi8(q4, qh, q4, _mm256_set1_epi8(16)); d = H2F(w[i].d); extra += H2F(w[i].m) * x[i].s
+
 DEFINE_DOT32(dot_q8_0_avx512, AVX512, dot_i8_vnni, blk_q8_0, BODY_Q8_0)
 DEFINE_DOT32(dot_q4_0_avx512, AVX512, dot_i8_vnni, blk_q4_0, BODY_Q4_0)
-DEFINE_DOT32(dot_q5_0_avx512, AVX512, dot_i8_vnni, blk_q5_0, BODY_Q5_0)
+DEFINE_DOT32(dot_q5_0_avx512, AVX512, dot_i8_vnni, blk_q5_0, BODY_Q5_0_MASK)
 DEFINE_DOT32(dot_q4_1_avx512, AVX512, dot_u8_vnni, blk_q4_1, BODY_Q4_1)
-DEFINE_DOT32(dot_q5_1_avx512, AVX512, dot_u8_vnni, blk_q5_1, BODY_Q5_1)
+DEFINE_DOT32(dot_q5_1_avx512, AVX512, dot_u8_vnni, blk_q5_1, BODY_Q5_1_MASK)
 DEFINE_DOT32(dot_iq4_nl_avx512, AVX512, dot_i8_vnni, blk_iq4_nl, BODY_IQ4_NL)
 
 /* Q4_K and Q5_K: per 64 elements, 32 bytes hold sub-block 2c (low nibbles) and 2c+1

@@ -163,16 +163,19 @@ def _(weight, x, ggml_type, out_features):
     return x.new_empty(x.shape[0], out_features, dtype=torch.float32)
 
 
-@torch.library.custom_op("gguf_serve::cpu_dequantize", mutates_args=())
-def cpu_dequantize(weight: torch.Tensor, ggml_type: int, rows: int, cols: int) -> torch.Tensor:
-    """The float32 values of packed rows W (rows, row_bytes)."""
-    lib = load()
+def _dequantize_rows(weight: torch.Tensor, ggml_type: int, rows: int, cols: int) -> torch.Tensor:
     w = weight if weight.is_contiguous() else weight.contiguous()
     y = torch.empty(rows, cols, dtype=torch.float32)
-    rc = lib.gc_dequantize(int(ggml_type), w.data_ptr(), rows, cols, y.data_ptr(), _threads)
+    rc = (_lib or load()).gc_dequantize(ggml_type, w.data_ptr(), rows, cols, y.data_ptr(), _threads)
     if rc != 0:
         raise RuntimeError(f"gc_dequantize failed ({rc}) for {GGMLType(ggml_type).name}, {cols} columns")
     return y
+
+
+@torch.library.custom_op("gguf_serve::cpu_dequantize", mutates_args=())
+def cpu_dequantize(weight: torch.Tensor, ggml_type: int, rows: int, cols: int) -> torch.Tensor:
+    """The float32 values of packed rows W (rows, row_bytes)."""
+    return _dequantize_rows(weight, ggml_type, rows, cols)
 
 
 @cpu_dequantize.register_fake
@@ -285,5 +288,6 @@ def get_rows(weight: torch.Tensor, indices: torch.Tensor, ggml_type: GGMLType, c
     """Embedding lookup: the selected packed rows, dequantized by the native kernels."""
     flat = indices.reshape(-1)
     rows = weight.index_select(0, flat)  # raises IndexError for an index out of range
-    out = cpu_dequantize(rows, int(ggml_type), flat.numel(), cols)
+    op = cpu_dequantize if torch.compiler.is_compiling() else _dequantize_rows
+    out = op(rows, int(ggml_type), flat.numel(), cols)
     return (out if out.dtype is dtype else out.to(dtype)).reshape(*indices.shape, cols)

@@ -1,7 +1,8 @@
-"""The KV cache for generation: transformers' DynamicCache, with each full-attention
-layer appending into a buffer with spare room instead of `torch.cat`-ing the whole
-cache every step (a copy of all cached keys and values per layer per token: on a
-4B-shaped model ~11 ms per token at 50 tokens of context, and growing with it)."""
+"""The KV cache for generation: transformers' DynamicCache, with its full-attention and
+sliding-window layers writing new positions into buffers with spare room instead of
+`torch.cat`-ing the whole cache (or window) every step, a copy per layer per token that
+grows with the context (Qwen3-4B shape at 1,500 tokens: 490 -> 322 ms per token; Gemma
+3 270M at 1,000: 34.2 -> 31.3 ms). The values are the same; only copies are saved."""
 
 from __future__ import annotations
 

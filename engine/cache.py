@@ -13,14 +13,36 @@ from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 MIN_CAPACITY = 256  # positions allocated at first; the buffer doubles when full
 
 
-class AppendLayer(DynamicLayer):
+class _Buffered:
+    """Key and value buffers behind a cache layer's `keys` / `values` views. The
+    layer operations that replace keys / values with new tensors drop the buffers; the
+    next update starts new ones from the replaced tensors."""
+
+    _kbuf: torch.Tensor | None = None
+    _vbuf: torch.Tensor | None = None
+
+    def reset(self) -> None:
+        self._kbuf = self._vbuf = None
+        super().reset()
+
+    def crop(self, tokens_to_remove: int) -> None:
+        super().crop(tokens_to_remove)
+        self._kbuf = self._vbuf = None
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        super().batch_repeat_interleave(repeats)
+        self._kbuf = self._vbuf = None
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        super().batch_select_indices(indices)
+        self._kbuf = self._vbuf = None
+
+
+class AppendLayer(_Buffered, DynamicLayer):
     """A DynamicLayer whose `keys` / `values` are views of the first `length` positions
     of larger buffers; an update writes only the new positions. A buffer never grows
     past `max_length` positions (the most the generation can reach) unless one update
     needs more."""
-
-    _kbuf: torch.Tensor | None = None
-    _vbuf: torch.Tensor | None = None
 
     def __init__(self, max_length: int | None = None, **kwargs):
         super().__init__(**kwargs)
@@ -51,33 +73,15 @@ class AppendLayer(DynamicLayer):
             bufs.append(buf)
         self._kbuf, self._vbuf = bufs
 
-    # the operations below replace keys / values with new tensors: start a new buffer
-    def reset(self) -> None:
-        self._kbuf = self._vbuf = None
-        super().reset()
-
-    def crop(self, tokens_to_remove: int) -> None:
-        super().crop(tokens_to_remove)
-        self._kbuf = self._vbuf = None
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        super().batch_repeat_interleave(repeats)
-        self._kbuf = self._vbuf = None
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        super().batch_select_indices(indices)
-        self._kbuf = self._vbuf = None
 
 
-class AppendSlidingWindowLayer(DynamicSlidingWindowLayer):
+class AppendSlidingWindowLayer(_Buffered, DynamicSlidingWindowLayer):
     """A DynamicSlidingWindowLayer (it keeps the last `sliding_window - 1` positions and
     returns them with the new ones) over a buffer of at least twice the window: new
     positions are written after the kept ones, and only when the buffer is full are the
     kept positions moved back to its start, instead of two `torch.cat`s of the whole
     window every step."""
 
-    _kbuf: torch.Tensor | None = None
-    _vbuf: torch.Tensor | None = None
     _start = 0  # the kept positions are buffer[start:end]
     _end = 0
 
@@ -118,22 +122,6 @@ class AppendSlidingWindowLayer(DynamicSlidingWindowLayer):
             bufs.append(buf)
         self._kbuf, self._vbuf = bufs
         self._start, self._end = 0, kept
-
-    def reset(self) -> None:
-        self._kbuf = self._vbuf = None
-        super().reset()
-
-    def crop(self, tokens_to_remove: int) -> None:
-        super().crop(tokens_to_remove)
-        self._kbuf = self._vbuf = None
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        super().batch_repeat_interleave(repeats)
-        self._kbuf = self._vbuf = None
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        super().batch_select_indices(indices)
-        self._kbuf = self._vbuf = None
 
 
 def new_cache(config, max_length: int | None = None) -> DynamicCache:

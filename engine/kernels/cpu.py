@@ -27,6 +27,7 @@ ISA_ENV = "GGUF_SERVE_CPU_ISA"
 LIB_NAME = "_gguf_cpu"
 
 _lib: ctypes.CDLL | None = None
+_isa_names: list[str] = []  # the library's ISA levels, lowest first
 _tried = False
 # The kernels' own thread count: torch's at import (decode may then run torch's ops on
 # one thread while the kernels keep all of them; see engine.generate).
@@ -91,6 +92,8 @@ def load() -> ctypes.CDLL | None:
     lib.gc_rms_norm.restype = None
     lib.gc_rms_norm.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                 ctypes.c_float, ctypes.c_int]
+    while (name := lib.gc_isa_name(len(_isa_names))) is not None:
+        _isa_names.append(name.decode())
     _lib = lib
     set_isa(os.environ.get(ISA_ENV))
     return _lib
@@ -98,11 +101,8 @@ def load() -> ctypes.CDLL | None:
 
 def isas() -> list[str]:
     """The code paths of this architecture's build, lowest first (index = ISA level)."""
-    lib = load()
-    names = []
-    while lib is not None and (name := lib.gc_isa_name(len(names))) is not None:
-        names.append(name.decode())
-    return names
+    load()
+    return list(_isa_names)
 
 
 def set_isa(name: str | None) -> str:
@@ -137,12 +137,16 @@ def supports(ggml_type: GGMLType) -> bool:
     return bool(lib and lib.gc_supports(int(ggml_type)))
 
 
+def _f32(x: torch.Tensor) -> torch.Tensor:
+    """x as float32 and contiguous, without a copy (or a cast call) when it already is"""
+    return x if x.dtype is torch.float32 and x.is_contiguous() else x.float().contiguous()
+
+
 def _mul_mat_rows(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_features: int) -> torch.Tensor:
     """gc_mul_mat on x (n, in); float32 contiguous input passes without a copy (or a cast
     call: decode makes hundreds of these calls a token)."""
     w = weight if weight.is_contiguous() else weight.contiguous()
-    if x.dtype is not torch.float32 or not x.is_contiguous():
-        x = x.float().contiguous()
+    x = _f32(x)
     n, cols = x.shape
     y = torch.empty(n, out_features, dtype=torch.float32)
     rc = (_lib or load()).gc_mul_mat(ggml_type, w.data_ptr(), out_features, cols, x.data_ptr(), n, y.data_ptr(),
@@ -243,8 +247,7 @@ def _mul_mat_id_rows(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, g
     """gc_mul_mat_id: weight (experts, out, row_bytes), x (T, in) or (T, K, in), ids (T, K)
     -> (T, K, out) float32, every selection in one native call."""
     w = weight if weight.is_contiguous() else weight.contiguous()
-    if x.dtype is not torch.float32 or not x.is_contiguous():
-        x = x.float().contiguous()
+    x = _f32(x)
     ids = ids.to(torch.int64).contiguous()
     t, k = ids.shape
     if x.shape[0] != t or (x.dim() == 3 and x.shape[1] != k) or x.dim() not in (2, 3):

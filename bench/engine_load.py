@@ -30,8 +30,9 @@ t = time.perf_counter()
 try:
     if kind == "gguf-serve":
         from gguf_serve.engine import load_model
+        from gguf_serve.engine.batch import Batch
         lm = load_model(path, device="cpu")
-        model, ids = lm.model, torch.tensor([[2, 818]])
+        model = lambda input_ids: lm.forward(Batch.of([(lm.cache.allocate(), input_ids[0].tolist(), 0)]))
     elif kind == "transformers":
         import os
         from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -39,8 +39,10 @@ def main() -> None:
     lm = load_model(path, device="cpu")
     ids = encode(lm.tokenizer, text)[:N_TOKENS]
     assert len(ids) == N_TOKENS, f"sample has only {len(ids)} tokens"
-    with torch.no_grad():
-        ours = lm.model(input_ids=torch.tensor([ids])).logits[0].float().numpy()
+    from gguf_serve.engine.batch import Batch
+
+    slot = lm.cache.allocate()
+    ours = lm.forward(Batch.of([(slot, ids, 0)], want="all")).numpy()
     t_ours = time.perf_counter() - t
     ppl_ours = math.exp(nll(ours, ids).mean())
     print(f"gguf-serve: perplexity {ppl_ours:.3f} over {N_TOKENS - 1} predictions ({t_ours:.1f} s load + forward)")

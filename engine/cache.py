@@ -1,140 +1,218 @@
-"""The KV cache for generation: transformers' DynamicCache, with its full-attention and
-sliding-window layers writing new positions into buffers with spare room instead of
-`torch.cat`-ing the whole cache (or window) every step, a copy per layer per token that
-grows with the context (Qwen3-4B shape at 1,500 tokens: 490 -> 322 ms per token; Gemma
-3 270M at 1,000: 34.2 -> 31.3 ms). The values are the same; only copies are saved."""
+"""The engine's KV cache: one object, sized once at load, holding every layer's state
+for a fixed number of sequence slots.
+
+- full-attention layers: keys and values (slots, kv_heads, n_ctx, head_dim); cell c
+  holds position c.
+- sliding-window layers: a ring of `window + max_batch` cells per slot (or n_ctx cells
+  when that is fewer); position p lives in cell p % cells, and a batch of up to
+  `max_batch` tokens never overwrites a position its own queries still see.
+- linear-attention layers (Qwen3.5's Gated DeltaNet): a causal-conv state (slots,
+  channels, kernel - 1) and a recurrent state (slots, heads, key_dim, value_dim), float32.
+
+Attention reads the buffers (`kv`, `linear`) and the per-token cell indices (`cells`);
+nothing else touches them. A slot is allocated, filled by forward passes (`begin`
+checks each batch against what the slot holds), forked, and freed."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-MIN_CAPACITY = 256  # positions allocated at first; the buffer doubles when full
+from .batch import Batch
 
 
-class _Buffered:
-    """Key and value buffers behind a cache layer's `keys` / `values` views. The
-    layer operations that replace keys / values with new tensors drop the buffers; the
-    next update starts new ones from the replaced tensors."""
-
-    _kbuf: torch.Tensor | None = None
-    _vbuf: torch.Tensor | None = None
-
-    def reset(self) -> None:
-        self._kbuf = self._vbuf = None
-        super().reset()
-
-    def crop(self, tokens_to_remove: int) -> None:
-        super().crop(tokens_to_remove)
-        self._kbuf = self._vbuf = None
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        super().batch_repeat_interleave(repeats)
-        self._kbuf = self._vbuf = None
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        super().batch_select_indices(indices)
-        self._kbuf = self._vbuf = None
+class CacheError(ValueError):
+    """A batch does not fit what the cache holds (slot, position, size)."""
 
 
-class AppendLayer(_Buffered, DynamicLayer):
-    """A DynamicLayer whose `keys` / `values` are views of the first `length` positions
-    of larger buffers; an update writes only the new positions. A buffer never grows
-    past `max_length` positions (the most the generation can reach) unless one update
-    needs more."""
+@dataclass(frozen=True)
+class LayerCache:
+    """What one layer keeps: kind "attention" (n_kv_heads, head_dim, window; 0 = full
+    attention) or "linear" (conv_dim, conv_kernel, n_heads, key_dim, value_dim)."""
 
-    def __init__(self, max_length: int | None = None, **kwargs):
-        super().__init__(**kwargs)
-        self.max_length = max_length
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        old = self.get_seq_length()
-        new = old + key_states.shape[-2]
-        if self._kbuf is None or new > self._kbuf.shape[-2]:
-            self._grow(key_states, value_states, old, new)
-        self._kbuf[..., old:new, :].copy_(key_states)
-        self._vbuf[..., old:new, :].copy_(value_states)
-        self.keys = self._kbuf[..., :new, :]
-        self.values = self._vbuf[..., :new, :]
-        return self.keys, self.values
-
-    def _grow(self, key_states, value_states, old: int, new: int) -> None:
-        capacity = max(MIN_CAPACITY, 2 * new)
-        if self.max_length is not None:
-            capacity = max(new, min(capacity, self.max_length))
-        bufs = []
-        for cur, states in ((self.keys, key_states), (self.values, value_states)):
-            buf = states.new_empty(*states.shape[:-2], capacity, states.shape[-1])
-            if old:
-                buf[..., :old, :].copy_(cur)
-            bufs.append(buf)
-        self._kbuf, self._vbuf = bufs
+    kind: str
+    n_kv_heads: int = 0
+    head_dim: int = 0
+    window: int = 0
+    conv_dim: int = 0
+    conv_kernel: int = 0
+    n_heads: int = 0
+    key_dim: int = 0
+    value_dim: int = 0
 
 
-
-class AppendSlidingWindowLayer(_Buffered, DynamicSlidingWindowLayer):
-    """A DynamicSlidingWindowLayer (it keeps the last `sliding_window - 1` positions and
-    returns them with the new ones) over a buffer of at least twice the window: new
-    positions are written after the kept ones, and only when the buffer is full are the
-    kept positions moved back to its start, instead of two `torch.cat`s of the whole
-    window every step."""
-
-    _start = 0  # the kept positions are buffer[start:end]
-    _end = 0
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if self.record_past:  # rollback bookkeeping: transformers' own path
-            self._kbuf = self._vbuf = None
-            return super().update(key_states, value_states, *args, **kwargs)
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        n = key_states.shape[-2]
-        if self._kbuf is None:  # first update, or keys / values were replaced: adopt them
-            self._start, self._end = 0, self.keys.shape[-2] if self.keys.dim() == 4 else 0
-        if self._kbuf is None or self._end + n > self._kbuf.shape[-2]:
-            self._move(key_states, value_states, self._end - self._start + n)
-        s, e = self._start, self._end
-        self._kbuf[..., e:e + n, :].copy_(key_states)
-        self._vbuf[..., e:e + n, :].copy_(value_states)
-        self.cumulative_length += n
-        self._end = e + n
-        self._start = max(s, self._end - (self.sliding_window - 1))
-        self.keys = self._kbuf[..., self._start:self._end, :]
-        self.values = self._vbuf[..., self._start:self._end, :]
-        return self._kbuf[..., s:self._end, :], self._vbuf[..., s:self._end, :]
-
-    def _move(self, key_states, value_states, needed: int) -> None:
-        """Kept positions to the start of a buffer with room for `needed` positions."""
-        kept = self._end - self._start
-        capacity = max(2 * self.sliding_window, MIN_CAPACITY, needed)
-        if self._kbuf is not None and capacity <= self._kbuf.shape[-2]:
-            capacity = self._kbuf.shape[-2]
-        bufs = []
-        for buf, cur, states in ((self._kbuf, self.keys, key_states), (self._vbuf, self.values, value_states)):
-            old = cur[..., -kept:, :].clone() if kept else None  # the move may overlap itself
-            if buf is None or buf.shape[-2] < capacity:
-                buf = states.new_empty(*states.shape[:-2], capacity, states.shape[-1])
-            if kept:
-                buf[..., :kept, :].copy_(old)
-            bufs.append(buf)
-        self._kbuf, self._vbuf = bufs
-        self._start, self._end = 0, kept
+def attention(n_kv_heads: int, head_dim: int, window: int = 0) -> LayerCache:
+    return LayerCache("attention", n_kv_heads=n_kv_heads, head_dim=head_dim, window=window)
 
 
-def new_cache(config, max_length: int | None = None) -> DynamicCache:
-    """A DynamicCache for `config` whose full-attention and sliding-window layers append
-    in place (linear-attention and other layer kinds stay transformers' own);
-    `max_length`, the most positions the sequence can reach, caps the buffers."""
-    cache = DynamicCache(config=config)
-    layers = []
-    for layer in cache.layers:
-        if type(layer) is DynamicLayer:
-            layer = AppendLayer(max_length)
-        elif type(layer) is DynamicSlidingWindowLayer:
-            layer = AppendSlidingWindowLayer(sliding_window=layer.sliding_window)
-        layers.append(layer)
-    cache.layers = layers
-    return cache
+def linear(conv_dim: int, conv_kernel: int, n_heads: int, key_dim: int, value_dim: int) -> LayerCache:
+    return LayerCache("linear", conv_dim=conv_dim, conv_kernel=conv_kernel, n_heads=n_heads, key_dim=key_dim,
+                      value_dim=value_dim)
+
+
+def _elsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def bytes_per_token(layers: list[LayerCache], dtype: torch.dtype) -> int:
+    """Bytes a sequence's cache grows by per token of context (full-attention layers)."""
+    return sum(2 * lc.n_kv_heads * lc.head_dim * _elsize(dtype) for lc in layers
+               if lc.kind == "attention" and lc.window == 0)
+
+
+def fixed_bytes(layers: list[LayerCache], n_ctx: int, max_batch: int, dtype: torch.dtype) -> int:
+    """Bytes per sequence that do not grow with the context: sliding windows, linear states."""
+    n = 0
+    for lc in layers:
+        if lc.kind == "attention" and lc.window:
+            n += 2 * lc.n_kv_heads * lc.head_dim * min(n_ctx, lc.window + max_batch) * _elsize(dtype)
+        elif lc.kind == "linear":
+            n += 4 * (lc.conv_dim * (lc.conv_kernel - 1) + lc.n_heads * lc.key_dim * lc.value_dim)
+    return n
+
+
+class KVCache:
+    def __init__(self, layers: list[LayerCache], n_seq: int, n_ctx: int, max_batch: int,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
+        if n_seq < 1 or n_ctx < 1 or max_batch < 1:
+            raise ValueError(f"KV cache: n_seq, n_ctx and max_batch must be >= 1, got {n_seq}, {n_ctx}, {max_batch}")
+        self.layers = list(layers)
+        self.n_seq, self.n_ctx, self.max_batch = n_seq, n_ctx, max_batch
+        self.dtype, self.device = dtype, torch.device(device)
+        self.k: list[torch.Tensor | None] = []
+        self.v: list[torch.Tensor | None] = []
+        self.n_cells: list[int] = []
+        self.conv: list[torch.Tensor | None] = []
+        self.state: list[torch.Tensor | None] = []
+        for lc in self.layers:
+            k = v = conv = state = None
+            cells = 0
+            if lc.kind == "attention":
+                cells = n_ctx if not lc.window else min(n_ctx, lc.window + max_batch)
+                # empty, not zeros: untouched pages cost no memory until a sequence reaches them
+                k = torch.empty(n_seq, lc.n_kv_heads, cells, lc.head_dim, dtype=dtype, device=self.device)
+                v = torch.empty_like(k)
+            elif lc.kind == "linear":
+                conv = torch.zeros(n_seq, lc.conv_dim, lc.conv_kernel - 1, dtype=torch.float32, device=self.device)
+                state = torch.zeros(n_seq, lc.n_heads, lc.key_dim, lc.value_dim, dtype=torch.float32,
+                                    device=self.device)
+            else:
+                raise ValueError(f"KV cache: unknown layer kind {lc.kind!r}")
+            self.k.append(k)
+            self.v.append(v)
+            self.n_cells.append(cells)
+            self.conv.append(conv)
+            self.state.append(state)
+        self.lengths = [0] * n_seq
+        self._free = list(range(n_seq - 1, -1, -1))
+        self.has_linear = any(lc.kind == "linear" for lc in self.layers)
+        self.min_ring = min((c for c, lc in zip(self.n_cells, self.layers) if lc.kind == "attention" and lc.window),
+                            default=0)
+
+    # ------------------------------------------------------------ size
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for ts in (self.k, self.v, self.conv, self.state) for t in ts
+                   if t is not None)
+
+    def describe(self) -> str:
+        per_token = bytes_per_token(self.layers, self.dtype)
+        fixed = fixed_bytes(self.layers, self.n_ctx, self.max_batch, self.dtype)
+        return (f"KV cache: {self.n_seq} sequence(s) x {self.n_ctx} tokens, {per_token / 1024:.1f} KiB per token"
+                f" + {fixed / 2**20:.1f} MiB fixed per sequence, {self.nbytes / 2**20:.0f} MiB in all")
+
+    # ----------------------------------------------------------- slots
+
+    def allocate(self) -> int:
+        """A free slot, emptied."""
+        if not self._free:
+            raise CacheError(f"KV cache: all {self.n_seq} sequence slots are in use")
+        slot = self._free.pop()
+        self.lengths[slot] = 0
+        return slot
+
+    def free(self, slot: int) -> None:
+        self._check_slot(slot)
+        if slot in self._free:
+            raise CacheError(f"KV cache: slot {slot} is not allocated")
+        self.lengths[slot] = 0
+        self._free.append(slot)
+
+    @property
+    def free_slots(self) -> int:
+        return len(self._free)
+
+    def fork(self, src: int, dst: int) -> None:
+        """Make `dst` hold exactly what `src` holds (n > 1 choices share one prefill)."""
+        self._check_slot(src)
+        self._check_slot(dst)
+        n = self.lengths[src]
+        for i, lc in enumerate(self.layers):
+            if lc.kind == "attention":
+                used = min(n, self.n_cells[i])
+                self.k[i][dst, :, :used].copy_(self.k[i][src, :, :used])
+                self.v[i][dst, :, :used].copy_(self.v[i][src, :, :used])
+            else:
+                self.conv[i][dst].copy_(self.conv[i][src])
+                self.state[i][dst].copy_(self.state[i][src])
+        self.lengths[dst] = n
+
+    def _check_slot(self, slot: int) -> None:
+        if not 0 <= slot < self.n_seq:
+            raise CacheError(f"KV cache: slot {slot} out of range 0..{self.n_seq - 1}")
+
+    # ---------------------------------------------------------- batches
+
+    def can_restart_at(self, slot: int, pos: int) -> bool:
+        """Whether a sequence can go on from `pos` (dropping what it holds beyond) with
+        exactly the state it had there: always at 0 and at its end; earlier only where
+        no layer has lost what `pos` needs (sliding rings, recurrent states)."""
+        n = self.lengths[slot]
+        if pos == 0 or pos == n:
+            return True
+        if pos > n or self.has_linear:
+            return False
+        for cells, lc in zip(self.n_cells, self.layers):
+            if lc.kind == "attention" and lc.window and cells < n:
+                if max(0, pos - lc.window + 1) < n - cells:  # positions the ring has overwritten
+                    return False
+        return True
+
+    def begin(self, batch: Batch) -> None:
+        """Check a batch against the slots and take its positions: each sequence goes
+        on from a position where its state is exact; a sequence at position 0 starts
+        empty. Raises CacheError without changing anything when a batch does not fit."""
+        if batch.n_tokens > self.max_batch:
+            raise CacheError(f"KV cache: a batch of {batch.n_tokens} tokens exceeds max_batch {self.max_batch}")
+        for s in batch.seqs:
+            self._check_slot(s.slot)
+            if s.slot in self._free:
+                raise CacheError(f"KV cache: slot {s.slot} is not allocated")
+            if s.end > self.n_ctx:
+                raise CacheError(f"KV cache: slot {s.slot} would reach {s.end} tokens; the context is {self.n_ctx}")
+            if not self.can_restart_at(s.slot, s.pos):
+                raise CacheError(f"KV cache: slot {s.slot} holds {self.lengths[s.slot]} tokens and cannot go on "
+                                 f"from position {s.pos}")
+        for s in batch.seqs:
+            if s.pos == 0:
+                for conv, state in zip(self.conv, self.state):
+                    if conv is not None:
+                        conv[s.slot].zero_()
+                        state[s.slot].zero_()
+            self.lengths[s.slot] = s.end
+
+    def cells(self, layer: int, batch: Batch) -> torch.Tensor:
+        """Per token of the batch, the cell its keys and values go to in `layer`."""
+        n = self.n_cells[layer]
+        key = ("cells", n)
+        if key not in batch.memo:
+            batch.memo[key] = batch.positions if n >= self.n_ctx else batch.positions % n
+        return batch.memo[key]
+
+    def kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.k[layer], self.v[layer]
+
+    def linear_state(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.conv[layer], self.state[layer]

@@ -1,8 +1,9 @@
 """The generation loop: token ids in, a stream of (token, text) steps out.
 
 Templating happens before it (engine.chat) and detokenization at its edge
-(`Detokenizer`): the loop itself works on ids, one sequence at a time, with a KV
-cache, and checks its cancel flag before every forward pass."""
+(`Detokenizer`): the loop itself works on ids, one sequence in one slot of the
+model's KV cache, through the batch forward (`LoadedModel.forward`), and checks its
+cancel flag before every forward pass."""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ from typing import Iterator
 import torch
 
 from ..gguf_io import Keys
-from .cache import new_cache
-from .modules import GgufLinear
+from .batch import Batch
 from .sampling import SamplingParams, apply_logit_bias, apply_penalties, sample
 
 END_OF_GENERATION_TEXTS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>",
@@ -116,46 +116,19 @@ def prompt_ids_for(lm, prompt, **template_kwargs) -> list[int]:
     return [int(i) for i in prompt]
 
 
-class _decode_threads:
-    """With the native CPU kernels, single-token steps run torch's own (tiny) ops on one
-    thread and leave the cores to the kernels' pool: two thread pools spinning on two
-    cores slow each other down. Prefill keeps torch's threads for its BLAS matmuls."""
-
-    def __init__(self, lm, n: int):
-        self.lm, self.n, self.active, self.decided = lm, n, False, False
-
-    def __enter__(self):
-        return self
-
-    def step(self, first: bool) -> None:
-        if first or self.decided:
-            return
-        self.decided = True  # after the prefill, the kernels in use are known
-        if self.lm.device.type != "cpu" or self.n <= 1:
-            return
-        if any(isinstance(m, GgufLinear) and m._ops is not None and m._ops.name.startswith("cpu-native")
-               for m in self.lm.model.modules()):
-            torch.set_num_threads(1)
-            self.active = True
-
-    def __exit__(self, *exc):
-        if self.active:
-            torch.set_num_threads(self.n)
-
-
 def generate(lm, prompt, params: SamplingParams | None = None,
              cancel: threading.Event | None = None, max_context: int | None = None,
              **template_kwargs) -> Iterator[Step]:
-    """Stream a completion of `prompt`: token ids, a text, or chat messages."""
+    """Stream a completion of `prompt`: token ids, a text, or chat messages. One
+    sequence slot of the model's KV cache is held for the generation."""
     prompt_ids = prompt_ids_for(lm, prompt, **template_kwargs)
     params = params or SamplingParams()
-    model, device = lm.model, lm.device
     n_prompt = len(prompt_ids)
-    limit = max_context or lm.config.max_position_embeddings
+    limit = min(max_context or lm.n_ctx, lm.n_ctx)
     budget = limit - n_prompt
     if params.max_tokens is not None:
         budget = min(budget, params.max_tokens)
-    if budget <= 0:
+    if budget <= 0 or n_prompt == 0:
         yield Step(None, "", "length", n_prompt, 0)
         return
     eog = set() if params.ignore_eos else end_of_generation_ids(lm)
@@ -166,18 +139,15 @@ def generate(lm, prompt, params: SamplingParams | None = None,
     detok = Detokenizer(lm.tokenizer, prompt_ids)
     stops = StopStrings(params.stop)
     counts: dict[int, int] = {}
-    cache = new_cache(model.config, max_length=n_prompt + budget)
-    inputs = torch.tensor([prompt_ids], dtype=torch.long, device=device)
-    n_out = 0
-    torch_threads = torch.get_num_threads()
-    with torch.inference_mode(), _decode_threads(lm, torch_threads) as threads:
+    slot = lm.cache.allocate()
+    try:
+        batch = Batch.of([(slot, prompt_ids, 0)], device=lm.device)
+        pos, n_out = n_prompt, 0
         while True:
-            threads.step(first=n_out == 0)
             if cancel is not None and cancel.is_set():
                 yield Step(None, stops.flush(), "cancelled", n_prompt, n_out)
                 return
-            out = model(input_ids=inputs, cache=cache, use_cache=True, logits_to_keep=1)
-            logits = out.logits[0, -1].float().cpu()
+            logits = lm.forward(batch)[0].cpu()
             logits = apply_logit_bias(logits, params.logit_bias)
             logits = apply_penalties(logits, counts, repetition=params.repetition_penalty,
                                      presence=params.presence_penalty, frequency=params.frequency_penalty)
@@ -195,4 +165,7 @@ def generate(lm, prompt, params: SamplingParams | None = None,
                 yield Step(token, text + stops.flush(), "length", n_prompt, n_out)
                 return
             yield Step(token, text, None, n_prompt, n_out)
-            inputs = torch.tensor([[token]], dtype=torch.long, device=device)
+            batch = Batch.of([(slot, [token], pos)], device=lm.device)
+            pos += 1
+    finally:
+        lm.cache.free(slot)

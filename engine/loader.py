@@ -1,9 +1,7 @@
-"""GGUF file → transformers model whose quantized weights stay packed in the map.
-
-The model is built on the meta device; every nn.Linear and nn.Embedding is then
-replaced by a packed module over the file's bytes (zero copy), the small dense
-tensors (norms, biases) are loaded as tensors, and buffers computed at construction
-(rotary frequencies) are rebuilt on the real device. Nothing is dequantized here."""
+"""GGUF file → the engine's model: weights stay packed in the memory map, the
+architecture's family builds its forward over them, and the KV cache is allocated
+once, sized from the context and the number of sequence slots (by default from the
+memory available; one log line says what was chosen). Nothing is dequantized here."""
 
 from __future__ import annotations
 
@@ -13,20 +11,24 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
-from ..gguf_io import GGUFReader, TensorInfo
+from ..gguf_io import GGUFReader
+from . import kernels
 from .architectures import architecture_for
 from .architectures.base import Architecture
-from . import kernels
-from .kernels.reference import as_tensor
-from .modules import GgufEmbedding, GgufExperts, GgufLinear
+from .batch import Batch
+from .cache import KVCache, bytes_per_token, fixed_bytes
+from .models import BUILDERS
+from .models.base import Model
+from .modules import Weights, WeightError
+from .threads import ThreadPolicy
 
 log = logging.getLogger("gguf_serve.engine")
 
+ModelLoadError = WeightError  # the name callers know
 
-class ModelLoadError(ValueError):
-    """The file's tensors do not fit the model its metadata describes."""
+MAX_BATCH = 512  # tokens per forward pass; longer prompts run in chunks of this size
+KV_MEMORY_SHARE = 0.25  # default KV cache: at most this share of the memory available at load
 
 
 def pick_device(device: str | torch.device = "auto") -> torch.device:
@@ -45,9 +47,11 @@ def default_dtype(device: torch.device) -> torch.dtype:
 
 @dataclass
 class LoadedModel:
-    """What `load_model` returns: the model, its tokenizer and chat template, the reader."""
+    """What `load_model` returns: the model and its KV cache, tokenizer, chat template,
+    the transformers config its hyperparameters came from, and the reader."""
 
-    model: nn.Module
+    model: Model
+    cache: KVCache
     tokenizer: Any
     chat_template: str | None
     config: Any
@@ -55,126 +59,23 @@ class LoadedModel:
     architecture: Architecture
     device: torch.device
     dtype: torch.dtype
+    threads: ThreadPolicy
+
+    @property
+    def n_ctx(self) -> int:
+        """Tokens a sequence can hold (prompt and completion)."""
+        return self.cache.n_ctx
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """The batch forward: tokens of several sequences (slots of `cache`) at their
+        positions → float32 logits for the batch's rows."""
+        with torch.inference_mode(), self.threads.run(batch.n_tokens):
+            return self.model.forward(batch, self.cache)
 
     def generate(self, *args, **kwargs):
         from .generate import generate
 
         return generate(self, *args, **kwargs)
-
-
-class _Packer:
-    """Hands out one torch view per GGUF tensor (a tied head reuses the embedding's)."""
-
-    def __init__(self, reader: GGUFReader):
-        self.reader = reader
-        self.views: dict[str, torch.Tensor] = {}
-
-    def info(self, name: str) -> TensorInfo:
-        return self.reader.tensors[name]
-
-    def packed(self, name: str) -> torch.Tensor:
-        if name not in self.views:
-            self.views[name] = as_tensor(self.reader.tensors[name].data)
-        return self.views[name]
-
-
-def _expect_shape(info: TensorInfo, shape: tuple[int, ...], hf_name: str) -> None:
-    if tuple(info.shape) != tuple(shape):
-        raise ModelLoadError(f"tensor {info.name!r} has shape {tuple(info.shape)}, but {hf_name} needs {tuple(shape)}")
-
-
-def _replace_packed_modules(model: nn.Module, arch: Architecture, packer: _Packer, config, dtype) -> None:
-    tensors = packer.reader.tensors
-    for name, module in list(model.named_modules()):
-        if _is_fused_experts(module):
-            model.set_submodule(name, _packed_experts(name, module, arch, packer))
-        elif isinstance(module, nn.Linear):
-            hf = f"{name}.weight"
-            gname = arch.gguf_name(hf)
-            if gname not in tensors and name == "lm_head":
-                gname = "token_embd.weight"  # tied output head: share the embedding's bytes
-            if gname not in tensors:
-                raise ModelLoadError(f"{packer.reader.path}: no tensor {gname!r} for {hf}")
-            info = packer.info(gname)
-            packed = packer.packed(gname)
-            if module.out_features == 1 and tuple(info.shape) == (module.in_features,):
-                packed = packed.reshape(1, -1)  # a one-row matrix stored as a vector (e.g. a shared-expert gate)
-            else:
-                _expect_shape(info, (module.out_features, module.in_features), hf)
-            bias = None
-            if module.bias is not None:
-                bname = arch.gguf_name(f"{name}.bias")
-                if bname not in tensors:
-                    raise ModelLoadError(f"{packer.reader.path}: no tensor {bname!r} for {name}.bias")
-                bias = arch.dense(f"{name}.bias", tensors[bname].dequantize(), config).to(dtype)
-            new = GgufLinear(packed, info.ggml_type, module.in_features, module.out_features,
-                             bias=bias, out_perm=arch.output_permutation(hf, config),
-                             in_perm=arch.input_permutation(hf, config))
-            model.set_submodule(name, new)
-        elif isinstance(module, nn.Embedding):
-            hf = f"{name}.weight"
-            gname = arch.gguf_name(hf)
-            if gname not in tensors:
-                raise ModelLoadError(f"{packer.reader.path}: no tensor {gname!r} for {hf}")
-            info = packer.info(gname)
-            _expect_shape(info, (module.num_embeddings, module.embedding_dim), hf)
-            scale = getattr(module, "scalar_embed_scale", None)
-            new = GgufEmbedding(packer.packed(gname), info.ggml_type, module.num_embeddings, module.embedding_dim,
-                                dtype=dtype, scale=scale)
-            model.set_submodule(name, new)
-
-
-def _is_fused_experts(module: nn.Module) -> bool:
-    p = getattr(module, "gate_up_proj", None)
-    return isinstance(p, nn.Parameter) and p.dim() == 3 and isinstance(getattr(module, "down_proj", None), nn.Parameter)
-
-
-def _packed_experts(name: str, module: nn.Module, arch: Architecture, packer: _Packer) -> GgufExperts:
-    names = arch.experts_names(name)
-    if names is None or any(n not in packer.reader.tensors for n in names):
-        raise ModelLoadError(f"{packer.reader.path}: no expert tensors {names} for {name}")
-    n_exp, two_i, hidden = module.gate_up_proj.shape
-    inter = two_i // 2
-    gate_info, down_info = packer.info(names[0]), packer.info(names[2])
-    _expect_shape(down_info, (n_exp, hidden, inter), f"{name} (down)")
-    if names[0] == names[1]:  # fused gate_up experts: the first half of each expert's rows is the gate
-        _expect_shape(gate_info, (n_exp, two_i, hidden), f"{name} (gate_up)")
-        fused = packer.packed(names[0])
-        gate, up = fused[:, :inter], fused[:, inter:]
-        types = (gate_info.ggml_type, gate_info.ggml_type, down_info.ggml_type)
-    else:
-        up_info = packer.info(names[1])
-        _expect_shape(gate_info, (n_exp, inter, hidden), f"{name} (gate)")
-        _expect_shape(up_info, (n_exp, inter, hidden), f"{name} (up)")
-        gate, up = packer.packed(names[0]), packer.packed(names[1])
-        types = (gate_info.ggml_type, up_info.ggml_type, down_info.ggml_type)
-    return GgufExperts(gate, up, packer.packed(names[2]), types, hidden=hidden, intermediate=inter,
-                       act_fn=module.act_fn)
-
-
-def _load_dense(model: nn.Module, arch: Architecture, reader: GGUFReader, config, dtype) -> None:
-    for name, param in list(model.named_parameters()):
-        if param.device.type != "meta":
-            continue
-        gname = arch.gguf_name(name)
-        if gname is None or gname not in reader.tensors:
-            raise ModelLoadError(f"{reader.path}: no tensor for parameter {name} (looked for {gname!r})")
-        info = reader.tensors[gname]
-        value = arch.dense(name, info.dequantize(), config)
-        if tuple(value.shape) != tuple(param.shape):
-            raise ModelLoadError(f"tensor {gname!r} has shape {tuple(value.shape)}, but {name} needs {tuple(param.shape)}")
-        owner, _, attr = name.rpartition(".")
-        setattr(model.get_submodule(owner), attr, nn.Parameter(value.to(dtype), requires_grad=False))
-
-
-def _rebuild_buffers(model: nn.Module) -> None:
-    for name, module in list(model.named_modules()):
-        if type(module).__name__.endswith("RotaryEmbedding"):
-            model.set_submodule(name, type(module)(module.config))
-    left = [n for n, b in model.named_buffers() if b.device.type == "meta"]
-    left += [n for n, p in model.named_parameters() if p.device.type == "meta"]
-    if left:
-        raise ModelLoadError(f"tensors left unmaterialized after loading: {', '.join(left[:5])}")
 
 
 def resolve_path(path_or_id: str | os.PathLike) -> str:
@@ -191,42 +92,70 @@ def resolve_path(path_or_id: str | os.PathLike) -> str:
     raise FileNotFoundError(f"no such GGUF file: {p} (give a local path or <repo>:<file>.gguf)")
 
 
+def available_memory() -> int:
+    """Bytes of memory available now (MemAvailable on Linux, else half the physical memory)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def cache_size(specs, trained_ctx: int, n_ctx: int | None, n_seq: int | None, dtype: torch.dtype,
+               max_batch: int) -> tuple[int, int, str]:
+    """(n_ctx, n_seq, why): what was asked, else the trained context for one sequence
+    as far as KV_MEMORY_SHARE of the available memory holds it."""
+    n_seq = n_seq or 1
+    if n_ctx:
+        return n_ctx, n_seq, "as asked"
+    budget = int(available_memory() * KV_MEMORY_SHARE)
+    per_token = bytes_per_token(specs, dtype)
+    fixed = fixed_bytes(specs, trained_ctx, max_batch, dtype)
+    fits = (budget // n_seq - fixed) // per_token if per_token else trained_ctx
+    if fits >= trained_ctx:
+        return trained_ctx, n_seq, "the trained context"
+    fits = max(256, fits // 256 * 256)
+    return min(fits, trained_ctx), n_seq, (f"what {KV_MEMORY_SHARE:.0%} of the {budget / KV_MEMORY_SHARE / 2**30:.1f} "
+                                           f"GiB available holds (trained: {trained_ctx}; raise with n_ctx)")
+
+
 LOAD_STAGES = ("reading the file", "building the model", "tokenizer")
 
 
 def load_model(path_or_id: str | os.PathLike, device: str | torch.device = "auto",
-               dtype: torch.dtype | None = None, progress=None) -> LoadedModel:
-    """Load a GGUF model with its weights packed; see LoadedModel. `progress`, if given,
-    is called with each of LOAD_STAGES as it starts."""
+               dtype: torch.dtype | None = None, progress=None, *, n_ctx: int | None = None,
+               n_seq: int | None = None, max_batch: int = MAX_BATCH) -> LoadedModel:
+    """Load a GGUF model with its weights packed; see LoadedModel. `n_ctx` (tokens per
+    sequence) and `n_seq` (sequence slots) size the KV cache; by default one sequence
+    with the trained context, less if the memory available would not hold it.
+    `progress`, if given, is called with each of LOAD_STAGES as it starts."""
     step = progress or (lambda stage: None)
     path = resolve_path(path_or_id)
     step(LOAD_STAGES[0])
     reader = GGUFReader(path)
     arch = architecture_for(reader)
     config = arch.config()
-    config._attn_implementation = "sdpa"
     dev = pick_device(device)
     dtype = dtype or default_dtype(dev)
     step(LOAD_STAGES[1])
-    with torch.device("meta"):
-        model = arch.model_class(config)
-    model.eval()
-    packer = _Packer(reader)
-    _replace_packed_modules(model, arch, packer, config, dtype)
-    _load_dense(model, arch, reader, config, dtype)
-    _rebuild_buffers(model)
-    if dev.type != "cpu":
-        model.to(dev)
-    elif kernels.native_cpu_in_use():
-        from .kernels import cpu
-        from .modules import use_native_norms
-
-        use_native_norms(model, cpu.rms_norm)
-    from .tokenizer import load_tokenizer
+    ops = kernels.ops_for(dev)
+    model = BUILDERS[arch.name](arch.name, config, Weights(reader, dev, dtype), ops)
+    specs = model.cache_specs()
+    ctx, seqs, why = cache_size(specs, config.max_position_embeddings, n_ctx, n_seq, dtype, max_batch)
+    cache = KVCache(specs, seqs, ctx, max_batch, dtype, dev)
+    log.info("%s (%s); context %d: %s", cache.describe(), dtype, ctx, why)
     from .chat import chat_template_for
+    from .tokenizer import load_tokenizer
 
     step(LOAD_STAGES[2])
     tokenizer = load_tokenizer(reader)
     template = chat_template_for(reader, arch)
-    log.info("loaded %s (%s) on %s in %s", path, arch.name, dev, dtype)
-    return LoadedModel(model, tokenizer, template, config, reader, arch, dev, dtype)
+    threads = ThreadPolicy.decide(dev, kernels.native_cpu_in_use())
+    log.info("loaded %s (%s) on %s in %s; %s", path, arch.name, dev, dtype, threads.describe())
+    return LoadedModel(model, cache, tokenizer, template, config, reader, arch, dev, dtype, threads)

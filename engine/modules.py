@@ -1,160 +1,160 @@
-"""Packed modules: the only parts of the engine that hold GGUF blocks. They keep the
-file's bytes (a uint8 tensor over the memory map) and call the kernels chosen for
-their device and type; nothing here dequantizes a whole weight."""
+"""Packed weights: the only parts of the engine that hold GGUF blocks. Each keeps the
+file's bytes (a uint8 tensor over the memory map, or a copy on another device) and
+calls the kernels chosen once for its device and type; nothing here dequantizes a
+whole weight. Plain callables, not nn.Modules: a decode step makes a hundred of
+these calls and nn.Module's call machinery would cost more than some of them."""
 
 from __future__ import annotations
 
-import types
-from typing import Callable
-
 import torch
-from torch import nn
 
-from ..gguf_io import GGMLType
+from ..gguf_io import GGMLType, GGUFReader, TensorInfo
 from . import kernels
+from .kernels.reference import as_tensor
 
 
-class _Packed(nn.Module):
-    """A module over packed bytes: kernels are chosen on first use, and chosen again
-    after the module moves to another device."""
-
-    _ops = None
-
-    def _apply(self, fn, recurse=True):
-        self._ops = None
-        return super()._apply(fn, recurse)
+class WeightError(ValueError):
+    """The file's tensors do not fit the model its metadata describes."""
 
 
-class GgufLinear(_Packed):
-    """y = x @ W.T (+ bias) with W packed as GGUF rows (out_features, row_bytes).
+class GgufLinear:
+    """y = x @ W.T (+ bias) for W packed as GGUF rows (out_features, row_bytes)."""
 
-    `out_perm` and `in_perm`, when set, undo a row or column permutation llama.cpp's
-    converter applied (Llama's q/k head interleave, Qwen3.5's V-head reorder): the
-    output is gathered by `out_perm`, the input by `in_perm`."""
-
-    def __init__(self, packed: torch.Tensor, ggml_type: GGMLType, in_features: int, out_features: int,
-                 bias: torch.Tensor | None = None, out_perm: torch.Tensor | None = None,
-                 in_perm: torch.Tensor | None = None):
-        super().__init__()
+    def __init__(self, name: str, packed: torch.Tensor, ggml_type: GGMLType, in_features: int, out_features: int,
+                 bias: torch.Tensor | None = None):
+        self.name = name
+        self.packed = packed
         self.ggml_type = GGMLType(ggml_type)
-        self.in_features = in_features
-        self.out_features = out_features
-        self.register_buffer("packed", packed, persistent=False)
-        self.bias = nn.Parameter(bias, requires_grad=False) if bias is not None else None
-        self.register_buffer("out_perm", out_perm, persistent=False)
-        self.register_buffer("in_perm", in_perm, persistent=False)
-        self._plain = bias is None and out_perm is None and in_perm is None  # forward is one kernel call
+        self.in_features, self.out_features = in_features, out_features
+        self.bias = bias
+        self.ops = kernels.select(packed.device, self.ggml_type)
+        self._mm = self.ops.mul_mat
 
-    def _kernels(self) -> kernels.KernelOps:
-        if self._ops is None:
-            self._ops = kernels.select(self.packed.device, self.ggml_type)
-        return self._ops
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        y = self._mm(self.packed, x, self.ggml_type, self.out_features)
+        return y if self.bias is None else y + self.bias
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._plain:
-            return (self._ops or self._kernels()).mul_mat(self.packed, x, self.ggml_type, self.out_features)
-        if self.in_perm is not None:
-            x = x.index_select(-1, self.in_perm)
-        y = self._kernels().mul_mat(self.packed, x, self.ggml_type, self.out_features)
-        if self.out_perm is not None:
-            y = y.index_select(-1, self.out_perm)
-        if self.bias is not None:
-            y = y + self.bias.to(y.dtype)
-        return y
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, type={self.ggml_type.name}"
+    def __repr__(self) -> str:
+        return f"GgufLinear({self.name}, {self.in_features} -> {self.out_features}, {self.ggml_type.name})"
 
 
-class GgufEmbedding(_Packed):
+class DenseLinear:
+    """y = x @ W.T for a float32 matrix stored unquantized (routers, small gates)."""
+
+    def __init__(self, name: str, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        self.name, self.weight, self.bias = name, weight, bias
+        self.out_features, self.in_features = weight.shape
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, self.weight.to(x.dtype), self.bias)
+
+
+class GgufEmbedding:
     """Row lookup into a packed (num_embeddings, row_bytes) table, times `scale`."""
 
-    def __init__(self, packed: torch.Tensor, ggml_type: GGMLType, num_embeddings: int, embedding_dim: int,
+    def __init__(self, name: str, packed: torch.Tensor, ggml_type: GGMLType, num_embeddings: int, dim: int,
                  dtype: torch.dtype, scale: float | None = None):
-        super().__init__()
-        self.ggml_type = GGMLType(ggml_type)
-        self.num_embeddings = num_embeddings
-        self.embedding_dim = embedding_dim
-        self.dtype = dtype
-        self.scale = scale
-        self.register_buffer("packed", packed, persistent=False)
+        self.name, self.packed, self.ggml_type = name, packed, GGMLType(ggml_type)
+        self.num_embeddings, self.dim, self.dtype, self.scale = num_embeddings, dim, dtype, scale
+        self.ops = kernels.select(packed.device, self.ggml_type)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        if self._ops is None:
-            self._ops = kernels.select(self.packed.device, self.ggml_type)
-        out = self._ops.get_rows(self.packed, input_ids, self.ggml_type, self.embedding_dim, self.dtype)
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
+            raise IndexError(f"token id out of range 0..{self.num_embeddings - 1}")
+        out = self.ops.get_rows(self.packed, ids, self.ggml_type, self.dim, self.dtype)
         if self.scale is not None:
             out = out * torch.tensor(self.scale, dtype=self.dtype)
         return out
 
-    def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}, type={self.ggml_type.name}"
 
-
-class GgufExperts(_Packed):
+class GgufExperts:
     """A mixture-of-experts feed-forward over packed expert tensors (llama.cpp's
-    ffn_gate_exps / ffn_up_exps / ffn_down_exps), with transformers' experts interface:
-    forward(hidden_states (T, H), top_k_index (T, K), top_k_weights (T, K))."""
+    ffn_gate_exps / ffn_up_exps / ffn_down_exps, or a fused ffn_gate_up_exps):
+    y[t] = Σ_k w[t, k] · down_e(act(gate_e(x_t)) · up_e(x_t)), e = ids[t, k]."""
 
-    def __init__(self, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
-                 types: tuple[GGMLType, GGMLType, GGMLType], hidden: int, intermediate: int, act_fn):
-        super().__init__()
-        self.register_buffer("gate", gate, persistent=False)
-        self.register_buffer("up", up, persistent=False)
-        self.register_buffer("down", down, persistent=False)
+    def __init__(self, name: str, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
+                 types: tuple[GGMLType, GGMLType, GGMLType], hidden: int, intermediate: int):
+        self.name = name
+        self.gate, self.up, self.down = gate, up, down
         self.types = tuple(GGMLType(t) for t in types)
         self.num_experts = gate.shape[0]
-        self.hidden = hidden
-        self.intermediate = intermediate
-        self.act_fn = act_fn
+        self.hidden, self.intermediate = hidden, intermediate
+        self.ops = [kernels.select(gate.device, t) for t in self.types]
 
-    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
-        if self._ops is None:
-            self._ops = [kernels.select(self.gate.device, t) for t in self.types]
-        g_ops, u_ops, d_ops = self._ops
-        g = g_ops.mul_mat_id(self.gate, hidden_states, top_k_index, self.types[0], self.intermediate)
-        u = u_ops.mul_mat_id(self.up, hidden_states, top_k_index, self.types[1], self.intermediate)
-        h = self.act_fn(g) * u
-        d = d_ops.mul_mat_id(self.down, h, top_k_index, self.types[2], self.hidden)
-        return (d * top_k_weights.unsqueeze(-1).to(d.dtype)).sum(dim=1).to(hidden_states.dtype)
-
-    def extra_repr(self) -> str:
-        return f"experts={self.num_experts}, hidden={self.hidden}, intermediate={self.intermediate}, types={[t.name for t in self.types]}"
+    def __call__(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, act_mul) -> torch.Tensor:
+        g_ops, u_ops, d_ops = self.ops
+        g = g_ops.mul_mat_id(self.gate, x, ids, self.types[0], self.intermediate)
+        u = u_ops.mul_mat_id(self.up, x, ids, self.types[1], self.intermediate)
+        d = d_ops.mul_mat_id(self.down, act_mul(g, u), ids, self.types[2], self.hidden)
+        return (d * weights.unsqueeze(-1).to(d.dtype)).sum(dim=1).to(x.dtype)
 
 
-# transformers' RMSNorm classes whose forward is, in float32,
-# x * rsqrt(mean(x²) + eps) * w  (or * (1 + w)): class name -> (eps attribute, 1 + w)
-RMS_NORMS = {
-    "LlamaRMSNorm": ("variance_epsilon", False),
-    "MistralRMSNorm": ("variance_epsilon", False),
-    "Qwen2RMSNorm": ("variance_epsilon", False),
-    "Qwen3RMSNorm": ("variance_epsilon", False),
-    "Qwen3MoeRMSNorm": ("variance_epsilon", False),
-    "Phi3RMSNorm": ("variance_epsilon", False),
-    "Gemma3RMSNorm": ("eps", True),
-    "Qwen3_5RMSNorm": ("eps", True),
-    "Qwen3_5MoeRMSNorm": ("eps", True),
-}
+class Weights:
+    """The file's tensors by GGUF name, as packed modules and dense tensors on `device`."""
 
+    def __init__(self, reader: GGUFReader, device: torch.device, dtype: torch.dtype):
+        self.reader, self.device, self.dtype = reader, device, dtype
+        self._views: dict[str, torch.Tensor] = {}
 
-def use_native_norms(model: nn.Module, rms_norm: Callable) -> int:
-    """Route the float32 CPU calls of the model's RMSNorm modules (the classes in
-    RMS_NORMS) to `rms_norm(x, weight, eps, add_one)`; anything else (another dtype or
-    device) still runs the class's own forward. Returns how many modules were routed."""
-    n = 0
-    for module in model.modules():
-        spec = RMS_NORMS.get(type(module).__name__)
-        if spec is None or getattr(module, "weight", None) is None:
-            continue
-        module._native_norm = (rms_norm, float(getattr(module, spec[0])), spec[1])
-        module.forward = types.MethodType(_native_norm_forward, module)
-        n += 1
-    return n
+    def has(self, name: str) -> bool:
+        return name in self.reader.tensors
 
+    def info(self, name: str) -> TensorInfo:
+        try:
+            return self.reader.tensors[name]
+        except KeyError:
+            raise WeightError(f"{self.reader.path}: no tensor {name!r}") from None
 
-def _native_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    rms_norm, eps, add_one = self._native_norm
-    w = self.weight
-    if x.dtype is torch.float32 and w.dtype is torch.float32 and x.device.type == "cpu" and w.device.type == "cpu":
-        return rms_norm(x, w, eps, add_one)
-    return type(self).forward(self, x)
+    def packed(self, name: str) -> torch.Tensor:
+        """The tensor's bytes (zero-copy over the map on CPU), one view per tensor."""
+        if name not in self._views:
+            view = as_tensor(self.info(name).data)
+            self._views[name] = view if self.device.type == "cpu" else view.to(self.device)
+        return self._views[name]
+
+    def _expect(self, name: str, shape: tuple[int, ...]) -> TensorInfo:
+        info = self.info(name)
+        if tuple(info.shape) != tuple(shape):
+            raise WeightError(f"{self.reader.path}: tensor {name!r} has shape {tuple(info.shape)}, expected {shape}")
+        return info
+
+    def vector(self, name: str, n: int | None = None) -> torch.Tensor:
+        """A small dense tensor (norm weight, bias, per-head scalars) in float32."""
+        info = self.info(name)
+        if n is not None and info.n_elements != n:
+            raise WeightError(f"{self.reader.path}: tensor {name!r} has {info.n_elements} values, expected {n}")
+        return torch.from_numpy(info.dequantize().astype("float32").reshape(info.shape)).to(self.device)
+
+    def linear(self, name: str, out_features: int, in_features: int, bias: str | None = None):
+        """A packed matrix (out, in); a float32 one stays a dense tensor."""
+        info = self.info(name)
+        if tuple(info.shape) == (in_features,) and out_features == 1:  # a one-row matrix stored as a vector
+            pass
+        else:
+            self._expect(name, (out_features, in_features))
+        b = self.vector(bias, out_features).to(self.dtype) if bias is not None and self.has(bias) else None
+        if info.ggml_type == GGMLType.F32:
+            w = as_tensor(info.array()).reshape(out_features, in_features)  # zero-copy on CPU
+            return DenseLinear(name, w.to(self.device, self.dtype), b)
+        packed = self.packed(name).reshape(out_features, -1)
+        return GgufLinear(name, packed, info.ggml_type, in_features, out_features, b)
+
+    def embedding(self, name: str, num: int, dim: int, scale: float | None = None) -> GgufEmbedding:
+        info = self._expect(name, (num, dim))
+        return GgufEmbedding(name, self.packed(name), info.ggml_type, num, dim, self.dtype, scale)
+
+    def experts(self, layer: int, n_experts: int, hidden: int, intermediate: int) -> GgufExperts:
+        """blk.{layer}'s experts: separate ffn_gate_exps / ffn_up_exps, or fused ffn_gate_up_exps."""
+        p = f"blk.{layer}."
+        down = self._expect(p + "ffn_down_exps.weight", (n_experts, hidden, intermediate))
+        if self.has(p + "ffn_gate_up_exps.weight"):
+            fused = self._expect(p + "ffn_gate_up_exps.weight", (n_experts, 2 * intermediate, hidden))
+            both = self.packed(fused.name)
+            gate, up = both[:, :intermediate], both[:, intermediate:]
+            types = (fused.ggml_type, fused.ggml_type, down.ggml_type)
+        else:
+            g = self._expect(p + "ffn_gate_exps.weight", (n_experts, intermediate, hidden))
+            u = self._expect(p + "ffn_up_exps.weight", (n_experts, intermediate, hidden))
+            gate, up = self.packed(g.name), self.packed(u.name)
+            types = (g.ggml_type, u.ggml_type, down.ggml_type)
+        return GgufExperts(f"blk.{layer}.experts", gate, up, self.packed(down.name), types, hidden, intermediate)

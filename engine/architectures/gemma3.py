@@ -1,22 +1,12 @@
 """gemma3 (text): sandwich norms, q/k norms, scaled embeddings, interleaved sliding
-and global attention. llama.cpp stores every norm weight as `1 + w`."""
+and global attention, each with its own rotary base."""
 
 from __future__ import annotations
 
-from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+from transformers import Gemma3TextConfig
 
 from ...gguf_io import Keys
-from .base import ATTENTION_NAMES, MLP_NAMES, QK_NORM_NAMES, Architecture
-
-GEMMA3_LAYER_NAMES = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "post_attention_layernorm.weight": "post_attention_norm.weight",
-    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
-    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
-    **ATTENTION_NAMES,
-    **QK_NORM_NAMES,
-    **MLP_NAMES,
-}
+from .base import Architecture
 
 SLIDING_WINDOW_PATTERN = 6  # every 6th layer attends globally (llama.cpp: set_swa_pattern(6))
 LOCAL_ROPE_BASE = 10000.0  # llama.cpp: rope_freq_base_train_swa for Gemma 3
@@ -24,8 +14,6 @@ LOCAL_ROPE_BASE = 10000.0  # llama.cpp: rope_freq_base_train_swa for Gemma 3
 
 class Gemma3(Architecture):
     name = "gemma3"
-    model_class = Gemma3ForCausalLM
-    layer_names = GEMMA3_LAYER_NAMES
     chat_template_fallback = "gemma"
 
     def config(self):
@@ -47,7 +35,3 @@ class Gemma3(Architecture):
             final_logit_softcapping=self.get(Keys.FINAL_LOGIT_SOFTCAPPING, None),
             attn_logit_softcapping=self.get(Keys.ATTN_LOGIT_SOFTCAPPING, None),
         )
-
-    def dense(self, hf_name, array, config):
-        t = super().dense(hf_name, array, config)
-        return t - 1.0 if hf_name.endswith("norm.weight") else t

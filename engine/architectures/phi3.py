@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-from transformers import Phi3Config, Phi3ForCausalLM
+from transformers import Phi3Config
 
 from ...gguf_io import Keys
 from .base import Architecture
 
-PHI3_LAYER_NAMES = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight",
-    "self_attn.qkv_proj.weight": "attn_qkv.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "mlp.gate_up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-}
-
 
 class Phi3(Architecture):
     name = "phi3"
-    model_class = Phi3ForCausalLM
-    layer_names = PHI3_LAYER_NAMES
 
     def config(self):
         if "rope_factors_long.weight" in self.reader.tensors:

@@ -1,15 +1,14 @@
-"""qwen2: llama layout with q/k/v biases, no head permutation (NeoX rotary)."""
+"""qwen2: llama layout with q/k/v biases, NeoX rotary."""
 
 from __future__ import annotations
 
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2Config
 
 from .base import Architecture
 
 
 class Qwen2(Architecture):
     name = "qwen2"
-    model_class = Qwen2ForCausalLM
     chat_template_fallback = "chatml"
 
     def config(self):

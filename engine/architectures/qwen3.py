@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3Config
 
-from .base import LLAMA_LAYER_NAMES, QK_NORM_NAMES, Architecture
-
-QWEN3_LAYER_NAMES = {**LLAMA_LAYER_NAMES, **QK_NORM_NAMES}
+from .base import Architecture
 
 
 class Qwen3(Architecture):
     name = "qwen3"
-    model_class = Qwen3ForCausalLM
-    layer_names = QWEN3_LAYER_NAMES
     chat_template_fallback = "chatml"
 
     def config(self):

@@ -1,35 +1,13 @@
 """qwen35 (Qwen3.5): layers alternate Gated DeltaNet linear attention with gated full
-attention (every `full_attention_interval`-th layer). Inverse of llama.cpp's converter:
-norms were stored as `1 + w` (not the gated SSM norm), A_log as -exp(A_log), dt_bias
-renamed ssm_dt.bias, conv1d squeezed, and when there are more V heads than K heads
-the V heads were reordered from grouped-by-K to tiled order in qkv, z, a, b, A_log,
-dt_bias, conv1d (rows) and out_proj (columns)."""
+attention (every `full_attention_interval`-th layer, or as `attention.recurrent_layers`
+says), partial multi-section rotary."""
 
 from __future__ import annotations
 
-import numpy as np
-import torch
-from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+from transformers import Qwen3_5TextConfig
 
 from ...gguf_io import Keys
-from .base import ATTENTION_NAMES, MLP_NAMES, QK_NORM_NAMES, Architecture
-
-QWEN35_LAYER_NAMES = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "post_attention_layernorm.weight": "post_attention_norm.weight",
-    "linear_attn.in_proj_qkv.weight": "attn_qkv.weight",
-    "linear_attn.in_proj_z.weight": "attn_gate.weight",
-    "linear_attn.in_proj_a.weight": "ssm_alpha.weight",
-    "linear_attn.in_proj_b.weight": "ssm_beta.weight",
-    "linear_attn.out_proj.weight": "ssm_out.weight",
-    "linear_attn.conv1d.weight": "ssm_conv1d.weight",
-    "linear_attn.A_log": "ssm_a",
-    "linear_attn.dt_bias": "ssm_dt.bias",
-    "linear_attn.norm.weight": "ssm_norm.weight",
-    **ATTENTION_NAMES,
-    **QK_NORM_NAMES,
-    **MLP_NAMES,
-}
+from .base import Architecture
 
 SSM_CONV_KERNEL = "{arch}.ssm.conv_kernel"
 SSM_STATE_SIZE = "{arch}.ssm.state_size"
@@ -40,18 +18,9 @@ FULL_ATTENTION_INTERVAL = "{arch}.full_attention_interval"
 ROPE_SECTIONS = "{arch}.rope.dimension_sections"
 
 
-def v_head_order(n_k: int, n_v: int, head_dim: int) -> torch.Tensor:
-    """The converter's grouped → tiled V-head reorder as a gather index: file[i] = hf[idx[i]]."""
-    per_k = n_v // n_k
-    return torch.arange(n_v * head_dim).reshape(n_k, per_k, head_dim).permute(1, 0, 2).reshape(-1)
-
-
 class Qwen35(Architecture):
     name = "qwen35"
-    model_class = Qwen3_5ForCausalLM
-    layer_names = QWEN35_LAYER_NAMES
     chat_template_fallback = "chatml"
-    config_class = Qwen3_5TextConfig
 
     def linear_attention_config(self) -> dict:
         n_k = self.get(SSM_GROUP_COUNT)
@@ -81,53 +50,4 @@ class Qwen35(Architecture):
         return dict(cfg, layer_types=layer_types, **self.linear_attention_config())
 
     def config(self):
-        return self.config_class(**self.base_config())
-
-    # ---------------------------------------------------------------- V heads
-
-    def _v(self, config, head_dim: int) -> torch.Tensor | None:
-        n_k, n_v = config.linear_num_key_heads, config.linear_num_value_heads
-        if n_k == n_v:
-            return None
-        return v_head_order(n_k, n_v, head_dim)
-
-    def output_permutation(self, hf_name, config):
-        if ".linear_attn." not in hf_name:
-            return None
-        if hf_name.endswith("in_proj_qkv.weight"):
-            idx = self._v(config, config.linear_value_head_dim)
-            if idx is None:
-                return None
-            qk = 2 * config.linear_num_key_heads * config.linear_key_head_dim
-            return torch.cat([torch.arange(qk), qk + torch.argsort(idx)])
-        if hf_name.endswith("in_proj_z.weight"):
-            idx = self._v(config, config.linear_value_head_dim)
-        elif hf_name.endswith(("in_proj_a.weight", "in_proj_b.weight")):
-            idx = self._v(config, 1)
-        else:
-            return None
-        return None if idx is None else torch.argsort(idx)
-
-    def input_permutation(self, hf_name, config):
-        if hf_name.endswith("linear_attn.out_proj.weight"):
-            return self._v(config, config.linear_value_head_dim)
-        return None
-
-    def dense(self, hf_name, array, config):
-        t = torch.from_numpy(np.array(array, dtype=np.float32))
-        if hf_name.endswith("norm.weight") and not hf_name.endswith("linear_attn.norm.weight"):
-            return t - 1.0
-        if hf_name.endswith("linear_attn.A_log"):
-            t = torch.log(-t)
-            idx = self._v(config, 1)
-            return t if idx is None else t[torch.argsort(idx)]
-        if hf_name.endswith("linear_attn.dt_bias"):
-            idx = self._v(config, 1)
-            return t if idx is None else t[torch.argsort(idx)]
-        if hf_name.endswith("linear_attn.conv1d.weight"):
-            idx = self._v(config, config.linear_value_head_dim)
-            if idx is not None:
-                qk = 2 * config.linear_num_key_heads * config.linear_key_head_dim
-                t = torch.cat([t[:qk], t[qk:][torch.argsort(idx)]])
-            return t.reshape(t.shape[0], 1, -1)
-        return t
+        return Qwen3_5TextConfig(**self.base_config())

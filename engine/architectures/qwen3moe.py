@@ -1,20 +1,15 @@
-"""qwen3moe: qwen3 attention with a routed mixture of experts in every layer. The
-router (ffn_gate_inp) stays dense; experts stay packed as 3-D tensors."""
+"""qwen3moe: qwen3 attention with a routed mixture of experts in every layer."""
 
 from __future__ import annotations
 
-from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers import Qwen3MoeConfig
 
 from ...gguf_io import Keys
-from .qwen3 import QWEN3_LAYER_NAMES, Qwen3
-
-QWEN3MOE_LAYER_NAMES = {**QWEN3_LAYER_NAMES, "mlp.gate.weight": "ffn_gate_inp.weight"}
+from .qwen3 import Qwen3
 
 
 class Qwen3Moe(Qwen3):
     name = "qwen3moe"
-    model_class = Qwen3MoeForCausalLM
-    layer_names = QWEN3MOE_LAYER_NAMES
 
     def config(self):
         cfg = self.common_config()

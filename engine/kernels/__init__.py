@@ -123,3 +123,16 @@ def select(device: torch.device | str, ggml_type: GGMLType) -> KernelOps:
     log.info("kernels for %s %s: %s (%s)", dev, key[1].name, ops.name, why)
     _CHOSEN[key] = ops
     return ops
+
+
+def ops_for(device: torch.device | str):
+    """The dense ops (kernels.ops) for a device: the native CPU ones where the native
+    kernels are in use, else the torch implementation."""
+    from .ops import TORCH_OPS
+
+    if torch.device(device).type == "cpu" and native_cpu_in_use():
+        from .cpu_ops import CPU_OPS
+
+        log.info("dense ops for cpu: %s", CPU_OPS.name)
+        return CPU_OPS
+    return TORCH_OPS

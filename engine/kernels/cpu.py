@@ -4,9 +4,8 @@ multiplied against the packed weight blocks with integer dot products, threads o
 output rows (one pool, sized like torch's: torch.get_num_threads() at import, or
 set_threads()).
 
-Exposed as the torch custom op `gguf_serve::cpu_mul_mat` so that torch.compile can
-trace through it. `GGUF_SERVE_CPU_ISA` picks the code path (scalar, avx2, avx512 on
-x86-64; scalar, neon on AArch64); by default the best the CPU runs."""
+`GGUF_SERVE_CPU_ISA` picks the code path (scalar, avx2, avx512 on x86-64; scalar, neon
+on AArch64); by default the best the CPU runs."""
 
 from __future__ import annotations
 
@@ -143,8 +142,9 @@ def _f32(x: torch.Tensor) -> torch.Tensor:
 
 
 def _mul_mat_rows(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_features: int) -> torch.Tensor:
-    """gc_mul_mat on x (n, in); float32 contiguous input passes without a copy (or a cast
-    call: decode makes hundreds of these calls a token)."""
+    """y (n, out) = x (n, in) · W^T for packed rows W (out, row_bytes), float32, with
+    gc_mul_mat; float32 contiguous input passes without a copy (or a cast call: decode
+    makes hundreds of these calls a token)."""
     w = weight if weight.is_contiguous() else weight.contiguous()
     x = _f32(x)
     n, cols = x.shape
@@ -156,17 +156,6 @@ def _mul_mat_rows(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_fea
     return y
 
 
-@torch.library.custom_op("gguf_serve::cpu_mul_mat", mutates_args=())
-def cpu_mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_features: int) -> torch.Tensor:
-    """y (n, out) = x (n, in) · W^T for packed rows W (out, row_bytes), float32."""
-    return _mul_mat_rows(weight, x, ggml_type, out_features)
-
-
-@cpu_mul_mat.register_fake
-def _(weight, x, ggml_type, out_features):
-    return x.new_empty(x.shape[0], out_features, dtype=torch.float32)
-
-
 def _dequantize_rows(weight: torch.Tensor, ggml_type: int, rows: int, cols: int) -> torch.Tensor:
     w = weight if weight.is_contiguous() else weight.contiguous()
     y = torch.empty(rows, cols, dtype=torch.float32)
@@ -174,17 +163,6 @@ def _dequantize_rows(weight: torch.Tensor, ggml_type: int, rows: int, cols: int)
     if rc != 0:
         raise RuntimeError(f"gc_dequantize failed ({rc}) for {GGMLType(ggml_type).name}, {cols} columns")
     return y
-
-
-@torch.library.custom_op("gguf_serve::cpu_dequantize", mutates_args=())
-def cpu_dequantize(weight: torch.Tensor, ggml_type: int, rows: int, cols: int) -> torch.Tensor:
-    """The float32 values of packed rows W (rows, row_bytes)."""
-    return _dequantize_rows(weight, ggml_type, rows, cols)
-
-
-@cpu_dequantize.register_fake
-def _(weight, ggml_type, rows, cols):
-    return weight.new_empty(rows, cols, dtype=torch.float32)
 
 
 # Up to this many activation rows, integer dot products (memory-bound decode); beyond,
@@ -216,13 +194,11 @@ def mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_feat
     cols = x.shape[-1]
     n = x.numel() // cols if cols else 0
     if n <= GEMV_MAX_ROWS:
-        # the custom op only while torch.compile traces: its dispatch costs ~20 us a call
-        op = cpu_mul_mat if torch.compiler.is_compiling() else _mul_mat_rows
-        y = op(weight, x.reshape(n, cols), int(ggml_type), out_features)
+        y = _mul_mat_rows(weight, x.reshape(n, cols), int(ggml_type), out_features)
     else:
         dt = PREFILL_DTYPE
         y = reference.matmul_by_tiles(weight, x.reshape(-1, cols).to(dt), out_features, max(1, TILE_ELEMENTS // cols),
-                                      lambda rows, r: cpu_dequantize(rows, int(ggml_type), r, cols).to(dt))
+                                      lambda rows, r: _dequantize_rows(rows, int(ggml_type), r, cols).to(dt))
     y = y.reshape(*x.shape[:-1], out_features)
     return y if y.dtype is x.dtype else y.to(x.dtype)
 
@@ -239,7 +215,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, add_one: bool) -
 
 
 def dequantize(weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
-    return cpu_dequantize(weight, int(ggml_type), rows, cols).to(dtype)
+    return _dequantize_rows(weight, int(ggml_type), rows, cols).to(dtype)
 
 
 def _mul_mat_id_rows(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, ggml_type: int,
@@ -262,26 +238,13 @@ def _mul_mat_id_rows(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, g
     return y
 
 
-@torch.library.custom_op("gguf_serve::cpu_mul_mat_id", mutates_args=())
-def cpu_mul_mat_id(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, ggml_type: int,
-                   out_features: int) -> torch.Tensor:
-    """y (T, K, out) for packed experts weight (E, out, row_bytes), x (T, in) or (T, K, in), ids (T, K)."""
-    return _mul_mat_id_rows(weight, x, ids, ggml_type, out_features)
-
-
-@cpu_mul_mat_id.register_fake
-def _(weight, x, ids, ggml_type, out_features):
-    return x.new_empty(ids.shape[0], ids.shape[1], out_features, dtype=torch.float32)
-
-
 def mul_mat_id(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, ggml_type: GGMLType,
                out_features: int) -> torch.Tensor:
     """The kernel interface's mul_mat_id. Up to GEMV_MAX_ROWS tokens (each expert then
     sees at most that many rows) one native call does every selection with integer dots;
     longer prompts go expert by expert through mul_mat (dequantized tiles + torch)."""
     if ids.shape[0] <= GEMV_MAX_ROWS:
-        op = cpu_mul_mat_id if torch.compiler.is_compiling() else _mul_mat_id_rows
-        y = op(weight, x, ids, int(ggml_type), out_features)
+        y = _mul_mat_id_rows(weight, x, ids, int(ggml_type), out_features)
         return y if y.dtype is x.dtype else y.to(x.dtype)
     return reference.mul_mat_id(weight, x, ids, ggml_type, out_features, mul_mat=mul_mat)
 
@@ -291,6 +254,5 @@ def get_rows(weight: torch.Tensor, indices: torch.Tensor, ggml_type: GGMLType, c
     """Embedding lookup: the selected packed rows, dequantized by the native kernels."""
     flat = indices.reshape(-1)
     rows = weight.index_select(0, flat)  # raises IndexError for an index out of range
-    op = cpu_dequantize if torch.compiler.is_compiling() else _dequantize_rows
-    out = op(rows, int(ggml_type), flat.numel(), cols)
+    out = _dequantize_rows(rows, int(ggml_type), flat.numel(), cols)
     return (out if out.dtype is dtype else out.to(dtype)).reshape(*indices.shape, cols)

@@ -1,12 +1,19 @@
 """Per architecture: a tiny random transformers model written as GGUF the way llama.cpp
-does; the engine's logits must equal the dense transformers model holding the same
-(dequantized) weights, and transformers' own GGUF loader where it reads the file."""
+does; the engine's own forward pass (over the file's packed tensors, in the file's
+layout) must equal the dense transformers model holding the same dequantized weights:
+a whole prompt, step-by-step decode, a prompt processed in chunks, and several
+sequences of different lengths decoded together in one batch, joining and leaving
+between steps, each equal to the same sequence alone. Also transformers' own GGUF
+loader where it reads the file."""
+
+import os
 
 import pytest
 import torch
 
 from gguf_serve.engine import load_model
 from gguf_serve.engine.architectures import ARCHITECTURES, UnsupportedArchitecture
+from gguf_serve.engine.batch import Batch
 from gguf_serve.engine.modules import GgufEmbedding, GgufLinear
 from gguf_serve.gguf_io import GGUFWriter
 
@@ -14,16 +21,13 @@ from tiny_models import random_model, spec, write_gguf
 
 ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "gemma3", "phi3"]
 MIXES = ["F32", "F16", "Q8_0", "K"]
-# float32 everywhere; differences come from summation order in chunked matmuls
-TOL = {"F32": 2e-4, "F16": 2e-4, "Q8_0": 2e-4, "K": 2e-4}
+TOL = 2e-4  # float32 everywhere; differences come from summation order (chunked matmuls, SDPA)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def exact_kernels():
-    """These tests check the loader (names, shapes, transforms) with exact arithmetic:
-    the reference kernels, not the native ones that quantize activations."""
-    import os
-
+    """These tests check the forward pass with exact arithmetic: the reference kernels
+    and torch ops, not the native ones that quantize activations."""
     from gguf_serve.engine import kernels
 
     os.environ[kernels.ENV_OVERRIDE] = "reference"
@@ -48,38 +52,97 @@ def tiny(tmp_path_factory):
     return build
 
 
+def dense_logits(dense, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return dense(input_ids=ids[None]).logits[0]
+
+
+def prompt_logits(lm, ids: list[int]) -> torch.Tensor:
+    slot = lm.cache.allocate()
+    try:
+        return lm.forward(Batch.of([(slot, ids, 0)], want="all"))
+    finally:
+        lm.cache.free(slot)
+
+
 @pytest.mark.parametrize("mix", MIXES)
 @pytest.mark.parametrize("arch", ARCHS)
 def test_logits_equal_dense_transformers(tiny, arch, mix):
     path, dense = tiny(arch, mix)
     lm = load_model(path, device="cpu")
-    assert type(lm.model) is type(dense)
-    packed = [m for m in lm.model.modules() if isinstance(m, GgufLinear)]
-    assert len(packed) == sum(isinstance(m, torch.nn.Linear) for m in dense.modules())
-    assert not any(isinstance(m, torch.nn.Linear) for m in lm.model.modules())
-    ids = torch.randint(0, 250, (1, 20), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        ours = lm.model(input_ids=ids).logits
-        ref = dense(input_ids=ids).logits
-    torch.testing.assert_close(ours, ref, rtol=TOL[mix], atol=TOL[mix])
+    ids = torch.randint(0, 250, (20,), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(prompt_logits(lm, ids.tolist()), dense_logits(dense, ids), rtol=TOL, atol=TOL)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_incremental_decoding_with_cache_matches_full_forward(tiny, arch):
-    path, _ = tiny(arch, "Q8_0")
+def test_step_by_step_decode_equals_dense(tiny, arch):
+    path, dense = tiny(arch, "K")
     lm = load_model(path, device="cpu")
-    ids = torch.randint(0, 250, (1, 14), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        full = lm.model(input_ids=ids).logits[0, -1]
-        out = lm.model(input_ids=ids[:, :10], use_cache=True)
-        cache = out.past_key_values if getattr(out, "past_key_values", None) is not None else out.cache
-        for t in range(10, 14):
-            out = lm.model(input_ids=ids[:, t:t + 1], cache=cache, use_cache=True)
-    torch.testing.assert_close(out.logits[0, -1], full, rtol=2e-4, atol=2e-4)
+    ids = torch.randint(0, 250, (16,), generator=torch.Generator().manual_seed(1))
+    ref = dense_logits(dense, ids)
+    slot = lm.cache.allocate()
+    first = lm.forward(Batch.of([(slot, ids[:10].tolist(), 0)]))
+    torch.testing.assert_close(first[0], ref[9], rtol=TOL, atol=TOL)
+    for t in range(10, 16):
+        out = lm.forward(Batch.of([(slot, [int(ids[t])], t)]))
+        torch.testing.assert_close(out[0], ref[t], rtol=TOL, atol=TOL)
+    assert lm.cache.lengths[slot] == 16
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "qwen35", "llama"])
+def test_long_prompt_in_chunks_equals_dense(tiny, arch):
+    """max_batch 32: a 150-token prompt runs in five chunks; Gemma's window of 8 then
+    wraps its ring of 40 cells several times; Qwen3.5 carries its recurrent state across
+    chunks (and with the default max_batch its chunked delta rule takes >64 tokens)."""
+    path, dense = tiny(arch, "Q8_0")
+    ids = torch.randint(0, 250, (150,), generator=torch.Generator().manual_seed(2))
+    ref = dense_logits(dense, ids)
+    for max_batch in (32, 512):
+        lm = load_model(path, device="cpu", max_batch=max_batch)
+        torch.testing.assert_close(prompt_logits(lm, ids.tolist()), ref, rtol=TOL, atol=TOL)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_sequences_batched_together_equal_each_alone(tiny, arch):
+    """Three sequences in three slots: they join at different steps with prompts of
+    different lengths, decode in one batch at different positions, and leave when done
+    (a fourth then takes a freed slot). Every logits row equals the dense model's at
+    that position, and the same sequence run alone."""
+    path, dense = tiny(arch, "Q8_0")
+    lm = load_model(path, device="cpu", n_seq=3)
+    g = torch.Generator().manual_seed(3)
+    seqs = [torch.randint(0, 250, (n,), generator=g) for n in (30, 12, 24, 9)]
+    prompt = [11, 3, 20, 4]
+    joins = [0, 2, 2, 14]  # step at which each sequence arrives
+    refs = [dense_logits(dense, s) for s in seqs]
+    alone = [prompt_logits(lm, s.tolist()) for s in seqs]
+    slot, pos = {}, {}
+    for step in range(60):
+        items, who = [], []
+        for i, s in enumerate(seqs):
+            if step == joins[i]:
+                slot[i], pos[i] = lm.cache.allocate(), 0
+                items.append((slot[i], s[:prompt[i]].tolist(), 0))
+                who.append(i)
+            elif i in pos and 0 < pos[i] < len(s):
+                items.append((slot[i], [int(s[pos[i]])], pos[i]))
+                who.append(i)
+        if not items:
+            continue
+        out = lm.forward(Batch.of(items))
+        for row, i in enumerate(who):
+            at = items[row][2] + len(items[row][1]) - 1
+            torch.testing.assert_close(out[row], refs[i][at], rtol=TOL, atol=TOL)
+            torch.testing.assert_close(out[row], alone[i][at], rtol=5e-5, atol=5e-5)  # other matmul shapes
+            pos[i] = at + 1
+            if pos[i] == len(seqs[i]):
+                lm.cache.free(slot[i])
+    assert all(pos[i] == len(s) for i, s in enumerate(seqs))
+    assert lm.cache.free_slots == 3
 
 
 # transformers' GGUF loader ignores attention.key_length (our tiny qwen3 has head_dim 96,
-# not hidden/heads) and expert_feed_forward_length (qwen3moe), and has no Gemma 3 text
+# not hidden/heads) and expert_feed_forward_length (qwen3moe), and has no Gemma 3 / Qwen3.5
 # path for these files, so those are checked against the dense model only.
 TRANSFORMERS_GGUF = ["llama", "qwen2", "phi3"]
 
@@ -89,22 +152,39 @@ def test_logits_equal_transformers_gguf_loader(tiny, arch):
     from transformers import AutoModelForCausalLM
 
     path, _ = tiny(arch, "Q8_0")
-    import os
     ref = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
                                                dtype=torch.float32).eval()
     lm = load_model(path, device="cpu")
-    ids = torch.randint(0, 250, (1, 12), generator=torch.Generator().manual_seed(2))
-    with torch.no_grad():
-        torch.testing.assert_close(lm.model(input_ids=ids).logits, ref(input_ids=ids).logits, rtol=2e-4, atol=2e-4)
+    ids = torch.randint(0, 250, (12,), generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(prompt_logits(lm, ids.tolist()), dense_logits(ref, ids), rtol=TOL, atol=TOL)
 
 
 def test_tied_head_shares_the_embedding_bytes(tiny):
     path, _ = tiny("gemma3", "K")
     lm = load_model(path, device="cpu")
-    emb = lm.model.get_input_embeddings()
-    assert isinstance(emb, GgufEmbedding) and isinstance(lm.model.lm_head, GgufLinear)
-    assert lm.model.lm_head.packed.data_ptr() == emb.packed.data_ptr()
+    assert isinstance(lm.model.embed, GgufEmbedding) and isinstance(lm.model.head, GgufLinear)
+    assert lm.model.head.packed.data_ptr() == lm.model.embed.packed.data_ptr()
     assert "output.weight" not in lm.gguf.tensors
+
+
+def _packed(model):
+    """Every packed weight of the model (by walking its layers' attributes)."""
+    seen, out = set(), []
+
+    def walk(obj, depth=0):
+        if id(obj) in seen or depth > 4:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, (GgufLinear, GgufEmbedding)):
+            out.append(obj)
+        elif isinstance(obj, list):
+            for x in obj:
+                walk(x, depth + 1)
+        elif hasattr(obj, "__dict__") and not isinstance(obj, torch.Tensor):
+            for x in vars(obj).values():
+                walk(x, depth + 1)
+    walk(model)
+    return out
 
 
 def test_packed_layers_are_views_of_the_file_never_dequantized_at_load(tiny, monkeypatch):
@@ -112,14 +192,16 @@ def test_packed_layers_are_views_of_the_file_never_dequantized_at_load(tiny, mon
 
     path, _ = tiny("llama", "K")
     calls = []
-    monkeypatch.setattr(ref, "dequantize_rows", lambda *a, **k: calls.append(a) or (_ for _ in ()).throw(AssertionError("dequantized at load")))
+    monkeypatch.setattr(ref, "dequantize_rows", lambda *a, **k: calls.append(a) or (_ for _ in ()).throw(
+        AssertionError("dequantized at load")))
     lm = load_model(path, device="cpu")
     assert calls == []
     file_views = {t.data.ctypes.data for t in lm.gguf.tensors.values()}
-    for name, m in lm.model.named_modules():
-        if isinstance(m, (GgufLinear, GgufEmbedding)):
-            assert m.packed.dtype == torch.uint8
-            assert m.packed.data_ptr() in file_views, name  # a view of the map, not a copy
+    packed = _packed(lm.model)
+    assert len(packed) == 2 * 7 + 2  # 7 matrices per layer, the embedding and the output head
+    for m in packed:
+        assert m.packed.dtype == torch.uint8
+        assert m.packed.data_ptr() in file_views, m.name  # a view of the map, not a copy
 
 
 def test_unsupported_architecture_is_a_clear_error(tmp_path):

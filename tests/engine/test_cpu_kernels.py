@@ -61,7 +61,7 @@ def test_error_within_activation_quantization_bound(gtype, isa):
     x = rng.standard_normal((3, cols)).astype(np.float32)
     exact = x.astype(np.float64) @ W.T
     cpu.set_isa(isa)
-    y = cpu.cpu_mul_mat(torch.from_numpy(packed), torch.from_numpy(x), int(gtype), rows).numpy()
+    y = cpu._mul_mat_rows(torch.from_numpy(packed), torch.from_numpy(x), int(gtype), rows).numpy()
     act_block = 32 if gtype.block_size == 32 else 256
     bound = _activation_bound(W, x.astype(np.float64), act_block)
     assert np.all(np.abs(y - exact) <= bound * 1.001 + 1e-4)
@@ -77,7 +77,7 @@ def test_simd_paths_equal_scalar_up_to_summation_order(gtype):
     out = {}
     for isa in ISAS:
         cpu.set_isa(isa)
-        out[isa] = cpu.cpu_mul_mat(packed, x, int(gtype), rows)
+        out[isa] = cpu._mul_mat_rows(packed, x, int(gtype), rows)
     for isa in ISAS[1:]:
         torch.testing.assert_close(out[isa], out["scalar"], rtol=1e-5, atol=1e-4)
 
@@ -96,7 +96,7 @@ def test_simd_paths_equal_scalar_on_random_blocks(gtype):
     out = {}
     for isa in ISAS:
         cpu.set_isa(isa)
-        out[isa] = cpu.cpu_mul_mat(packed, x, int(gtype), rows)
+        out[isa] = cpu._mul_mat_rows(packed, x, int(gtype), rows)
         assert np.all(np.abs(out[isa].numpy() - exact) <= bound * 1.001 + 1e-4), isa
     for isa in ISAS[1:]:
         torch.testing.assert_close(out[isa], out["scalar"], rtol=1e-5, atol=1e-3)
@@ -141,17 +141,6 @@ def test_get_rows_equals_the_reference_lookup(gtype):
         assert torch.equal(got, reference.get_rows(table, idx, gtype, 512, dtype))
     with pytest.raises(IndexError):
         cpu.get_rows(table, torch.tensor([30]), gtype, 512, torch.float32)
-
-
-def test_custom_ops_pass_torch_library_checks():
-    """The ops torch.compile traces (fake tensors, schemas, autograd registration)."""
-    rng = np.random.default_rng(6)
-    w = torch.from_numpy(_weights(rng, GGMLType.Q4_K, 8, 256))
-    experts = torch.from_numpy(np.stack([_weights(rng, GGMLType.Q4_K, 8, 256) for _ in range(3)]))
-    torch.library.opcheck(cpu.cpu_mul_mat, (w, torch.randn(2, 256), int(GGMLType.Q4_K), 8))
-    torch.library.opcheck(cpu.cpu_dequantize, (w, int(GGMLType.Q4_K), 8, 256))
-    torch.library.opcheck(cpu.cpu_mul_mat_id, (experts, torch.randn(2, 256), torch.tensor([[0, 2], [1, 2]]),
-                                               int(GGMLType.Q4_K), 8))
 
 
 def test_mul_mat_id_rejects_bad_expert_indices_and_shapes():
@@ -200,22 +189,33 @@ def test_real_gemma_tensors(gemma_path):
         assert np.all(np.abs(y - x.astype(np.float64) @ W.T) <= bound * 1.001 + 1e-4), name
 
 
+def _last_logits(lm, ids):
+    from gguf_serve.engine.batch import Batch
+
+    slot = lm.cache.allocate()
+    try:
+        return lm.forward(Batch.of([(slot, ids, 0)]))[0]
+    finally:
+        lm.cache.free(slot)
+
+
 def test_engine_uses_native_kernels_on_cpu_and_stays_close_to_exact(gemma_path):
     kernels.reset()
     lm = load_model(gemma_path, device="cpu")
-    ids = torch.tensor([lm.tokenizer("The capital of France is the city of Paris, which is")["input_ids"]])
-    with torch.no_grad():
-        short = lm.model(input_ids=ids[:, :6]).logits[0, -1]  # 6 rows: the integer-dot path
-    names = {m._kernels().name for m in lm.model.modules() if hasattr(m, "_kernels")}
-    assert names == {f"cpu-native ({cpu.best_isa()})"}
-    assert sum("forward" in vars(m) for m in lm.model.modules()) == 18 * 4 + 18 * 2 + 1  # native norms
+    ids = lm.tokenizer("The capital of France is the city of Paris, which is")["input_ids"]
+    short = _last_logits(lm, ids[:6])  # 6 rows: the integer-dot path
+    linears = [m for layer in lm.model.layers for m in vars(layer.attn).values() if isinstance(m, modules.GgufLinear)]
+    linears += [lm.model.head]
+    assert len(linears) == 18 * 4 + 1
+    assert {m.ops.name for m in linears} == {f"cpu-native ({cpu.best_isa()})"}
+    assert lm.model.ops.name == "cpu-native"
     import os
     os.environ[kernels.ENV_OVERRIDE] = "reference"
     kernels.reset()
     try:
         exact_lm = load_model(gemma_path, device="cpu")
-        with torch.no_grad():
-            exact = exact_lm.model(input_ids=ids[:, :6]).logits[0, -1]
+        assert exact_lm.model.ops.name == "torch"
+        exact = _last_logits(exact_lm, ids[:6])
     finally:
         del os.environ[kernels.ENV_OVERRIDE]
         kernels.reset()
@@ -229,53 +229,31 @@ def test_moe_engine_decodes_with_native_mul_mat_id(arch, tmp_path, monkeypatch):
     mul_mat_id call per expert tensor, and its logits equal those of the expert-by-expert
     loop over the GEMV. (Not compared with the dense model: with random routers, 8-bit
     activations flip some top-k choices, and a flipped expert changes the output.)"""
+    from gguf_serve.engine.batch import Batch
+
     from tiny_models import random_model, spec, write_gguf
 
     s = spec(arch)
     write_gguf(s, random_model(s, seed=5), tmp_path / "moe.gguf", "K")
     kernels.reset()
     lm = load_model(str(tmp_path / "moe.gguf"), device="cpu")
-    ids = torch.randint(0, 250, (1, 9), generator=torch.Generator().manual_seed(2))
+    ids = torch.randint(0, 250, (9,), generator=torch.Generator().manual_seed(2)).tolist()
 
     def decode_step():
-        with torch.no_grad():
-            out = lm.model(input_ids=ids[:, :8], use_cache=True)
-            cache = out.past_key_values if getattr(out, "past_key_values", None) is not None else out.cache
+        slot = lm.cache.allocate()
+        try:
+            lm.forward(Batch.of([(slot, ids[:8], 0)]))
             calls.clear()
-            return lm.model(input_ids=ids[:, 8:], cache=cache, use_cache=True).logits[0, -1]
+            return lm.forward(Batch.of([(slot, ids[8:], 8)]))[0]
+        finally:
+            lm.cache.free(slot)
 
     calls = []
     native = cpu._mul_mat_id_rows
     monkeypatch.setattr(cpu, "_mul_mat_id_rows", lambda *a: calls.append(a[3]) or native(*a))
     step = decode_step()
-    experts = [m for m in lm.model.modules() if isinstance(m, modules.GgufExperts)]
-    assert experts and len(calls) == 3 * len(experts)
+    n_experts = sum(hasattr(layer.mlp, "experts") for layer in lm.model.layers)
+    assert n_experts == len(lm.model.layers) and len(calls) == 3 * n_experts
     monkeypatch.setattr(cpu, "_mul_mat_id_rows", lambda w, x, i, t, o: calls.append(t) or reference.mul_mat_id(
         w, x, i, GGMLType(t), o, mul_mat=cpu.mul_mat))
     assert torch.equal(decode_step(), step)
-
-
-def _norm_class(name: str):
-    import importlib
-
-    import transformers.models as tm
-
-    for module in ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "phi3", "gemma3", "qwen3_5", "qwen3_5_moe"):
-        mod = importlib.import_module(f"{tm.__name__}.{module}.modeling_{module}")
-        if hasattr(mod, name):
-            return getattr(mod, name)
-    raise LookupError(name)
-
-
-@pytest.mark.parametrize("name", sorted(modules.RMS_NORMS))
-def test_native_rms_norm_equals_the_transformers_class(name):
-    torch.manual_seed(0)
-    norm = _norm_class(name)(320, eps=1e-5)
-    with torch.no_grad():
-        norm.weight.normal_()
-    x = torch.randn(3, 5, 640)[..., ::2] * 7  # not contiguous
-    want = norm(x)
-    assert modules.use_native_norms(norm, cpu.rms_norm) == 1
-    torch.testing.assert_close(norm(x), want, rtol=1e-5, atol=1e-5)
-    xb = x.to(torch.bfloat16)  # another dtype: the class's own forward
-    torch.testing.assert_close(norm(xb), _norm_class(name).forward(norm, xb), rtol=0, atol=0)

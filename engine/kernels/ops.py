@@ -1,0 +1,214 @@
+"""The dense ops of a forward pass, around the packed matmuls: RMSNorm, rotary
+embedding, attention over the engine's KV cache, gated activations, and Qwen3.5's
+causal conv and gated delta rule.
+
+`TorchOps` is each op in torch: the reference in tests and the path on every device.
+`cpu_ops.CpuOps` overrides ops with native calls on CPU tensors; `kernels.ops_for`
+chooses once per device. Ops take flattened batches (tokens first) and the `Batch`
+for sequence boundaries; they never allocate cache memory."""
+
+from __future__ import annotations
+
+
+import torch
+import torch.nn.functional as F
+
+from ..batch import Batch
+
+
+def rope_tables(batch: Batch, key, inv_freq: torch.Tensor, scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin (T, rot / 2) for the batch's positions, computed once per forward."""
+    if key not in batch.memo:
+        freqs = batch.positions.to(inv_freq.device, torch.float32)[:, None] * inv_freq[None, :]
+        cos, sin = freqs.cos(), freqs.sin()
+        if scaling != 1.0:
+            cos, sin = cos * scaling, sin * scaling
+        batch.memo[key] = (cos, sin)
+    return batch.memo[key]
+
+
+def ring_positions(n_cells: int, end: int) -> torch.Tensor:
+    """The position each cell of a ring of n_cells holds once a sequence has `end`
+    tokens (-1: empty)."""
+    c = torch.arange(min(n_cells, end))
+    return c + n_cells * torch.div(end - 1 - c, n_cells, rounding_mode="floor")
+
+
+class TorchOps:
+    name = "torch"
+
+    # ------------------------------------------------------------ norms
+
+    def rms_norm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        """x / sqrt(mean(x²) + eps) * w over the last dim, in float32."""
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        return (y * w.float()).to(x.dtype)
+
+    def add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float):
+        """(x + residual, rms_norm(x + residual)): the residual stream and the next input."""
+        h = x + residual
+        return h, self.rms_norm(h, w, eps)
+
+    def l2_norm(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+    # ------------------------------------------------------------ rotary
+
+    def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool) -> torch.Tensor:
+        """Rotate the first 2 * cos.shape[-1] dims of x (T, heads, head_dim): NeoX style
+        (halves) or GPT-J style (adjacent pairs, llama.cpp's layout for Llama files)."""
+        rot = 2 * cos.shape[-1]
+        c, s = cos[:, None, :].to(x.dtype), sin[:, None, :].to(x.dtype)
+        xr = x[..., :rot]
+        if neox:
+            x1, x2 = xr[..., : rot // 2], xr[..., rot // 2:]
+            out = torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+        else:
+            x1, x2 = xr[..., 0::2], xr[..., 1::2]
+            out = torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).flatten(-2)
+        if rot < x.shape[-1]:
+            out = torch.cat([out, x[..., rot:]], dim=-1)
+        return out
+
+    # --------------------------------------------------------- attention
+
+    def kv_write(self, kbuf: torch.Tensor, vbuf: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 slots: torch.Tensor, cells: torch.Tensor) -> None:
+        """Keys and values (T, kv_heads, head_dim) into their slots' cells."""
+        kbuf[slots, :, cells] = k.to(kbuf.dtype)
+        vbuf[slots, :, cells] = v.to(vbuf.dtype)
+
+    def attention(self, q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, batch: Batch, n_cells: int,
+                  window: int, scale: float, softcap: float | None = None) -> torch.Tensor:
+        """Causal attention of q (T, heads, head_dim) over each sequence's cached keys
+        and values (already written), grouped-query, optionally within a window of
+        `window` positions (the query's own included) and with tanh soft-capping."""
+        out = torch.empty_like(q)
+        for s in batch.seqs:
+            qs = q[s.start:s.start + s.n].transpose(0, 1)[None]  # (1, H, n, D)
+            used = min(s.end, n_cells)
+            ks, vs = kbuf[s.slot, :, :used][None], vbuf[s.slot, :, :used][None]
+            mask = self._mask(batch, s, n_cells, window)
+            if softcap:
+                o = self._softcapped(qs, ks, vs, mask, scale, softcap)
+            else:
+                o = F.scaled_dot_product_attention(qs, ks.to(q.dtype), vs.to(q.dtype), attn_mask=mask, scale=scale,
+                                                   enable_gqa=ks.shape[1] != qs.shape[1])
+            out[s.start:s.start + s.n] = o[0].transpose(0, 1)
+        return out
+
+    @staticmethod
+    def _mask(batch: Batch, s, n_cells: int, window: int) -> torch.Tensor | None:
+        key = ("mask", s.slot, n_cells, window)
+        if key not in batch.memo:
+            cell_pos = ring_positions(n_cells, s.end)
+            q_pos = torch.arange(s.pos, s.end)[:, None]
+            ok = cell_pos[None, :] <= q_pos
+            if window:
+                ok &= q_pos - cell_pos[None, :] < window
+            batch.memo[key] = None if bool(ok.all()) else ok.to(batch.tokens.device)
+        return batch.memo[key]
+
+    @staticmethod
+    def _softcapped(q, k, v, mask, scale, cap):
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, dim=1).to(q.dtype), v.repeat_interleave(rep, dim=1).to(q.dtype)
+        scores = torch.tanh((q @ k.transpose(-1, -2)) * scale / cap) * cap
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
+
+    # -------------------------------------------------------- activations
+
+    def act_mul(self, gate: torch.Tensor, up: torch.Tensor, act: str) -> torch.Tensor:
+        """act(gate) * up: SwiGLU ("silu") or GeGLU with tanh GELU ("gelu_tanh")."""
+        if act == "silu":
+            return F.silu(gate) * up
+        if act == "gelu_tanh":
+            return F.gelu(gate, approximate="tanh") * up
+        raise ValueError(f"unknown activation {act!r}")
+
+    # ------------------------------------------- Qwen3.5 linear attention
+
+    def causal_conv(self, x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Depthwise causal conv1d + SiLU over each sequence's channels x (T, C), the
+        last kernel - 1 inputs of each slot carried in conv_state (slots, C, kernel - 1)."""
+        out = torch.empty_like(x)
+        k = weight.shape[-1]
+        for s in batch.seqs:
+            xs = x[s.start:s.start + s.n].float().transpose(0, 1)  # (C, n)
+            full = torch.cat([conv_state[s.slot], xs], dim=-1)  # (C, k - 1 + n)
+            y = F.conv1d(full[None], weight[:, None, :], groups=weight.shape[0])[0]  # (C, n)
+            conv_state[s.slot].copy_(full[:, -(k - 1):])
+            out[s.start:s.start + s.n] = F.silu(y).transpose(0, 1).to(x.dtype)
+        return out
+
+    def gated_delta_rule(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                         beta: torch.Tensor, state: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Gated DeltaNet over each sequence: q, k (T, Hk, dk), v (T, Hv, dv), log-decay g
+        and beta (T, Hv); value head h reads key head h % Hk (the file's tiled head
+        order). q and k are L2-normalized here, q scaled by dk^-0.5; the slot's state
+        (Hv, dk, dv) is read and updated. Returns (T, Hv, dv) float32."""
+        hv, hk = v.shape[1], k.shape[1]
+        q = self.l2_norm(q.float()) * (q.shape[-1] ** -0.5)
+        k = self.l2_norm(k.float())
+        if hv != hk:
+            q, k = q.repeat(1, hv // hk, 1), k.repeat(1, hv // hk, 1)
+        v, g, beta = v.float(), g.float(), beta.float()
+        out = torch.empty(v.shape, dtype=torch.float32, device=v.device)
+        for s in batch.seqs:
+            sl = slice(s.start, s.start + s.n)
+            fn = self._delta_steps if s.n <= DELTA_CHUNK else self._delta_chunked
+            out[sl], new = fn(q[sl], k[sl], v[sl], g[sl], beta[sl], state[s.slot])
+            state[s.slot].copy_(new)
+        return out
+
+    @staticmethod
+    def _delta_steps(q, k, v, g, beta, S):
+        """Token by token: S = e^g S; S += k ((v - Sᵀk) β)ᵀ; o = Sᵀq."""
+        outs = []
+        S = S.clone()
+        for t in range(q.shape[0]):
+            S = S * g[t].exp()[:, None, None]
+            kv = torch.einsum("hkv,hk->hv", S, k[t])
+            delta = (v[t] - kv) * beta[t][:, None]
+            S = S + k[t][:, :, None] * delta[:, None, :]
+            outs.append(torch.einsum("hkv,hk->hv", S, q[t]))
+        return torch.stack(outs), S
+
+    @staticmethod
+    def _delta_chunked(q, k, v, g, beta, S):
+        """The same recurrence in chunks of C tokens: with γ the cumulative log-decay in a
+        chunk and D[t, s] = e^(γt - γs), the chunk's pseudo-values U solve
+        (I + tril₋₁(β D∘KKᵀ)) U = β (V - e^γ ∘ K S₀); then O = e^γ ∘ Q S₀ + tril(D∘QKᵀ) U
+        and S = e^γ_last S₀ + (K ∘ e^(γ_last - γ))ᵀ U."""
+        n = q.shape[0]
+        outs = []
+        # heads first: (H, n, d)
+        q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+        g, beta = g.transpose(0, 1), beta.transpose(0, 1)
+        S = S.clone()
+        for lo in range(0, n, DELTA_CHUNK):
+            hi = min(lo + DELTA_CHUNK, n)
+            qc, kc, vc, bc = q[:, lo:hi], k[:, lo:hi], v[:, lo:hi], beta[:, lo:hi]
+            gam = g[:, lo:hi].cumsum(-1)  # (H, C)
+            c = hi - lo
+            diff = gam[:, :, None] - gam[:, None, :]
+            lower = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+            decay = torch.where(lower, diff, torch.full_like(diff, float("-inf"))).exp()  # (H, C, C), 0 above
+            eg = gam.exp()[..., None]  # (H, C, 1)
+            a = (bc[..., None] * decay * (kc @ kc.transpose(-1, -2))).tril(-1)
+            rhs = bc[..., None] * (vc - eg * (kc @ S))
+            eye = torch.eye(c, dtype=q.dtype, device=q.device)
+            u = torch.linalg.solve_triangular(eye + a, rhs, upper=False, unitriangular=True)
+            outs.append(eg * (qc @ S) + (decay * (qc @ kc.transpose(-1, -2))) @ u)
+            last = gam[:, -1:]  # (H, 1)
+            S = last.exp()[..., None] * S + (kc * (last - gam).exp()[..., None]).transpose(-1, -2) @ u
+        return torch.cat(outs, dim=1).transpose(0, 1), S
+
+
+# Tokens per chunk of the chunked delta rule (longer sequences use it; shorter ones step).
+DELTA_CHUNK = 64
+
+TORCH_OPS = TorchOps()

@@ -1,0 +1,52 @@
+"""Who runs on the cores, decided once at load.
+
+With the native CPU kernels, their thread pool owns the cores: torch's own pool would
+spin next to it on the same cores (stepping a model with both at 2 threads ran 6x
+slower). So torch runs its ops on one thread, except in forward passes of more than
+`kernels.cpu.GEMV_MAX_ROWS` tokens, whose matmuls are torch BLAS on dequantized
+tiles and get torch's threads for their duration. The kernels' pool keeps the
+thread count torch had at load (or `cpu.set_threads`). Elsewhere torch keeps its
+threads."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class ThreadPolicy:
+    native: bool  # the native CPU kernels own the cores
+    threads: int  # the kernels' threads (and torch's inside long prefills)
+
+    @classmethod
+    def decide(cls, device: torch.device, native_cpu: bool) -> "ThreadPolicy":
+        if device.type != "cpu" or not native_cpu:
+            return cls(False, torch.get_num_threads())
+        from .kernels import cpu
+
+        policy = cls(True, cpu.threads())
+        torch.set_num_threads(1)
+        return policy
+
+    def describe(self) -> str:
+        if self.native:
+            return f"native kernels on {self.threads} thread(s), torch ops on 1 (all {self.threads} in long prefills)"
+        return f"torch on {torch.get_num_threads()} thread(s)"
+
+    @contextlib.contextmanager
+    def run(self, n_tokens: int):
+        from .kernels.cpu import GEMV_MAX_ROWS
+
+        if not self.native or n_tokens <= GEMV_MAX_ROWS or self.threads <= 1:
+            if self.native and torch.get_num_threads() != 1:
+                torch.set_num_threads(1)  # someone changed it since load
+            yield
+            return
+        torch.set_num_threads(self.threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(1)

@@ -49,6 +49,41 @@ class DenseLinear:
         return torch.nn.functional.linear(x, self.weight.to(x.dtype), self.bias)
 
 
+class Split:
+    """One matrix whose output rows are several results (Phi-3's attn_qkv, gate+up)."""
+
+    def __init__(self, linear, sizes: list[int]):
+        self.linear, self.sizes = linear, sizes
+
+    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return self.linear(x).split(self.sizes, dim=-1)
+
+
+class LinearGroup:
+    """Matrices that read the same input (q/k/v, gate/up). With the native CPU kernels
+    and a batch of at most GEMV_MAX_ROWS rows they run as one native call (the input
+    quantized once, the rows of all of them one work list); otherwise one by one."""
+
+    def __init__(self, linears: list):
+        self.linears = linears
+        self.sizes = [m.out_features for m in linears]
+        self.native = None
+        if len(linears) > 1 and all(isinstance(m, GgufLinear) and m.ops.name.startswith("cpu-native")
+                                    for m in linears):
+            from .kernels import cpu
+
+            self.native = cpu.MulMatGroup([m.packed for m in linears], [m.ggml_type for m in linears], self.sizes,
+                                          linears[0].in_features)
+            self.max_rows = cpu.GEMV_MAX_ROWS
+            self.biases = [m.bias for m in linears]
+
+    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
+        if self.native is not None and x.numel() <= self.max_rows * x.shape[-1] and x.dtype is torch.float32:
+            ys = self.native(x).split(self.sizes, dim=-1)
+            return [y if b is None else y + b for y, b in zip(ys, self.biases)]
+        return [m(x) for m in self.linears]
+
+
 class GgufEmbedding:
     """Row lookup into a packed (num_embeddings, row_bytes) table, times `scale`."""
 

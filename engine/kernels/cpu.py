@@ -88,9 +88,9 @@ def load() -> ctypes.CDLL | None:
     lib.gc_path_isa.argtypes = [ctypes.c_int]
     lib.gc_isa_name.restype = ctypes.c_char_p
     lib.gc_isa_name.argtypes = [ctypes.c_int]
-    lib.gc_rms_norm.restype = None
-    lib.gc_rms_norm.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                                ctypes.c_float, ctypes.c_int]
+    lib.gc_mul_mat_multi.restype = ctypes.c_int
+    lib.gc_mul_mat_multi.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                     ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
     while (name := lib.gc_isa_name(len(_isa_names))) is not None:
         _isa_names.append(name.decode())
     _lib = lib
@@ -203,15 +203,28 @@ def mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_feat
     return y if y.dtype is x.dtype else y.to(x.dtype)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, add_one: bool) -> torch.Tensor:
-    """x / sqrt(mean(x²) + eps) * (weight, or 1 + weight) over the last dim; float32 CPU
-    tensors. One call where transformers' RMSNorm runs ~7 small ops (decode runs hundreds
-    of norms per token)."""
-    xc = x.contiguous()
-    y = torch.empty_like(xc)
-    cols = xc.shape[-1]
-    _lib.gc_rms_norm(xc.data_ptr(), weight.data_ptr(), y.data_ptr(), xc.numel() // cols, cols, eps, add_one)
-    return y
+class MulMatGroup:
+    """Several packed matrices that read the same input (q/k/v, gate/up) as one native
+    call: the input is quantized once and all their rows are one work list. Returns
+    y (n, sum of rows); each matrix's output is a column range of it."""
+
+    def __init__(self, weights: list[torch.Tensor], types: list[GGMLType], rows: list[int], cols: int):
+        self.weights = [w if w.is_contiguous() else w.contiguous() for w in weights]
+        self.cols, self.total = cols, sum(rows)
+        n = len(weights)
+        self._n = n
+        self._types = (ctypes.c_int * n)(*[int(t) for t in types])
+        self._ptrs = (ctypes.c_void_p * n)(*[w.data_ptr() for w in self.weights])
+        self._rows = (ctypes.c_int64 * n)(*rows)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = _f32(x.reshape(-1, self.cols))
+        y = torch.empty(x.shape[0], self.total, dtype=torch.float32)
+        rc = _lib.gc_mul_mat_multi(self._n, self._types, self._ptrs, self._rows, self.cols, x.data_ptr(),
+                                   x.shape[0], y.data_ptr(), _threads)
+        if rc != 0:
+            raise RuntimeError(f"gc_mul_mat_multi failed ({rc}) for {self._n} matrices of {self.cols} columns")
+        return y
 
 
 def dequantize(weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:

@@ -45,10 +45,9 @@ class TorchOps:
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
         return (y * w.float()).to(x.dtype)
 
-    def add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float):
-        """(x + residual, rms_norm(x + residual)): the residual stream and the next input."""
-        h = x + residual
-        return h, self.rms_norm(h, w, eps)
+    def rms_norm_add(self, x: torch.Tensor, w: torch.Tensor, eps: float, residual: torch.Tensor) -> torch.Tensor:
+        """residual + rms_norm(x) * w (Gemma's norms after attention and the MLP)."""
+        return residual + self.rms_norm(x, w, eps)
 
     def l2_norm(self, x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
@@ -78,6 +77,20 @@ class TorchOps:
         """Keys and values (T, kv_heads, head_dim) into their slots' cells."""
         kbuf[slots, :, cells] = k.to(kbuf.dtype)
         vbuf[slots, :, cells] = v.to(vbuf.dtype)
+
+    def self_attention(self, q, k, v, gate, *, q_norm, k_norm, eps, cos, sin, neox, kbuf, vbuf, cells, batch,
+                       n_cells, window, scale, softcap):
+        """A layer's attention between its projections: q (T, H, D), k, v (T, Hkv, D);
+        q/k heads RMS-normalized when weights are given, rotary, k and v into the cache
+        at `cells`, attention, and the output times sigmoid(gate (T, H, D)) if given.
+        Returns (T, H * D). The native version does all of it in one call."""
+        t = q.shape[0]
+        if q_norm is not None:
+            q, k = self.rms_norm(q, q_norm, eps), self.rms_norm(k, k_norm, eps)
+        q, k = self.rope(q, cos, sin, neox), self.rope(k, cos, sin, neox)
+        self.kv_write(kbuf, vbuf, k, v, batch.slots, cells)
+        o = self.attention(q, kbuf, vbuf, batch, n_cells, window, scale, softcap).reshape(t, -1)
+        return o if gate is None else o * torch.sigmoid(gate.reshape(t, -1))
 
     def attention(self, q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, batch: Batch, n_cells: int,
                   window: int, scale: float, softcap: float | None = None) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 from ..batch import Batch
 from ..cache import KVCache, LayerCache
 from ..kernels.ops import rope_tables
-from ..modules import GgufEmbedding, Weights
+from ..modules import GgufEmbedding, LinearGroup, Split, Weights
 
 
 @dataclass(eq=False)
@@ -69,13 +69,11 @@ class Attention:
         self.eps, self.rope, self.scale, self.window, self.softcap, self.gated = eps, rope, scale, window, softcap, gated
         q_rows, kv_rows = n_heads * head_dim * (2 if gated else 1), n_kv_heads * head_dim
         if fused_qkv:
-            self.qkv = w.linear(p + "attn_qkv.weight", q_rows + 2 * kv_rows, hidden, bias=p + "attn_qkv.bias")
-            self.split = [q_rows, kv_rows, kv_rows]
+            self.qkv = Split(w.linear(p + "attn_qkv.weight", q_rows + 2 * kv_rows, hidden, bias=p + "attn_qkv.bias"),
+                             [q_rows, kv_rows, kv_rows])
         else:
-            self.qkv = None
-            self.q = w.linear(p + "attn_q.weight", q_rows, hidden, bias=p + "attn_q.bias")
-            self.k = w.linear(p + "attn_k.weight", kv_rows, hidden, bias=p + "attn_k.bias")
-            self.v = w.linear(p + "attn_v.weight", kv_rows, hidden, bias=p + "attn_v.bias")
+            self.qkv = LinearGroup([w.linear(p + f"attn_{n}.weight", rows, hidden, bias=p + f"attn_{n}.bias")
+                                    for n, rows in (("q", q_rows), ("k", kv_rows), ("v", kv_rows))])
         self.o = w.linear(p + "attn_output.weight", hidden, n_heads * head_dim, bias=p + "attn_output.bias")
         self.q_norm = w.vector(p + "attn_q_norm.weight", head_dim) if qk_norm else None
         self.k_norm = w.vector(p + "attn_k_norm.weight", head_dim) if qk_norm else None
@@ -86,30 +84,18 @@ class Attention:
         return attention(self.n_kv_heads, self.head_dim, self.window)
 
     def __call__(self, x: torch.Tensor, batch: Batch, cache: KVCache) -> torch.Tensor:
-        ops, t, d = self.ops, x.shape[0], self.head_dim
-        if self.qkv is not None:
-            q, k, v = self.qkv(x).split(self.split, dim=-1)
-        else:
-            q, k, v = self.q(x), self.k(x), self.v(x)
+        t, d = x.shape[0], self.head_dim
+        q, k, v = self.qkv(x)
         gate = None
         if self.gated:
             q, gate = q.reshape(t, self.n_heads, 2 * d).split(d, dim=-1)
-            gate = gate.reshape(t, self.n_heads * d)
-        q = q.reshape(t, self.n_heads, d)
-        k = k.reshape(t, self.n_kv_heads, d)
-        v = v.reshape(t, self.n_kv_heads, d)
-        if self.q_norm is not None:
-            q = ops.rms_norm(q, self.q_norm, self.eps)
-            k = ops.rms_norm(k, self.k_norm, self.eps)
         cos, sin = self.rope.tables(batch)
-        q = ops.rope(q, cos, sin, self.rope.neox)
-        k = ops.rope(k, cos, sin, self.rope.neox)
         kbuf, vbuf = cache.kv(self.layer)
-        ops.kv_write(kbuf, vbuf, k, v, batch.slots, cache.cells(self.layer, batch))
-        o = ops.attention(q, kbuf, vbuf, batch, cache.n_cells[self.layer], self.window, self.scale, self.softcap)
-        o = o.reshape(t, self.n_heads * d)
-        if gate is not None:
-            o = o * torch.sigmoid(gate)
+        o = self.ops.self_attention(
+            q.reshape(t, self.n_heads, d), k.reshape(t, self.n_kv_heads, d), v.reshape(t, self.n_kv_heads, d), gate,
+            q_norm=self.q_norm, k_norm=self.k_norm, eps=self.eps, cos=cos, sin=sin, neox=self.rope.neox,
+            kbuf=kbuf, vbuf=vbuf, cells=cache.cells(self.layer, batch), batch=batch,
+            n_cells=cache.n_cells[self.layer], window=self.window, scale=self.scale, softcap=self.softcap)
         return self.o(o)
 
 
@@ -122,18 +108,13 @@ class MLP:
         p = f"blk.{layer}."
         self.ops, self.act, self.ffn = ops, act, ffn
         if fused:
-            self.gate_up = w.linear(f"{p}ffn_up{suffix}.weight", 2 * ffn, hidden)
+            self.gate_up = Split(w.linear(f"{p}ffn_up{suffix}.weight", 2 * ffn, hidden), [ffn, ffn])
         else:
-            self.gate_up = None
-            self.gate = w.linear(f"{p}ffn_gate{suffix}.weight", ffn, hidden)
-            self.up = w.linear(f"{p}ffn_up{suffix}.weight", ffn, hidden)
+            self.gate_up = LinearGroup([w.linear(f"{p}ffn_{n}{suffix}.weight", ffn, hidden) for n in ("gate", "up")])
         self.down = w.linear(f"{p}ffn_down{suffix}.weight", hidden, ffn)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate_up is not None:
-            g, u = self.gate_up(x).split(self.ffn, dim=-1)
-        else:
-            g, u = self.gate(x), self.up(x)
+        g, u = self.gate_up(x)
         return self.down(self.ops.act_mul(g, u, self.act))
 
 

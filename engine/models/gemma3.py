@@ -55,9 +55,9 @@ class Gemma3Layer:
         return self.attn.cache_spec()
 
     def __call__(self, x, batch, cache):
-        norm, eps = self.ops.rms_norm, self.eps
-        h = x + norm(self.attn(norm(x, self.attn_norm, eps), batch, cache), self.post_attn_norm, eps)
-        return h + norm(self.mlp(norm(h, self.ffn_norm, eps)), self.post_ffn_norm, eps)
+        norm, norm_add, eps = self.ops.rms_norm, self.ops.rms_norm_add, self.eps
+        h = norm_add(self.attn(norm(x, self.attn_norm, eps), batch, cache), self.post_attn_norm, eps, x)
+        return norm_add(self.mlp(norm(h, self.ffn_norm, eps)), self.post_ffn_norm, eps, h)
 
 
 def build(arch: str, config, w: Weights, ops) -> Model:

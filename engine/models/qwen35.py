@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..cache import LayerCache, linear
-from ..modules import Weights
+from ..modules import LinearGroup, Weights
 from .base import MLP, Attention, Model, MoE, Rope, output_head, rope_from_config
 
 
@@ -68,10 +68,10 @@ class GatedDeltaNet:
         self.key_dim, self.value_dim = p.n_k_heads * p.k_dim, p.n_v_heads * p.v_dim
         self.conv_dim = 2 * self.key_dim + self.value_dim
         self.conv_kernel = p.conv_kernel
-        self.qkv = w.linear(pre + "attn_qkv.weight", self.conv_dim, p.hidden)
-        self.z = w.linear(pre + "attn_gate.weight", self.value_dim, p.hidden)
-        self.b = w.linear(pre + "ssm_beta.weight", p.n_v_heads, p.hidden)
-        self.a = w.linear(pre + "ssm_alpha.weight", p.n_v_heads, p.hidden)
+        self.inputs = LinearGroup([w.linear(pre + "attn_qkv.weight", self.conv_dim, p.hidden),
+                                   w.linear(pre + "attn_gate.weight", self.value_dim, p.hidden),
+                                   w.linear(pre + "ssm_beta.weight", p.n_v_heads, p.hidden),
+                                   w.linear(pre + "ssm_alpha.weight", p.n_v_heads, p.hidden)])
         self.out = w.linear(pre + "ssm_out.weight", p.hidden, self.value_dim)
         self.conv_w = w.vector(pre + "ssm_conv1d.weight").reshape(self.conv_dim, p.conv_kernel)
         self.a_neg = w.vector(pre + "ssm_a", p.n_v_heads)  # -exp(A_log)
@@ -83,15 +83,16 @@ class GatedDeltaNet:
 
     def __call__(self, x, batch, cache):
         ops, t = self.ops, x.shape[0]
+        qkv, z, b, a = self.inputs(x)
         conv_state, state = cache.linear_state(self.layer)
-        mixed = ops.causal_conv(self.qkv(x), conv_state, self.conv_w, batch)
+        mixed = ops.causal_conv(qkv, conv_state, self.conv_w, batch)
         q, k, v = mixed.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        beta = torch.sigmoid(self.b(x).float())
-        g = self.a_neg * F.softplus(self.a(x).float() + self.dt_bias)
+        beta = torch.sigmoid(b.float())
+        g = self.a_neg * F.softplus(a.float() + self.dt_bias)
         o = ops.gated_delta_rule(q.reshape(t, self.n_k, self.dk), k.reshape(t, self.n_k, self.dk),
                                  v.reshape(t, self.n_v, self.dv), g, beta, state, batch)
-        z = self.z(x).reshape(t, self.n_v, self.dv)
-        o = ops.rms_norm(o.to(x.dtype), self.norm, self.eps) * F.silu(z.float()).to(x.dtype)
+        o = ops.rms_norm(o.to(x.dtype), self.norm, self.eps)
+        o = ops.act_mul(z.reshape(t, self.n_v, self.dv), o, "silu")  # norm(o) * silu(z)
         return self.out(o.reshape(t, self.value_dim))
 
 

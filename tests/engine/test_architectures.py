@@ -172,7 +172,7 @@ def _packed(model):
     seen, out = set(), []
 
     def walk(obj, depth=0):
-        if id(obj) in seen or depth > 4:
+        if id(obj) in seen or depth > 8:
             return
         seen.add(id(obj))
         if isinstance(obj, (GgufLinear, GgufEmbedding)):

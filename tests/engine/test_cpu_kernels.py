@@ -204,8 +204,9 @@ def test_engine_uses_native_kernels_on_cpu_and_stays_close_to_exact(gemma_path):
     lm = load_model(gemma_path, device="cpu")
     ids = lm.tokenizer("The capital of France is the city of Paris, which is")["input_ids"]
     short = _last_logits(lm, ids[:6])  # 6 rows: the integer-dot path
-    linears = [m for layer in lm.model.layers for m in vars(layer.attn).values() if isinstance(m, modules.GgufLinear)]
+    linears = [m for layer in lm.model.layers for m in layer.attn.qkv.linears + [layer.attn.o]]
     linears += [lm.model.head]
+    assert all(layer.attn.qkv.native is not None for layer in lm.model.layers)  # q/k/v in one native call
     assert len(linears) == 18 * 4 + 1
     assert {m.ops.name for m in linears} == {f"cpu-native ({cpu.best_isa()})"}
     assert lm.model.ops.name == "cpu-native"

@@ -9,20 +9,7 @@
  * with target attributes, on AArch64 a NEON version; gc_set_isa() picks one at run time.
  */
 
-#include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-#if defined(__x86_64__) || defined(_M_X64)
-#define GC_X86 1
-#include <immintrin.h>
-#elif defined(__aarch64__) && defined(__ARM_NEON)
-#define GC_NEON 1
-#include <arm_neon.h>
-#endif
+#include "gc.h"
 
 #define QK_K 256
 
@@ -1139,16 +1126,11 @@ static float dot_iq4_xs_neon(const void *vw, const void *vx, int nb) {
 
 typedef float (*dot_fn)(const void *, const void *, int);
 
-/* ISA levels: 0 is the portable C; above it this architecture's SIMD builds, each
- * level running on CPUs that run the one below. */
 #if defined(GC_X86)
-enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, N_ISA = 3 };
 static const char *const ISA_NAMES[N_ISA] = {"scalar", "avx2", "avx512"};
 #elif defined(GC_NEON)
-enum { ISA_SCALAR = 0, ISA_NEON = 1, N_ISA = 2 };
 static const char *const ISA_NAMES[N_ISA] = {"scalar", "neon"};
 #else
-enum { ISA_SCALAR = 0, N_ISA = 1 };
 static const char *const ISA_NAMES[N_ISA] = {"scalar"};
 #endif
 
@@ -1211,6 +1193,11 @@ int gc_set_isa(int isa) {
     return g_isa;
 }
 
+int gc_isa(void) {
+    if (g_isa < 0) gc_set_isa(-1);
+    return g_isa;
+}
+
 static const kernel_t *find(int type) {
     for (size_t i = 0; i < sizeof(KERNELS) / sizeof(KERNELS[0]); i++)
         if (KERNELS[i].type == type) return &KERNELS[i];
@@ -1219,8 +1206,7 @@ static const kernel_t *find(int type) {
 
 /* the dot product of the selected level, or the best one below it */
 static int pick_level(const kernel_t *k) {
-    if (g_isa < 0) gc_set_isa(-1);
-    int level = g_isa;
+    int level = gc_isa();
     while (level > 0 && !k->dot[level]) level--;
     return level;
 }
@@ -1236,132 +1222,6 @@ int gc_path_isa(int type) {
     return k ? pick_level(k) : -1;
 }
 
-/* ------------------------------------------------------------- thread pool */
-
-typedef void (*task_fn)(void *ctx, int64_t start, int64_t end);
-
-typedef struct {
-    pthread_t *threads;
-    int n_threads;            /* workers (excluding the caller) */
-    pthread_mutex_t mu;
-    pthread_cond_t cv_work, cv_done;
-    atomic_uint_fast64_t generation;
-    atomic_int pending;
-    task_fn fn;
-    void *ctx;
-    int64_t n, chunk;
-    atomic_int_fast64_t next;
-    atomic_int stop;
-} pool_t;
-
-static pool_t g_pool;
-static pthread_mutex_t g_pool_init = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t g_call = PTHREAD_MUTEX_INITIALIZER;
-
-/* Workers and the caller spin this many polls (tens of microseconds) before sleeping:
- * decode issues a hundred small matmuls per token, and a sleep/wake pair costs more
- * than the work. After that they block, so idle threads never hold a core. */
-#define SPIN_POLLS 20000
-
-static inline void cpu_relax(void) {
-#if defined(GC_X86)
-    _mm_pause();
-#elif defined(GC_NEON)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-static void run_chunks(pool_t *p) {
-    for (;;) {
-        const int64_t start = atomic_fetch_add(&p->next, p->chunk);
-        if (start >= p->n) break;
-        const int64_t end = start + p->chunk < p->n ? start + p->chunk : p->n;
-        p->fn(p->ctx, start, end);
-    }
-}
-
-static void *worker(void *arg) {
-    pool_t *p = arg;
-    uint64_t seen = 0;
-    for (;;) {
-        int polls = 0;
-        while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop) && polls < SPIN_POLLS) {
-            cpu_relax();
-            polls++;
-        }
-        if (atomic_load(&p->generation) == seen && !atomic_load(&p->stop)) {
-            pthread_mutex_lock(&p->mu);
-            while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv_work, &p->mu);
-            pthread_mutex_unlock(&p->mu);
-        }
-        if (atomic_load(&p->stop)) return NULL;
-        seen = atomic_load(&p->generation);
-        run_chunks(p);
-        if (atomic_fetch_sub(&p->pending, 1) == 1) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->cv_done);
-            pthread_mutex_unlock(&p->mu);
-        }
-    }
-}
-
-static void pool_resize(int n_threads) {
-    pool_t *p = &g_pool;
-    const int workers = n_threads > 1 ? n_threads - 1 : 0;
-    if (p->threads && p->n_threads == workers) return;
-    if (p->threads) {
-        pthread_mutex_lock(&p->mu);
-        atomic_store(&p->stop, 1);
-        pthread_cond_broadcast(&p->cv_work);
-        pthread_mutex_unlock(&p->mu);
-        for (int i = 0; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
-        free(p->threads);
-        p->threads = NULL;
-        pthread_mutex_destroy(&p->mu);
-        pthread_cond_destroy(&p->cv_work);
-        pthread_cond_destroy(&p->cv_done);
-    }
-    memset(p, 0, sizeof(*p));
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv_work, NULL);
-    pthread_cond_init(&p->cv_done, NULL);
-    p->n_threads = workers;
-    p->threads = calloc(workers > 0 ? workers : 1, sizeof(pthread_t));
-    for (int i = 0; i < workers; i++) pthread_create(&p->threads[i], NULL, worker, p);
-}
-
-/* run fn over [0, n) in chunks on n_threads threads (the caller is one of them) */
-static void parallel_for(int n_threads, int64_t n, int64_t chunk, task_fn fn, void *ctx) {
-    if (n_threads <= 1 || n <= chunk) {
-        fn(ctx, 0, n);
-        return;
-    }
-    pthread_mutex_lock(&g_call);
-    pthread_mutex_lock(&g_pool_init);
-    pool_resize(n_threads);
-    pthread_mutex_unlock(&g_pool_init);
-    pool_t *p = &g_pool;
-    p->fn = fn; p->ctx = ctx; p->n = n; p->chunk = chunk;
-    atomic_store(&p->next, 0);
-    atomic_store(&p->pending, p->n_threads);
-    pthread_mutex_lock(&p->mu);
-    atomic_fetch_add(&p->generation, 1);
-    pthread_cond_broadcast(&p->cv_work);
-    pthread_mutex_unlock(&p->mu);
-    run_chunks(p);
-    int polls = 0;
-    while (atomic_load(&p->pending) > 0 && polls < SPIN_POLLS) {
-        cpu_relax();
-        polls++;
-    }
-    if (atomic_load(&p->pending) > 0) {
-        pthread_mutex_lock(&p->mu);
-        while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
-        pthread_mutex_unlock(&p->mu);
-    }
-    pthread_mutex_unlock(&g_call);
-}
-
 /* --------------------------------------------------------------- mul_mat */
 
 typedef struct {
@@ -1372,6 +1232,7 @@ typedef struct {
     const uint8_t *xq;
     size_t xq_row_bytes;
     float *y;
+    int64_t y_stride; /* floats between output rows (activation b's outputs start at y + b * y_stride) */
 } mm_ctx;
 
 /* Row streams a thread walks at once: one sequential stream leaves the memory system
@@ -1399,7 +1260,7 @@ static void mm_task(void *vctx, int64_t start, int64_t end) {
     }
     for (int64_t r = start; r < end; r++) {
         const uint8_t *wr = c->w + r * c->row_bytes;
-        for (int64_t b = 0; b < c->n_x; b++) c->y[b * c->n_rows + r] = c->dot(wr, c->xq + b * c->xq_row_bytes, nb);
+        for (int64_t b = 0; b < c->n_x; b++) c->y[b * c->y_stride + r] = c->dot(wr, c->xq + b * c->xq_row_bytes, nb);
     }
 }
 
@@ -1428,23 +1289,82 @@ static void quant_task(void *vctx, int64_t start, int64_t end) {
     }
 }
 
+static size_t act_row_bytes(const kernel_t *k, int64_t n_cols) {
+    const int64_t nb = n_cols / k->block;
+    return k->act256 ? (size_t)nb * sizeof(act256) : (size_t)nb * sizeof(act32);
+}
+
+int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64_t *n_rows, int64_t n_cols,
+                     const float *x, int64_t n_x, float *y, int n_threads);
+
 /* y[n_x, n_rows] = x[n_x, n_cols] · W[n_rows, n_cols]^T for packed W; returns 0 on success */
 int gc_mul_mat(int type, const void *w, int64_t n_rows, int64_t n_cols, const float *x, int64_t n_x, float *y,
                int n_threads) {
-    const kernel_t *k = find(type);
-    if (!k || n_cols % k->block) return -1;
-    const int64_t nb = n_cols / k->block;
-    const size_t xq_row_bytes = k->act256 ? (size_t)nb * sizeof(act256) : (size_t)nb * sizeof(act32);
-    uint8_t *xq = malloc(xq_row_bytes * (size_t)n_x + 64);
-    if (!xq) return -2;
-    q_ctx qc = {x, n_cols, xq, xq_row_bytes, k->act256};
-    parallel_for(n_threads, n_x, 1, quant_task, &qc);
-    mm_ctx c = {k, pick(k), w, (int64_t)(nb * k->bytes), n_rows, n_cols, n_x, xq, xq_row_bytes, y};
-    int64_t chunk = n_rows / (8 * (n_threads > 0 ? n_threads : 1));
+    return gc_mul_mat_multi(1, &type, &w, &n_rows, n_cols, x, n_x, y, n_threads);
+}
+
+/* Several packed matrices that read the same input (q/k/v, gate/up) in one call: x is
+ * quantized once per activation format, and the rows of all matrices are one work list.
+ * Matrix m's outputs are columns [sum(n_rows[:m]), +n_rows[m]) of y[n_x, sum(n_rows)]. */
+typedef struct {
+    int n;
+    const mm_ctx *mats;
+    const int64_t *first; /* first global row of each matrix, and the total at [n] */
+} multi_ctx;
+
+static void multi_task(void *vctx, int64_t start, int64_t end) {
+    const multi_ctx *c = vctx;
+    for (int m = 0; m < c->n && start < end; m++) {
+        const int64_t lo = c->first[m], hi = c->first[m + 1];
+        if (start >= hi) continue;
+        const int64_t e = end < hi ? end : hi;
+        mm_task((void *)&c->mats[m], start - lo, e - lo);
+        start = e;
+    }
+}
+
+#define MAX_MULTI 8
+
+int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64_t *n_rows, int64_t n_cols,
+                     const float *x, int64_t n_x, float *y, int n_threads) {
+    if (n < 1 || n > MAX_MULTI) return -1;
+    const kernel_t *ks[MAX_MULTI];
+    int64_t first[MAX_MULTI + 1];
+    first[0] = 0;
+    for (int m = 0; m < n; m++) {
+        ks[m] = find(types[m]);
+        if (!ks[m] || n_cols % ks[m]->block) return -1;
+        first[m + 1] = first[m] + n_rows[m];
+    }
+    const int64_t total = first[n];
+    /* one quantized copy of x per activation format the matrices need */
+    uint8_t *xq[2] = {NULL, NULL};
+    size_t xq_bytes[2] = {0, 0};
+    int rc = 0;
+    for (int m = 0; m < n; m++) {
+        const int f = ks[m]->act256;
+        if (xq[f]) continue;
+        xq_bytes[f] = act_row_bytes(ks[m], n_cols);
+        xq[f] = malloc(xq_bytes[f] * (size_t)n_x + 64);
+        if (!xq[f]) { rc = -2; goto done; }
+        q_ctx qc = {x, n_cols, xq[f], xq_bytes[f], f};
+        gc_parallel_for(n_threads, n_x, 1, quant_task, &qc);
+    }
+    mm_ctx mats[MAX_MULTI];
+    for (int m = 0; m < n; m++) {
+        const kernel_t *k = ks[m];
+        const int64_t nb = n_cols / k->block;
+        mats[m] = (mm_ctx){k, pick(k), ws[m], (int64_t)(nb * k->bytes), n_rows[m], n_cols, n_x, xq[k->act256],
+                           xq_bytes[k->act256], y + first[m], total};
+    }
+    multi_ctx mc = {n, mats, first};
+    int64_t chunk = total / (8 * (n_threads > 0 ? n_threads : 1));
     if (chunk < 16) chunk = 16;
-    parallel_for(n_threads, n_rows, chunk, mm_task, &c);
-    free(xq);
-    return 0;
+    gc_parallel_for(n_threads, total, chunk, multi_task, &mc);
+done:
+    free(xq[0]);
+    free(xq[1]);
+    return rc;
 }
 
 /* ---------------------------------------------------------- mul_mat_id */
@@ -1497,7 +1417,7 @@ int gc_mul_mat_id(int type, const void *w, int64_t n_experts, int64_t n_rows, in
     int rc = 0;
     if (!xq || !count || !gexp || !gstart || !slot || !fill) { rc = -2; goto done; }
     q_ctx qc = {x, n_cols, xq, xq_row_bytes, k->act256};
-    parallel_for(n_threads, n_x, 1, quant_task, &qc);
+    gc_parallel_for(n_threads, n_x, 1, quant_task, &qc);
     for (int64_t s = 0; s < n_slots; s++) count[ids[s]]++;
     int64_t n_groups = 0, pos = 0;
     for (int64_t e = 0; e < n_experts; e++) {
@@ -1512,7 +1432,7 @@ int gc_mul_mat_id(int type, const void *w, int64_t n_experts, int64_t n_rows, in
     const int64_t items = n_groups * n_rows;
     int64_t chunk = items / (8 * (n_threads > 0 ? n_threads : 1));
     if (chunk < 16) chunk = 16;
-    parallel_for(n_threads, items, chunk, mmid_task, &c);
+    gc_parallel_for(n_threads, items, chunk, mmid_task, &c);
 done:
     free(xq); free(count); free(gexp); free(gstart); free(slot); free(fill);
     return rc;
@@ -1536,31 +1456,8 @@ int gc_dequantize(int type, const void *w, int64_t n_rows, int64_t n_cols, float
     const kernel_t *k = find(type);
     if (!k || n_cols % k->block) return -1;
     dq_ctx c = {k, w, (int64_t)(n_cols / k->block * k->bytes), n_cols, y};
-    parallel_for(n_threads, n_rows, 8, dq_task, &c);
+    gc_parallel_for(n_threads, n_rows, 8, dq_task, &c);
     return 0;
-}
-
-/* ------------------------------------------------------------- RMS norm */
-
-/* y = x / sqrt(mean(x^2) + eps) * (w, or 1 + w with add_one) per row, float32: the
- * RMSNorm of Llama-style models (and Gemma's 1 + w) in one call instead of ~7 torch ops */
-void gc_rms_norm(const float *x, const float *w, float *y, int64_t rows, int64_t cols, float eps, int add_one) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * cols;
-        float *yr = y + r * cols;
-        float part[16] = {0};
-        int64_t j = 0;
-        for (; j + 16 <= cols; j += 16)
-            for (int l = 0; l < 16; l++) part[l] += xr[j + l] * xr[j + l];
-        float ss = 0.f;
-        for (int l = 0; l < 16; l++) ss += part[l];
-        for (; j < cols; j++) ss += xr[j] * xr[j];
-        const float scale = 1.f / sqrtf(ss / (float)cols + eps);
-        if (add_one)
-            for (j = 0; j < cols; j++) yr[j] = (xr[j] * scale) * (1.f + w[j]);
-        else
-            for (j = 0; j < cols; j++) yr[j] = w[j] * (xr[j] * scale);
-    }
 }
 
 int gc_abi_version(void) { return 1; }

@@ -1,0 +1,438 @@
+/* Dense ops of the forward pass on float32 rows: RMSNorm (optionally added to a
+ * residual), gated activations, attention over the engine's KV cache (q/k norm, rotary,
+ * cache write and, for a few queries per sequence, the attention itself), and Qwen3.5's
+ * causal conv and gated delta rule. Each op's torch twin is in engine/kernels/ops.py and
+ * the tests hold them equal. The vector loops have an AVX2 version on x86-64, picked at
+ * run time, and a portable one written so that the compiler can vectorize it. */
+
+#include "gc.h"
+
+/* ------------------------------------------------------------ primitives */
+
+enum { ACT_SILU = 0, ACT_GELU_TANH = 1 };
+
+static float dot_s(const float *a, const float *b, int n) {
+    float p[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) p[l] += a[i + l] * b[i + l];
+    float s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void axpy_s(float a, const float *x, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static float silu_s(float g) { return g / (1.f + expf(-g)); }
+
+static float gelu_tanh_s(float g) {
+    return 0.5f * g * (1.f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+}
+
+static void act_mul_s(const float *g, const float *u, float *out, int n, int act) {
+    if (act == ACT_SILU)
+        for (int i = 0; i < n; i++) out[i] = silu_s(g[i]) * u[i];
+    else
+        for (int i = 0; i < n; i++) out[i] = gelu_tanh_s(g[i]) * u[i];
+}
+
+/* scores[i] = exp(scores[i] - m), 0 where the score is -inf; returns their sum */
+static float exp_sum_s(float *s, int n, float m) {
+    float sum = 0.f;
+    for (int i = 0; i < n; i++) {
+        s[i] = s[i] == -INFINITY ? 0.f : expf(s[i] - m);
+        sum += s[i];
+    }
+    return sum;
+}
+
+#ifdef GC_X86
+#define AVX2F __attribute__((target("avx2,fma")))
+
+AVX2F static inline float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2F static float dot_avx2(const float *a, const float *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = hsum256(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+AVX2F static void axpy_avx2(float a, const float *x, float *y, int n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* e^x to ~1 ulp: x = n ln2 + r, |r| <= ln2 / 2, e^r by a degree-7 polynomial (Cephes'
+ * expf coefficients), 2^n through the exponent bits; x is clamped to [-87.3, 88.37] */
+AVX2F static inline __m256 exp256(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3762626647949f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+AVX2F static void act_mul_avx2(const float *g, const float *u, float *out, int n, int act) {
+    const __m256 one = _mm256_set1_ps(1.f), half = _mm256_set1_ps(0.5f), two = _mm256_set1_ps(2.f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        __m256 a;
+        if (act == ACT_SILU) {
+            a = _mm256_div_ps(x, _mm256_add_ps(one, exp256(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+        } else { /* 0.5 x (1 + tanh(z)), tanh(z) = 1 - 2 / (e^2z + 1) */
+            const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+            const __m256 z = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f),
+                                           _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
+            const __m256 t = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(exp256(_mm256_mul_ps(two, z)), one)));
+            a = _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, t));
+        }
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(a, _mm256_loadu_ps(u + i)));
+    }
+    act_mul_s(g + i, u + i, out + i, n - i, act);
+}
+
+AVX2F static float exp_sum_avx2(float *s, int n, float m) {
+    const __m256 vm = _mm256_set1_ps(m), ninf = _mm256_set1_ps(-INFINITY);
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(s + i);
+        const __m256 e = _mm256_andnot_ps(_mm256_cmp_ps(x, ninf, _CMP_EQ_OQ), exp256(_mm256_sub_ps(x, vm)));
+        _mm256_storeu_ps(s + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    return hsum256(acc) + exp_sum_s(s + i, n - i, m);
+}
+#endif
+
+typedef struct {
+    float (*dot)(const float *, const float *, int);
+    void (*axpy)(float, const float *, float *, int);
+    void (*act_mul)(const float *, const float *, float *, int, int);
+    float (*exp_sum)(float *, int, float);
+} vec_t;
+
+static const vec_t VEC_S = {dot_s, axpy_s, act_mul_s, exp_sum_s};
+#ifdef GC_X86
+static const vec_t VEC_AVX2 = {dot_avx2, axpy_avx2, act_mul_avx2, exp_sum_avx2};
+#endif
+
+static const vec_t *vec(void) {
+#ifdef GC_X86
+    if (gc_isa() >= ISA_AVX2) return &VEC_AVX2;
+#endif
+    return &VEC_S;
+}
+
+/* rows / n_threads, at least `least` per chunk */
+static int64_t chunk_of(int64_t n, int n_threads, int64_t least) {
+    int64_t c = n / (n_threads > 0 ? n_threads : 1);
+    return c < least ? least : c;
+}
+
+/* -------------------------------------------------------------- RMSNorm */
+
+static void norm_row(const vec_t *V, const float *x, const float *w, float *y, const float *res, int n, float eps) {
+    const float scale = 1.f / sqrtf(V->dot(x, x, n) / (float)n + eps);
+    if (res)
+        for (int i = 0; i < n; i++) y[i] = res[i] + (x[i] * scale) * w[i];
+    else
+        for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+}
+
+/* y = x / sqrt(mean(x²) + eps) * w per row (rows of `cols`, x rows `x_stride` apart),
+ * plus `residual` (rows contiguous) when given. y may be x. */
+void gc_rms_norm(const float *x, int64_t x_stride, const float *w, float *y, int64_t rows, int64_t cols, float eps,
+                 const float *residual) {
+    const vec_t *V = vec();
+    for (int64_t r = 0; r < rows; r++)
+        norm_row(V, x + r * x_stride, w, y + r * cols, residual ? residual + r * cols : NULL, (int)cols, eps);
+}
+
+/* ----------------------------------------------------------- activations */
+
+typedef struct {
+    const float *g, *u;
+    int64_t g_stride, u_stride, cols;
+    float *out;
+    int act;
+} act_ctx;
+
+static void act_task(void *vctx, int64_t start, int64_t end) {
+    const act_ctx *c = vctx;
+    const vec_t *V = vec();
+    for (int64_t r = start; r < end; r++)
+        V->act_mul(c->g + r * c->g_stride, c->u + r * c->u_stride, c->out + r * c->cols, (int)c->cols, c->act);
+}
+
+/* out[r] = act(g[r]) * u[r] (act 0: SiLU, 1: tanh GELU); rows of g and u strided */
+void gc_act_mul(const float *g, int64_t g_stride, const float *u, int64_t u_stride, float *out, int64_t rows,
+                int64_t cols, int act, int n_threads) {
+    act_ctx c = {g, u, g_stride, u_stride, cols, out, act};
+    gc_parallel_for(rows * cols >= 65536 ? n_threads : 1, rows, chunk_of(rows, n_threads, 1), act_task, &c);
+}
+
+/* ------------------------------------------------------------- attention */
+
+typedef struct {
+    float *q, *k, *v;
+    int64_t q_row, q_head, k_row, v_row;
+    int64_t n_tok;
+    int n_head, n_kv, d;
+    const float *q_norm, *k_norm;
+    float eps;
+    const float *cos, *sin;
+    int half, neox; /* rotary: `half` = rotated dims / 2 */
+    float *kc, *vc;
+    int64_t n_cells;
+    const int64_t *slots, *cells, *pos, *kv_end;
+    int window;
+    float scale, softcap;
+    const float *gate;
+    int64_t gate_row, gate_head;
+    float *out;
+} attn_ctx;
+
+static void rope_row(float *x, const float *cs, const float *sn, int half, int neox) {
+    if (neox) {
+        for (int i = 0; i < half; i++) {
+            const float a = x[i], b = x[i + half];
+            x[i] = a * cs[i] - b * sn[i];
+            x[i + half] = b * cs[i] + a * sn[i];
+        }
+    } else {
+        for (int i = 0; i < half; i++) {
+            const float a = x[2 * i], b = x[2 * i + 1];
+            x[2 * i] = a * cs[i] - b * sn[i];
+            x[2 * i + 1] = b * cs[i] + a * sn[i];
+        }
+    }
+}
+
+/* per (token, head) of q and of k: norm, rotary; k and v heads into their cache cells */
+static void attn_prep_task(void *vctx, int64_t start, int64_t end) {
+    const attn_ctx *c = vctx;
+    const vec_t *V = vec();
+    const int per = c->n_head + c->n_kv;
+    for (int64_t it = start; it < end; it++) {
+        const int64_t t = it / per;
+        const int j = (int)(it % per);
+        const float *cs = c->cos + t * c->half, *sn = c->sin + t * c->half;
+        if (j < c->n_head) {
+            float *x = c->q + t * c->q_row + j * c->q_head;
+            if (c->q_norm) norm_row(V, x, c->q_norm, x, NULL, c->d, c->eps);
+            rope_row(x, cs, sn, c->half, c->neox);
+            continue;
+        }
+        const int h = j - c->n_head;
+        float *x = c->k + t * c->k_row + (int64_t)h * c->d;
+        if (c->k_norm) norm_row(V, x, c->k_norm, x, NULL, c->d, c->eps);
+        rope_row(x, cs, sn, c->half, c->neox);
+        const int64_t at = ((c->slots[t] * c->n_kv + h) * c->n_cells + c->cells[t]) * c->d;
+        memcpy(c->kc + at, x, sizeof(float) * (size_t)c->d);
+        memcpy(c->vc + at, c->v + t * c->v_row + (int64_t)h * c->d, sizeof(float) * (size_t)c->d);
+    }
+}
+
+#define STACK_SCORES 4096
+
+/* per (token, query head): softmax(q·K * scale) · V over the cells the token sees */
+static void attn_task(void *vctx, int64_t start, int64_t end) {
+    const attn_ctx *c = vctx;
+    const vec_t *V = vec();
+    float stack[STACK_SCORES];
+    for (int64_t it = start; it < end; it++) {
+        const int64_t t = it / c->n_head;
+        const int h = (int)(it % c->n_head), kvh = h / (c->n_head / c->n_kv);
+        const float *q = c->q + t * c->q_row + h * c->q_head;
+        const int64_t len = c->kv_end[t], p = c->pos[t];
+        const int64_t n = len < c->n_cells ? len : c->n_cells;
+        const int64_t base = (c->slots[t] * c->n_kv + kvh) * c->n_cells * c->d;
+        const float *K = c->kc + base, *Vv = c->vc + base;
+        float *s = n <= STACK_SCORES ? stack : malloc(sizeof(float) * (size_t)n);
+        float *o = c->out + t * (int64_t)c->n_head * c->d + (int64_t)h * c->d;
+        if (!s) { /* out of memory: NaNs rather than a silent wrong answer */
+            for (int i = 0; i < c->d; i++) o[i] = NAN;
+            continue;
+        }
+        float m = -INFINITY;
+        for (int64_t cell = 0; cell < n; cell++) {
+            const int64_t cp = c->n_cells >= len ? cell : cell + c->n_cells * ((len - 1 - cell) / c->n_cells);
+            float sc = -INFINITY;
+            if (cp <= p && (!c->window || p - cp < c->window)) {
+                sc = V->dot(q, K + cell * c->d, c->d) * c->scale;
+                if (c->softcap > 0.f) sc = c->softcap * tanhf(sc / c->softcap);
+            }
+            s[cell] = sc;
+            if (sc > m) m = sc;
+        }
+        const float inv = 1.f / V->exp_sum(s, (int)n, m);
+        memset(o, 0, sizeof(float) * (size_t)c->d);
+        for (int64_t cell = 0; cell < n; cell++)
+            if (s[cell] != 0.f) V->axpy(s[cell] * inv, Vv + cell * c->d, o, c->d);
+        if (c->gate) {
+            const float *g = c->gate + t * c->gate_row + h * c->gate_head;
+            for (int i = 0; i < c->d; i++) o[i] *= 1.f / (1.f + expf(-g[i]));
+        }
+        if (s != stack) free(s);
+    }
+}
+
+/* Attention of a layer: q (n_tok, n_head, d) and k, v (n_tok, n_kv, d), rows strided;
+ * optional RMSNorm weights of q and k heads; rotary over the first 2 * half dims with
+ * cos/sin tables (n_tok, half), NeoX or GPT-J pairing; k and v written into the cache
+ * (slots, n_kv, n_cells, d) at each token's slot and cell. With `attend`, then, per
+ * token and head, softmax over the cells of its slot whose positions it sees (p <=
+ * its position, within `window` if nonzero; cell positions from the sequence's end
+ * kv_end and the ring size) into out (n_tok, n_head * d), times sigmoid(gate) if given.
+ * q and k are modified in place. */
+void gc_attention(float *q, int64_t q_row, int64_t q_head, float *k, int64_t k_row, float *v, int64_t v_row,
+                  int64_t n_tok, int n_head, int n_kv, int d, const float *q_norm, const float *k_norm, float eps,
+                  const float *cos, const float *sin, int half, int neox, float *kc, float *vc, int64_t n_cells,
+                  const int64_t *slots, const int64_t *cells, const int64_t *pos, const int64_t *kv_end, int window,
+                  float scale, float softcap, const float *gate, int64_t gate_row, int64_t gate_head, float *out,
+                  int attend, int n_threads) {
+    attn_ctx c = {q, k, v, q_row, q_head, k_row, v_row, n_tok, n_head, n_kv, d, q_norm, k_norm, eps, cos, sin, half,
+                  neox, kc, vc, n_cells, slots, cells, pos, kv_end, window, scale, softcap, gate, gate_row, gate_head,
+                  out};
+    const int64_t prep = n_tok * (n_head + n_kv);
+    gc_parallel_for(prep >= 64 ? n_threads : 1, prep, chunk_of(prep, n_threads, 8), attn_prep_task, &c);
+    if (attend) gc_parallel_for(n_threads, n_tok * n_head, 1, attn_task, &c);
+}
+
+/* -------------------------------------------------- Qwen3.5: causal conv */
+
+typedef struct {
+    const float *x;
+    int64_t x_row, C;
+    float *out, *state;
+    const float *w;
+    int K;
+    const int64_t *slot, *start, *len;
+    int64_t block;
+} conv_ctx;
+
+#define CONV_BLOCK 64
+#define MAX_KERNEL 8
+
+static void conv_task(void *vctx, int64_t a, int64_t b) {
+    const conv_ctx *c = vctx;
+    const int64_t blocks = (c->C + CONV_BLOCK - 1) / CONV_BLOCK;
+    for (int64_t it = a; it < b; it++) {
+        const int64_t s = it / blocks, c0 = (it % blocks) * CONV_BLOCK;
+        const int64_t c1 = c0 + CONV_BLOCK < c->C ? c0 + CONV_BLOCK : c->C;
+        const int64_t n = c->len[s], t0 = c->start[s];
+        const int hist = c->K - 1;
+        for (int64_t ch = c0; ch < c1; ch++) {
+            float *st = c->state + (c->slot[s] * c->C + ch) * hist;
+            const float *w = c->w + ch * c->K;
+            float win[MAX_KERNEL];
+            for (int j = 0; j < hist; j++) win[j] = st[j];
+            for (int64_t t = 0; t < n; t++) {
+                win[hist] = c->x[(t0 + t) * c->x_row + ch];
+                float acc = 0.f;
+                for (int j = 0; j < c->K; j++) acc += w[j] * win[j];
+                c->out[(t0 + t) * c->C + ch] = silu_s(acc);
+                for (int j = 0; j < hist; j++) win[j] = win[j + 1];
+            }
+            for (int j = 0; j < hist; j++) st[j] = win[j];
+        }
+    }
+}
+
+/* Depthwise causal conv (kernel K <= 8) + SiLU of each sequence's channels: x (T, C)
+ * rows strided, out (T, C); state (slots, C, K - 1) holds each slot's last inputs. */
+int gc_causal_conv(const float *x, int64_t x_row, float *out, int64_t C, const float *w, int K, float *state,
+                   int n_seq, const int64_t *slot, const int64_t *start, const int64_t *len, int n_threads) {
+    if (K < 2 || K > MAX_KERNEL) return -1;
+    conv_ctx c = {x, x_row, C, out, state, w, K, slot, start, len, CONV_BLOCK};
+    const int64_t items = n_seq * ((C + CONV_BLOCK - 1) / CONV_BLOCK);
+    gc_parallel_for(n_threads, items, chunk_of(items, n_threads * 4, 1), conv_task, &c);
+    return 0;
+}
+
+/* ------------------------------------------- Qwen3.5: gated delta rule */
+
+typedef struct {
+    const float *q, *k, *v, *g, *beta;
+    int64_t q_row, k_row, v_row;
+    float *out, *state;
+    int n_k, n_v, dk, dv;
+    const int64_t *slot, *start, *len;
+} delta_ctx;
+
+#define MAX_HEAD_DIM 512
+
+static void l2_unit(const vec_t *V, const float *x, float *y, int n, float mul) {
+    const float r = mul / sqrtf(V->dot(x, x, n) + 1e-6f);
+    for (int i = 0; i < n; i++) y[i] = x[i] * r;
+}
+
+static void delta_task(void *vctx, int64_t a, int64_t b) {
+    const delta_ctx *c = vctx;
+    const vec_t *V = vec();
+    float qn[MAX_HEAD_DIM], kn[MAX_HEAD_DIM], kv[MAX_HEAD_DIM], delta[MAX_HEAD_DIM];
+    const float qscale = 1.f / sqrtf((float)c->dk);
+    for (int64_t it = a; it < b; it++) {
+        const int64_t s = it / c->n_v;
+        const int h = (int)(it % c->n_v), hk = h % c->n_k;
+        float *S = c->state + (c->slot[s] * c->n_v + h) * (int64_t)c->dk * c->dv;
+        for (int64_t t = c->start[s]; t < c->start[s] + c->len[s]; t++) {
+            l2_unit(V, c->q + t * c->q_row + (int64_t)hk * c->dk, qn, c->dk, qscale);
+            l2_unit(V, c->k + t * c->k_row + (int64_t)hk * c->dk, kn, c->dk, 1.f);
+            const float decay = expf(c->g[t * c->n_v + h]), beta = c->beta[t * c->n_v + h];
+            memset(kv, 0, sizeof(float) * (size_t)c->dv);
+            for (int i = 0; i < c->dk; i++) V->axpy(kn[i], S + (int64_t)i * c->dv, kv, c->dv);
+            const float *v = c->v + t * c->v_row + (int64_t)h * c->dv;
+            for (int j = 0; j < c->dv; j++) delta[j] = (v[j] - decay * kv[j]) * beta;
+            float *o = c->out + (t * c->n_v + h) * (int64_t)c->dv;
+            memset(o, 0, sizeof(float) * (size_t)c->dv);
+            for (int i = 0; i < c->dk; i++) { /* S_i = decay S_i + k_i delta; o += q_i S_i */
+                float *Si = S + (int64_t)i * c->dv;
+                for (int j = 0; j < c->dv; j++) Si[j] *= decay;
+                V->axpy(kn[i], delta, Si, c->dv);
+                V->axpy(qn[i], Si, o, c->dv);
+            }
+        }
+    }
+}
+
+/* Gated DeltaNet, token by token: q, k (T, n_k, dk) and v (T, n_v, dv) rows strided,
+ * g (log-decay) and beta (T, n_v); value head h reads key head h % n_k; q and k are
+ * L2-normalized (q also scaled by dk^-0.5); state (slots, n_v, dk, dv) is updated;
+ * out (T, n_v, dv). */
+int gc_gated_delta(const float *q, int64_t q_row, const float *k, int64_t k_row, const float *v, int64_t v_row,
+                   const float *g, const float *beta, float *out, int n_k, int n_v, int dk, int dv, float *state,
+                   int n_seq, const int64_t *slot, const int64_t *start, const int64_t *len, int n_threads) {
+    if (dk > MAX_HEAD_DIM || dv > MAX_HEAD_DIM || n_v % n_k) return -1;
+    delta_ctx c = {q, k, v, g, beta, q_row, k_row, v_row, out, state, n_k, n_v, dk, dv, slot, start, len};
+    const int64_t items = (int64_t)n_seq * n_v;
+    gc_parallel_for(n_threads, items, 1, delta_task, &c);
+    return 0;
+}

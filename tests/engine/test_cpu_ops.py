@@ -1,0 +1,140 @@
+"""The native CPU dense ops (csrc/ops.c through kernels.cpu_ops) against their torch
+twins (kernels.ops.TorchOps), on random inputs with the layouts the models pass
+(strided rows, views of a fused projection), at every ISA level of this machine."""
+
+import pytest
+import torch
+
+from gguf_serve.engine.batch import Batch
+from gguf_serve.engine.kernels import cpu
+from gguf_serve.engine.kernels.ops import TORCH_OPS, ring_positions
+
+if cpu.load() is None:
+    pytest.skip("native CPU kernels not built", allow_module_level=True)
+
+from gguf_serve.engine.kernels.cpu_ops import CPU_OPS  # noqa: E402
+
+ISAS = cpu.isas()[: cpu.isas().index(cpu.best_isa()) + 1]
+
+
+@pytest.fixture(params=ISAS)
+def isa(request):
+    cpu.set_isa(request.param)
+    yield request.param
+    cpu.set_isa(None)
+
+
+def close(a, b, tol=2e-5):
+    torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+def test_rms_norm_and_norm_add(isa):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 2 * 640, generator=g)[:, ::2] * 3  # rows strided, elements not: copied first
+    w = torch.randn(640, generator=g)
+    close(CPU_OPS.rms_norm(x, w, 1e-6), TORCH_OPS.rms_norm(x, w, 1e-6))
+    rows = torch.randn(4, 3, 2 * 96, generator=g)[..., :96]  # q heads: rows with a stride
+    close(CPU_OPS.rms_norm(rows, w[:96], 1e-5), TORCH_OPS.rms_norm(rows, w[:96], 1e-5))
+    y, r = torch.randn(3, 640, generator=g), torch.randn(3, 640, generator=g)
+    close(CPU_OPS.rms_norm_add(y, w, 1e-6, r), TORCH_OPS.rms_norm_add(y, w, 1e-6, r))
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+def test_gated_activations(isa, act):
+    g = torch.Generator().manual_seed(1)
+    both = torch.randn(3, 2 * 1000 + 6, generator=g) * 6  # up to ±30: exp's clamping range too
+    both[0, :8] = torch.tensor([-100.0, 100.0, -88.0, 89.0, 0.0, -0.0, 1e-8, -1e-8])
+    gate, up = both[:, :1003], both[:, 1003:]  # views of one projection, odd length (a scalar tail)
+    close(CPU_OPS.act_mul(gate, up, act), TORCH_OPS.act_mul(gate, up, act), tol=1e-5)
+
+
+def _attention_case(n_kv, n_heads, d, window, gated, seqs, n_cells, n_slots=3, seed=2):
+    """Random q/k/v for a batch of `seqs` (slot, n, pos) over caches already holding
+    each slot's earlier positions; the same inputs for both implementations."""
+    g = torch.Generator().manual_seed(seed)
+    items = [(slot, list(range(n)), pos) for slot, n, pos in seqs]
+    batch = Batch.of(items)
+    t = batch.n_tokens
+    proj = torch.randn(t, n_heads * d * (2 if gated else 1) + 2 * n_kv * d, generator=g)
+    qw = n_heads * d * (2 if gated else 1)
+    q, k, v = proj[:, :qw], proj[:, qw:qw + n_kv * d], proj[:, qw + n_kv * d:]
+    gate = None
+    if gated:
+        q, gate = q.reshape(t, n_heads, 2 * d).split(d, dim=-1)
+    q, k, v = q.reshape(t, n_heads, d), k.reshape(t, n_kv, d), v.reshape(t, n_kv, d)
+    kbuf = torch.randn(n_slots, n_kv, n_cells, d, generator=g)
+    vbuf = torch.randn(n_slots, n_kv, n_cells, d, generator=g)
+    half = d // 4
+    freqs = batch.positions.float()[:, None] * (1.0 / 10000 ** (torch.arange(half).float() / half))[None]
+    cells = batch.positions % n_cells
+    return dict(q=q, k=k, v=v, gate=gate, q_norm=torch.randn(d, generator=g), k_norm=torch.randn(d, generator=g),
+                eps=1e-6, cos=freqs.cos(), sin=freqs.sin(), kbuf=kbuf, vbuf=vbuf, cells=cells, batch=batch,
+                n_cells=n_cells, window=window, scale=d ** -0.5, softcap=None)
+
+
+@pytest.mark.parametrize("neox", [True, False])
+@pytest.mark.parametrize("layout", ["gqa", "gated", "window", "ring", "prefill"])
+def test_attention_equals_torch(isa, layout, neox):
+    cases = {  # (n_kv, n_heads, d, window, gated, (slot, new tokens, position) per sequence, cells)
+        "gqa": (2, 8, 64, 0, False, [(0, 1, 40), (2, 1, 5), (1, 3, 17)], 64),  # 8 query heads on 2
+        "gated": (2, 4, 64, 0, True, [(1, 2, 30)], 64),  # Qwen3.5: a gate interleaved with q
+        "window": (1, 4, 32, 8, False, [(0, 1, 50), (1, 4, 3)], 64),  # sliding window, full cache
+        "ring": (1, 4, 32, 8, False, [(0, 1, 100), (2, 5, 61)], 24),  # a ring of 24, wrapped
+        "prefill": (2, 4, 32, 0, False, [(0, 40, 0), (1, 1, 7)], 64),  # long chunk: torch attends
+    }
+    # each implementation gets its own copy (the native op works in place on q and k)
+    ours_case, ref_case = _attention_case(*cases[layout]), _attention_case(*cases[layout])
+    ours = CPU_OPS.self_attention(neox=neox, **ours_case)
+    ref = TORCH_OPS.self_attention(neox=neox, **ref_case)
+    close(ours, ref, tol=5e-5)
+    close(ours_case["kbuf"], ref_case["kbuf"])
+    close(ours_case["vbuf"], ref_case["vbuf"])
+
+
+def test_ring_positions():
+    assert ring_positions(4, 3).tolist() == [0, 1, 2]
+    assert ring_positions(4, 10).tolist() == [8, 9, 6, 7]
+
+
+def _seqs_batch(lengths, slots):
+    return Batch.of([(s, list(range(n)), 0) for s, n in zip(slots, lengths)])
+
+
+def test_causal_conv_equals_torch(isa):
+    g = torch.Generator().manual_seed(3)
+    batch = _seqs_batch([1, 5, 2], [2, 0, 1])
+    full = torch.randn(batch.n_tokens, 200, generator=g)
+    x = full[:, 30:160]  # 130 channels, rows strided: a column range of a projection
+    w = torch.randn(130, 4, generator=g)
+    state = torch.randn(3, 130, 3, generator=g)
+    s1, s2 = state.clone(), state.clone()
+    close(CPU_OPS.causal_conv(x, s1, w, batch), TORCH_OPS.causal_conv(x, s2, w, batch))
+    close(s1, s2)
+
+
+def test_gated_delta_rule_equals_torch(isa):
+    g = torch.Generator().manual_seed(4)
+    batch = _seqs_batch([1, 3, 7], [1, 2, 0])
+    t, n_k, n_v, dk, dv = batch.n_tokens, 2, 4, 32, 24
+    mixed = torch.randn(t, 2 * n_k * dk + n_v * dv, generator=g)
+    q, k, v = mixed.split([n_k * dk, n_k * dk, n_v * dv], dim=-1)
+    q, k, v = q.reshape(t, n_k, dk), k.reshape(t, n_k, dk), v.reshape(t, n_v, dv)
+    gl = -torch.rand(t, n_v, generator=g) * 2
+    beta = torch.rand(t, n_v, generator=g)
+    state = torch.randn(3, n_v, dk, dv, generator=g) * 0.1
+    s1, s2 = state.clone(), state.clone()
+    close(CPU_OPS.gated_delta_rule(q, k, v, gl, beta, s1, batch), TORCH_OPS.gated_delta_rule(q, k, v, gl, beta, s2, batch))
+    close(s1, s2)
+
+
+def test_chunked_delta_rule_equals_the_steps():
+    """The torch twin's chunked form (long prompts) against its token-by-token form."""
+    g = torch.Generator().manual_seed(5)
+    n, h, dk, dv = 150, 3, 16, 8
+    q, k = torch.randn(n, h, dk, generator=g), torch.nn.functional.normalize(torch.randn(n, h, dk, generator=g), dim=-1)
+    v, gl, beta = torch.randn(n, h, dv, generator=g), -torch.rand(n, h, generator=g), torch.rand(n, h, generator=g)
+    s0 = torch.randn(h, dk, dv, generator=g) * 0.1
+    o1, s1 = TORCH_OPS._delta_steps(q, k, v, gl, beta, s0)
+    o2, s2 = TORCH_OPS._delta_chunked(q, k, v, gl, beta, s0)
+    close(o1, o2, tol=1e-4)
+    close(s1, s2, tol=1e-4)

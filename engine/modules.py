@@ -28,10 +28,15 @@ class GgufLinear:
         self.in_features, self.out_features = in_features, out_features
         self.bias = bias
         self.ops = kernels.select(packed.device, self.ggml_type)
-        self._mm = self.ops.mul_mat
+        if self.ops.name.startswith("cpu-native"):
+            from .kernels import cpu
+
+            self._call = cpu.MulMat(packed, self.ggml_type, out_features, in_features)
+        else:
+            self._call = lambda x: self.ops.mul_mat(self.packed, x, self.ggml_type, self.out_features)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        y = self._mm(self.packed, x, self.ggml_type, self.out_features)
+        y = self._call(x)
         return y if self.bias is None else y + self.bias
 
     def __repr__(self) -> str:
@@ -49,24 +54,16 @@ class DenseLinear:
         return torch.nn.functional.linear(x, self.weight.to(x.dtype), self.bias)
 
 
-class Split:
-    """One matrix whose output rows are several results (Phi-3's attn_qkv, gate+up)."""
-
-    def __init__(self, linear, sizes: list[int]):
-        self.linear, self.sizes = linear, sizes
-
-    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
-        return self.linear(x).split(self.sizes, dim=-1)
-
-
 class LinearGroup:
-    """Matrices that read the same input (q/k/v, gate/up). With the native CPU kernels
-    and a batch of at most GEMV_MAX_ROWS rows they run as one native call (the input
-    quantized once, the rows of all of them one work list); otherwise one by one."""
+    """Matrices that read the same input (q/k/v, gate/up) as one: the output is their
+    outputs side by side, (n, sum of out_features). With the native CPU kernels and a
+    batch of at most GEMV_MAX_ROWS rows that is one native call (the input quantized
+    once, the rows of all of them one work list); otherwise one by one."""
 
     def __init__(self, linears: list):
         self.linears = linears
         self.sizes = [m.out_features for m in linears]
+        self.out_features, self.in_features = sum(self.sizes), linears[0].in_features
         self.native = None
         if len(linears) > 1 and all(isinstance(m, GgufLinear) and m.ops.name.startswith("cpu-native")
                                     for m in linears):
@@ -75,13 +72,16 @@ class LinearGroup:
             self.native = cpu.MulMatGroup([m.packed for m in linears], [m.ggml_type for m in linears], self.sizes,
                                           linears[0].in_features)
             self.max_rows = cpu.GEMV_MAX_ROWS
-            self.biases = [m.bias for m in linears]
 
-    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
-        if self.native is not None and x.numel() <= self.max_rows * x.shape[-1] and x.dtype is torch.float32:
-            ys = self.native(x).split(self.sizes, dim=-1)
-            return [y if b is None else y + b for y, b in zip(ys, self.biases)]
-        return [m(x) for m in self.linears]
+            self.bias = None
+            if any(m.bias is not None for m in linears):
+                self.bias = torch.cat([m.bias if m.bias is not None else torch.zeros(m.out_features) for m in linears])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.native is not None and x.shape[0] <= self.max_rows and x.dtype is torch.float32:
+            y = self.native(x)
+            return y if self.bias is None else y.add_(self.bias)
+        return torch.cat([m(x) for m in self.linears], dim=-1)
 
 
 class GgufEmbedding:

@@ -20,14 +20,22 @@ ACTS = {"silu": 0, "gelu_tanh": 1}
 NATIVE_ATTENTION_MAX_TOKENS = 16
 
 
+class AttnLayer(ctypes.Structure):
+    """gc_attn_layer (csrc/ops.c): a layer's attention as the native op sees it."""
+
+    _fields_ = [("n_head", I64), ("n_kv", I64), ("d", I64), ("q_off", I64), ("q_head", I64), ("k_off", I64),
+                ("v_off", I64), ("gate_off", I64), ("q_norm", P), ("k_norm", P), ("eps", F), ("scale", F),
+                ("softcap", F), ("half", ctypes.c_int32), ("neox", ctypes.c_int32), ("window", ctypes.c_int32),
+                ("kc", P), ("vc", P), ("n_cells", I64)]
+
+
 def _bind(lib) -> None:
     lib.gc_rms_norm.restype = None
     lib.gc_rms_norm.argtypes = [P, I64, P, P, I64, I64, F, P]
     lib.gc_act_mul.restype = None
     lib.gc_act_mul.argtypes = [P, I64, P, I64, P, I64, I64, INT, INT]
     lib.gc_attention.restype = None
-    lib.gc_attention.argtypes = [P, I64, I64, P, I64, P, I64, I64, INT, INT, INT, P, P, F, P, P, INT, INT, P, P, I64,
-                                 P, P, P, P, INT, F, F, P, I64, I64, P, INT, INT]
+    lib.gc_attention.argtypes = [ctypes.POINTER(AttnLayer), P, I64, I64, P, P, P, P, P, P, P, INT, INT]
     lib.gc_causal_conv.restype = INT
     lib.gc_causal_conv.argtypes = [P, I64, P, I64, P, INT, P, INT, P, P, P, INT]
     lib.gc_gated_delta.restype = INT
@@ -37,6 +45,8 @@ def _bind(lib) -> None:
 _LIB = cpu.load()
 if _LIB is not None:
     _bind(_LIB)
+    _NORM, _ACT, _ATTN = _LIB.gc_rms_norm, _LIB.gc_act_mul, _LIB.gc_attention
+F32 = torch.float32
 
 
 def _f32(*ts: torch.Tensor) -> bool:
@@ -66,61 +76,95 @@ def _kv_end(batch: Batch) -> torch.Tensor:
     return batch.memo["kv_end"]
 
 
+def _layer(attn, cache) -> AttnLayer | None:
+    """The layer's native description for this cache (built once), or None where the
+    native op does not apply (another dtype, a head count that does not divide)."""
+    key = (id(cache), cache.k[attn.layer].data_ptr())
+    got = getattr(attn, "_native", None)
+    if got is not None and got[0] == key:
+        return got[1]
+    kbuf, vbuf = cache.kv(attn.layer)
+    d, h, hkv = attn.head_dim, attn.n_heads, attn.n_kv_heads
+    ok = kbuf.dtype is F32 and kbuf.is_contiguous() and vbuf.is_contiguous() and h % hkv == 0
+    qw = h * d * (2 if attn.gated else 1)
+    layer = None
+    if ok:
+        layer = AttnLayer(h, hkv, d, 0, 2 * d if attn.gated else d, qw, qw + hkv * d, d if attn.gated else -1,
+                          _ptr(attn.q_norm), _ptr(attn.k_norm), attn.eps, attn.scale, attn.softcap or 0.0,
+                          attn.rope.inv_freq.shape[0], int(attn.rope.neox), attn.window, kbuf.data_ptr(),
+                          vbuf.data_ptr(), cache.n_cells[attn.layer])
+        layer._keep = (attn.q_norm, attn.k_norm, kbuf, vbuf)  # the pointers' owners
+    attn._native = (key, layer)
+    return layer
+
+
 class CpuOps(TorchOps):
     name = "cpu-native"
 
     def rms_norm(self, x, w, eps):
-        if not _f32(x, w):
-            return super().rms_norm(x, w, eps)
-        cols = x.shape[-1]
-        x2 = x.reshape(-1, cols)
-        if not _rows(x2):
-            x2 = x2.contiguous()
-        y = torch.empty(x.shape, dtype=torch.float32)
-        _LIB.gc_rms_norm(x2.data_ptr(), x2.stride(0), w.data_ptr(), y.data_ptr(), x2.shape[0], cols, eps, None)
-        return y
+        if x.dtype is F32 and x.is_contiguous():
+            y = torch.empty_like(x)
+            cols = w.shape[0]
+            _NORM(x.data_ptr(), cols, w.data_ptr(), y.data_ptr(), x.numel() // cols, cols, eps, None)
+            return y
+        if x.dtype is F32 and x.dim() == 2 and x.stride(1) == 1:  # rows with a stride (q/k heads)
+            y = x.new_empty(x.shape)
+            _NORM(x.data_ptr(), x.stride(0), w.data_ptr(), y.data_ptr(), x.shape[0], x.shape[1], eps, None)
+            return y
+        return super().rms_norm(x, w, eps)
 
     def rms_norm_add(self, x, w, eps, residual):
-        if not (_f32(x, w, residual) and x.is_contiguous() and residual.is_contiguous()):
-            return super().rms_norm_add(x, w, eps, residual)
-        cols = x.shape[-1]
-        y = torch.empty(x.shape, dtype=torch.float32)
-        _LIB.gc_rms_norm(x.data_ptr(), cols, w.data_ptr(), y.data_ptr(), x.numel() // cols, cols, eps,
-                         residual.data_ptr())
-        return y
+        if x.dtype is F32 and x.is_contiguous() and residual.is_contiguous() and residual.dtype is F32:
+            y = torch.empty_like(x)
+            cols = w.shape[0]
+            _NORM(x.data_ptr(), cols, w.data_ptr(), y.data_ptr(), x.numel() // cols, cols, eps, residual.data_ptr())
+            return y
+        return super().rms_norm_add(x, w, eps, residual)
+
+    def gated_mul(self, y, n, act):
+        if y.dtype is F32 and y.is_contiguous() and y.dim() == 2:
+            out = y.new_empty(y.shape[0], n)
+            p, row = y.data_ptr(), y.shape[1]
+            _ACT(p, row, p + 4 * n, row, out.data_ptr(), y.shape[0], n, ACTS[act], cpu.threads())
+            return out
+        return super().gated_mul(y, n, act)
 
     def act_mul(self, gate, up, act):
         g2, u2 = gate.reshape(-1, gate.shape[-1]), up.reshape(-1, up.shape[-1])
         if not (_f32(gate, up) and _rows(g2) and _rows(u2)):
             return super().act_mul(gate, up, act)
         out = torch.empty(gate.shape, dtype=torch.float32)
-        _LIB.gc_act_mul(g2.data_ptr(), g2.stride(0), u2.data_ptr(), u2.stride(0), out.data_ptr(), g2.shape[0],
-                        g2.shape[1], ACTS[act], cpu.threads())
+        _ACT(g2.data_ptr(), g2.stride(0), u2.data_ptr(), u2.stride(0), out.data_ptr(), g2.shape[0], g2.shape[1],
+             ACTS[act], cpu.threads())
         return out
 
-    def self_attention(self, q, k, v, gate, *, q_norm, k_norm, eps, cos, sin, neox, kbuf, vbuf, cells, batch,
-                       n_cells, window, scale, softcap):
-        t, h, d = q.shape
-        n_kv = k.shape[1]
-        heads_ok = q.stride(2) == k.stride(2) == v.stride(2) == 1 and k.stride(1) == v.stride(1) == d
-        if not (_f32(q, k, v, kbuf, vbuf, cos, sin) and heads_ok and kbuf.is_contiguous() and vbuf.is_contiguous()
-                and (gate is None or gate.stride(2) == 1)):
-            return super().self_attention(q, k, v, gate, q_norm=q_norm, k_norm=k_norm, eps=eps, cos=cos, sin=sin,
-                                          neox=neox, kbuf=kbuf, vbuf=vbuf, cells=cells, batch=batch, n_cells=n_cells,
-                                          window=window, scale=scale, softcap=softcap)
-        attend = max(s.n for s in batch.seqs) <= NATIVE_ATTENTION_MAX_TOKENS
-        out = torch.empty(t, h * d, dtype=torch.float32)
-        g_row, g_head = (gate.stride(0), gate.stride(1)) if gate is not None else (0, 0)
-        _LIB.gc_attention(q.data_ptr(), q.stride(0), q.stride(1), k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0),
-                          t, h, n_kv, d, _ptr(q_norm), _ptr(k_norm), eps, cos.data_ptr(), sin.data_ptr(),
-                          cos.shape[-1], int(neox), kbuf.data_ptr(), vbuf.data_ptr(), n_cells, batch.slots.data_ptr(),
-                          cells.data_ptr(), batch.positions.data_ptr(), _kv_end(batch).data_ptr(), window, scale,
-                          softcap or 0.0, _ptr(gate) if attend else None, g_row, g_head, out.data_ptr(), int(attend),
-                          cpu.threads())
+    def self_attention(self, attn, qkv, batch, cache):
+        layer = _layer(attn, cache)
+        if layer is None or qkv.dtype is not F32 or qkv.stride(1) != 1:
+            return super().self_attention(attn, qkv, batch, cache)
+        memo = batch.memo
+        native = memo.get("native_attention")
+        if native is None:  # once per forward: the batch's arrays, and whether to attend natively
+            native = memo["native_attention"] = (
+                max(s.n for s in batch.seqs) <= NATIVE_ATTENTION_MAX_TOKENS, batch.slots.data_ptr(),
+                batch.positions.data_ptr(), _kv_end(batch).data_ptr())
+        attend, slots, pos, kv_end = native
+        t, hd = qkv.shape[0], attn.n_heads * attn.head_dim
+        cos, sin = attn.rope.tables(batch)
+        out = qkv.new_empty(t, hd)
+        _ATTN(layer, qkv.data_ptr(), qkv.stride(0), t, cos.data_ptr(), sin.data_ptr(), slots,
+              cache.cells(attn.layer, batch).data_ptr(), pos, kv_end, out.data_ptr(), int(attend), cpu.threads())
         if attend:
             return out
-        o = self.attention(q, kbuf, vbuf, batch, n_cells, window, scale, softcap).reshape(t, h * d)
-        return o if gate is None else o * torch.sigmoid(gate.reshape(t, h * d))
+        # prompt chunks: q/k normalized and rotated, k/v cached by the native op; torch attends
+        d, h, hkv = attn.head_dim, attn.n_heads, attn.n_kv_heads
+        q = qkv[:, :layer.k_off].reshape(t, h, -1)[..., :d]
+        kbuf, vbuf = cache.kv(attn.layer)
+        o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[attn.layer], attn.window, attn.scale,
+                           attn.softcap).reshape(t, hd)
+        if attn.gated:
+            o = o * torch.sigmoid(qkv[:, :layer.k_off].reshape(t, h, 2 * d)[..., d:].reshape(t, hd))
+        return o
 
     def causal_conv(self, x, conv_state, weight, batch):
         if not (_f32(x, conv_state, weight) and _rows(x) and conv_state.is_contiguous() and weight.is_contiguous()):

@@ -78,19 +78,29 @@ class TorchOps:
         kbuf[slots, :, cells] = k.to(kbuf.dtype)
         vbuf[slots, :, cells] = v.to(vbuf.dtype)
 
-    def self_attention(self, q, k, v, gate, *, q_norm, k_norm, eps, cos, sin, neox, kbuf, vbuf, cells, batch,
-                       n_cells, window, scale, softcap):
-        """A layer's attention between its projections: q (T, H, D), k, v (T, Hkv, D);
-        q/k heads RMS-normalized when weights are given, rotary, k and v into the cache
-        at `cells`, attention, and the output times sigmoid(gate (T, H, D)) if given.
-        Returns (T, H * D). The native version does all of it in one call."""
-        t = q.shape[0]
-        if q_norm is not None:
-            q, k = self.rms_norm(q, q_norm, eps), self.rms_norm(k, k_norm, eps)
-        q, k = self.rope(q, cos, sin, neox), self.rope(k, cos, sin, neox)
-        self.kv_write(kbuf, vbuf, k, v, batch.slots, cells)
-        o = self.attention(q, kbuf, vbuf, batch, n_cells, window, scale, softcap).reshape(t, -1)
-        return o if gate is None else o * torch.sigmoid(gate.reshape(t, -1))
+    def self_attention(self, attn, qkv: torch.Tensor, batch: Batch, cache) -> torch.Tensor:
+        """A layer's attention between its projections. `qkv` (T, q + k + v) is the fused
+        projection output (per head a query and, with `attn.gated`, a gate); `attn` the
+        layer (heads, head_dim, q/k norm weights, rotary, window, scale, softcap, index).
+        q/k heads RMS-normalized when the layer has weights, rotary, k and v into the
+        cache, attention, the output times sigmoid(gate) if gated. Returns (T, H * D).
+        The native version does all of it in one call."""
+        t, h, hkv, d = qkv.shape[0], attn.n_heads, attn.n_kv_heads, attn.head_dim
+        qw = h * d * (2 if attn.gated else 1)
+        q, k, v = qkv[:, :qw], qkv[:, qw:qw + hkv * d], qkv[:, qw + hkv * d:qw + 2 * hkv * d]
+        gate = None
+        if attn.gated:
+            q, gate = q.reshape(t, h, 2 * d).split(d, dim=-1)
+        q, k, v = q.reshape(t, h, d), k.reshape(t, hkv, d), v.reshape(t, hkv, d)
+        if attn.q_norm is not None:
+            q, k = self.rms_norm(q, attn.q_norm, attn.eps), self.rms_norm(k, attn.k_norm, attn.eps)
+        cos, sin = attn.rope.tables(batch)
+        q, k = self.rope(q, cos, sin, attn.rope.neox), self.rope(k, cos, sin, attn.rope.neox)
+        kbuf, vbuf = cache.kv(attn.layer)
+        self.kv_write(kbuf, vbuf, k, v, batch.slots, cache.cells(attn.layer, batch))
+        o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[attn.layer], attn.window, attn.scale, attn.softcap)
+        o = o.reshape(t, h * d)
+        return o if gate is None else o * torch.sigmoid(gate.reshape(t, h * d))
 
     def attention(self, q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, batch: Batch, n_cells: int,
                   window: int, scale: float, softcap: float | None = None) -> torch.Tensor:
@@ -133,6 +143,10 @@ class TorchOps:
         return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
 
     # -------------------------------------------------------- activations
+
+    def gated_mul(self, y: torch.Tensor, n: int, act: str) -> torch.Tensor:
+        """act(y[:, :n]) * y[:, n:2n]: the MLP's activation over a fused gate|up output."""
+        return self.act_mul(y[:, :n], y[:, n:2 * n], act)
 
     def act_mul(self, gate: torch.Tensor, up: torch.Tensor, act: str) -> torch.Tensor:
         """act(gate) * up: SwiGLU ("silu") or GeGLU with tanh GELU ("gelu_tanh")."""

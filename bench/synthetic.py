@@ -1,8 +1,16 @@
-"""A synthetic Qwen3-4B-shaped Q4_K_M GGUF file written by our own writer: the real
-model's shapes, tensor names and quantization mix, with random blocks (scales set to
-small finite values), so that speed at real model sizes is measured without a download.
+"""Synthetic GGUF files written by our own writer, with real models' shapes, tensor
+names and Q4_K_M-like quantization mixes, and random blocks (scales set to small
+finite values), so that speed at real sizes is measured without a download:
 
-    python bench/synthetic.py OUT.gguf
+- qwen3-4b: Qwen3-4B (36 layers, hidden 2560, ffn 9728, 32 / 8 heads x 128).
+- qwen35-4b: Qwen3.5-4B (32 layers, hidden 2560, ffn 9216, gated attention every 4th
+  layer with 16 / 4 heads x 256, Gated DeltaNet with 16 key heads and 32 value heads
+  x 128, conv kernel 4, rotary sections [11, 11, 10, 0] over 64 dims, tied 248,320-token
+  vocabulary).
+- qwen3-30b-a3b-12l: Qwen3-30B-A3B cut to 12 of its 48 layers (hidden 2048, 32 / 4 heads
+  x 128, 128 experts of ffn 768, 8 used).
+
+    python bench/synthetic.py NAME OUT.gguf
 """
 
 from __future__ import annotations
@@ -13,64 +21,162 @@ import numpy as np
 
 from gguf_serve.gguf_io import GGMLType, GGUFValueType as V, GGUFWriter
 
-QWEN3_4B = dict(vocab=151936, hidden=2560, layers=36, heads=32, kv_heads=8, head_dim=128, ffn=9728, ctx=40960)
+Q4, Q6, Q8 = GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0
 
 # byte offsets of the float16 scale fields in each block, per type
-SCALE_FIELDS = {GGMLType.Q4_K: (0, 2), GGMLType.Q6_K: (208,), GGMLType.Q8_0: (0,)}
+SCALE_FIELDS = {Q4: (0, 2), Q6: (208,), Q8: (0,)}
 
 
-def random_blocks(rng: np.random.Generator, gtype: GGMLType, rows: int, cols: int):
+def random_blocks(rng: np.random.Generator, gtype: GGMLType, shape: tuple[int, ...]):
+    """A callable producing random packed blocks of `shape` (pulled while writing)."""
     def make():
-        raw = rng.integers(0, 256, size=(rows, gtype.row_nbytes(cols)), dtype=np.uint8)
+        rows = int(np.prod(shape[:-1]))
+        raw = rng.integers(0, 256, size=(rows, gtype.row_nbytes(shape[-1])), dtype=np.uint8)
         blocks = raw.reshape(-1, gtype.type_size)
         scale = np.frombuffer(np.float16(0.0005).tobytes(), np.uint8)
         for off in SCALE_FIELDS[gtype]:
             blocks[:, off:off + 2] = scale
-        return raw
+        return raw.reshape(*shape[:-1], -1)
     return make
 
 
-def write(path: str, shapes: dict = QWEN3_4B, seed: int = 0) -> None:
-    s = shapes
-    rng = np.random.default_rng(seed)
-    arch = "qwen3"
+def _vocab(w: GGUFWriter, n: int) -> None:
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tokens = [f"t{i}" for i in range(s["vocab"] - len(specials))] + specials
+    tokens = [f"t{i}" for i in range(n - len(specials))] + specials
+    w.add("tokenizer.ggml.model", "gpt2")
+    w.add("tokenizer.ggml.pre", "qwen2")
+    w.add("tokenizer.ggml.tokens", tokens, (V.ARRAY, V.STRING))
+    w.add("tokenizer.ggml.token_type", [1] * (n - 3) + [3, 3, 3], (V.ARRAY, V.INT32))
+    w.add("tokenizer.ggml.merges", [], (V.ARRAY, V.STRING))
+    w.add("tokenizer.ggml.eos_token_id", n - 1)
+    w.add("tokenizer.ggml.bos_token_id", n - 3)
+    w.add("tokenizer.ggml.add_bos_token", False)
+
+
+def _header(w: GGUFWriter, arch: str, name: str, s: dict) -> None:
+    w.add("general.architecture", arch)
+    w.add("general.name", name)
+    w.add("general.file_type", 15)  # MOSTLY_Q4_K_M
+    for key, value in {"context_length": s["ctx"], "embedding_length": s["hidden"], "block_count": s["layers"],
+                       "feed_forward_length": s["ffn"], "attention.head_count": s["heads"],
+                       "attention.head_count_kv": s["kv_heads"], "attention.key_length": s["head_dim"],
+                       "attention.value_length": s["head_dim"]}.items():
+        w.add(f"{arch}.{key}", value)
+    w.add(f"{arch}.rope.freq_base", float(s.get("rope_base", 1000000.0)))
+    w.add(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)
+    _vocab(w, s["vocab"])
+
+
+def _mat(w, rng, name, gtype, shape):
+    w.add_tensor(name, random_blocks(rng, gtype, shape), ggml_type=gtype, shape=shape)
+
+
+def _attention(w, rng, i, s, q_rows):
+    h, hd, kv = s["hidden"], s["head_dim"], s["kv_heads"]
+    _mat(w, rng, f"blk.{i}.attn_q.weight", Q4, (q_rows, h))
+    _mat(w, rng, f"blk.{i}.attn_k.weight", Q4, (kv * hd, h))
+    _mat(w, rng, f"blk.{i}.attn_v.weight", Q6 if i % 2 == 0 else Q4, (kv * hd, h))  # Q4_K_M: Q6_K in half
+    _mat(w, rng, f"blk.{i}.attn_output.weight", Q4, (h, s["heads"] * hd))
+    for norm in ("attn_q_norm", "attn_k_norm"):
+        w.add_tensor(f"blk.{i}.{norm}.weight", np.ones(hd, np.float32))
+
+
+def _mlp(w, rng, i, s):
+    h, ff = s["hidden"], s["ffn"]
+    _mat(w, rng, f"blk.{i}.ffn_gate.weight", Q4, (ff, h))
+    _mat(w, rng, f"blk.{i}.ffn_up.weight", Q4, (ff, h))
+    _mat(w, rng, f"blk.{i}.ffn_down.weight", Q6 if i % 2 == 0 else Q4, (h, ff))
+
+
+QWEN3_4B = dict(vocab=151936, hidden=2560, layers=36, heads=32, kv_heads=8, head_dim=128, ffn=9728, ctx=40960)
+
+
+def write_qwen3(path: str, s: dict = QWEN3_4B, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
     with GGUFWriter(path) as w:
-        w.add("general.architecture", arch)
-        w.add("general.name", "synthetic Qwen3-4B")
-        w.add("general.file_type", 15)  # MOSTLY_Q4_K_M
-        for key, value in {"context_length": s["ctx"], "embedding_length": s["hidden"], "block_count": s["layers"],
-                           "feed_forward_length": s["ffn"], "attention.head_count": s["heads"],
-                           "attention.head_count_kv": s["kv_heads"], "attention.key_length": s["head_dim"],
-                           "attention.value_length": s["head_dim"]}.items():
-            w.add(f"{arch}.{key}", value)
-        w.add(f"{arch}.rope.freq_base", 1000000.0)
-        w.add(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)
-        w.add("tokenizer.ggml.model", "gpt2")
-        w.add("tokenizer.ggml.pre", "qwen2")
-        w.add("tokenizer.ggml.tokens", tokens, (V.ARRAY, V.STRING))
-        w.add("tokenizer.ggml.token_type", [1] * (len(tokens) - 3) + [3, 3, 3], (V.ARRAY, V.INT32))
-        w.add("tokenizer.ggml.merges", [], (V.ARRAY, V.STRING))
-        w.add("tokenizer.ggml.eos_token_id", len(tokens) - 1)
-        w.add("tokenizer.ggml.bos_token_id", len(tokens) - 3)
-        w.add("tokenizer.ggml.add_bos_token", False)
-        h, hd, kv, ff = s["hidden"], s["head_dim"], s["kv_heads"], s["ffn"]
-        w.add_tensor("token_embd.weight", random_blocks(rng, GGMLType.Q4_K, s["vocab"], h), ggml_type=GGMLType.Q4_K,
-                     shape=(s["vocab"], h))
-        w.add_tensor("output_norm.weight", np.ones(h, np.float32))
-        w.add_tensor("output.weight", random_blocks(rng, GGMLType.Q6_K, s["vocab"], h), ggml_type=GGMLType.Q6_K,
-                     shape=(s["vocab"], h))
+        _header(w, "qwen3", "synthetic Qwen3-4B", s)
+        _mat(w, rng, "token_embd.weight", Q4, (s["vocab"], s["hidden"]))
+        w.add_tensor("output_norm.weight", np.ones(s["hidden"], np.float32))
+        _mat(w, rng, "output.weight", Q6, (s["vocab"], s["hidden"]))
         for i in range(s["layers"]):
-            down = GGMLType.Q6_K if i % 2 == 0 else GGMLType.Q4_K  # Q4_K_M: Q6_K in about half the layers
-            mats = {"attn_q": (GGMLType.Q4_K, s["heads"] * hd, h), "attn_k": (GGMLType.Q4_K, kv * hd, h),
-                    "attn_v": (GGMLType.Q6_K, kv * hd, h), "attn_output": (GGMLType.Q4_K, h, s["heads"] * hd),
-                    "ffn_gate": (GGMLType.Q4_K, ff, h), "ffn_up": (GGMLType.Q4_K, ff, h), "ffn_down": (down, h, ff)}
-            for name, (t, rows, cols) in mats.items():
-                w.add_tensor(f"blk.{i}.{name}.weight", random_blocks(rng, t, rows, cols), ggml_type=t, shape=(rows, cols))
-            for norm, n in (("attn_norm", h), ("ffn_norm", h), ("attn_q_norm", hd), ("attn_k_norm", hd)):
-                w.add_tensor(f"blk.{i}.{norm}.weight", np.ones(n, np.float32))
+            _attention(w, rng, i, s, s["heads"] * s["head_dim"])
+            _mlp(w, rng, i, s)
+            for norm in ("attn_norm", "ffn_norm"):
+                w.add_tensor(f"blk.{i}.{norm}.weight", np.ones(s["hidden"], np.float32))
+
+
+QWEN35_4B = dict(vocab=248320, hidden=2560, layers=32, heads=16, kv_heads=4, head_dim=256, ffn=9216, ctx=262144,
+                 rope_base=10000000.0, k_heads=16, v_heads=32, ssm_dim=128, conv=4, interval=4)
+
+
+def write_qwen35(path: str, s: dict = QWEN35_4B, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    arch, h = "qwen35", s["hidden"]
+    key_dim, value_dim = s["k_heads"] * s["ssm_dim"], s["v_heads"] * s["ssm_dim"]
+    conv_dim = 2 * key_dim + value_dim
+    with GGUFWriter(path) as w:
+        _header(w, arch, "synthetic Qwen3.5-4B", s)
+        w.add(f"{arch}.ssm.conv_kernel", s["conv"])
+        w.add(f"{arch}.ssm.state_size", s["ssm_dim"])
+        w.add(f"{arch}.ssm.group_count", s["k_heads"])
+        w.add(f"{arch}.ssm.time_step_rank", s["v_heads"])
+        w.add(f"{arch}.ssm.inner_size", value_dim)
+        w.add(f"{arch}.full_attention_interval", s["interval"])
+        w.add(f"{arch}.rope.dimension_count", 64)
+        w.add(f"{arch}.rope.dimension_sections", [11, 11, 10, 0])
+        _mat(w, rng, "token_embd.weight", Q6, (s["vocab"], h))  # tied: the output head's type
+        w.add_tensor("output_norm.weight", np.ones(h, np.float32))
+        for i in range(s["layers"]):
+            p = f"blk.{i}."
+            if (i + 1) % s["interval"] == 0:
+                _attention(w, rng, i, s, 2 * s["heads"] * s["head_dim"])  # query and gate per head
+            else:
+                _mat(w, rng, p + "attn_qkv.weight", Q4, (conv_dim, h))
+                _mat(w, rng, p + "attn_gate.weight", Q4, (value_dim, h))
+                _mat(w, rng, p + "ssm_alpha.weight", Q4, (s["v_heads"], h))
+                _mat(w, rng, p + "ssm_beta.weight", Q4, (s["v_heads"], h))
+                _mat(w, rng, p + "ssm_out.weight", Q6 if i % 2 == 0 else Q4, (h, value_dim))
+                w.add_tensor(p + "ssm_conv1d.weight", (rng.standard_normal((conv_dim, s["conv"])) * 0.1).astype(np.float32))
+                w.add_tensor(p + "ssm_a", -np.ones(s["v_heads"], np.float32))
+                w.add_tensor(p + "ssm_dt.bias", np.zeros(s["v_heads"], np.float32))
+                w.add_tensor(p + "ssm_norm.weight", np.ones(s["ssm_dim"], np.float32))
+            _mlp(w, rng, i, s)
+            for norm in ("attn_norm", "post_attention_norm"):
+                w.add_tensor(f"{p}{norm}.weight", np.ones(h, np.float32))
+
+
+QWEN3_30B_A3B_12L = dict(vocab=151936, hidden=2048, layers=12, heads=32, kv_heads=4, head_dim=128, ffn=6144,
+                         ctx=40960, experts=128, used=8, expert_ffn=768)
+
+
+def write_qwen3moe(path: str, s: dict = QWEN3_30B_A3B_12L, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    arch, h, e, eff = "qwen3moe", s["hidden"], s["experts"], s["expert_ffn"]
+    with GGUFWriter(path) as w:
+        _header(w, arch, "synthetic Qwen3-30B-A3B, 12 of 48 layers", s)
+        w.add(f"{arch}.expert_count", e)
+        w.add(f"{arch}.expert_used_count", s["used"])
+        w.add(f"{arch}.expert_feed_forward_length", eff)
+        _mat(w, rng, "token_embd.weight", Q4, (s["vocab"], h))
+        w.add_tensor("output_norm.weight", np.ones(h, np.float32))
+        _mat(w, rng, "output.weight", Q6, (s["vocab"], h))
+        for i in range(s["layers"]):
+            p = f"blk.{i}."
+            _attention(w, rng, i, s, s["heads"] * s["head_dim"])
+            w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((e, h)) * 0.02).astype(np.float32))
+            _mat(w, rng, p + "ffn_gate_exps.weight", Q4, (e, eff, h))
+            _mat(w, rng, p + "ffn_up_exps.weight", Q4, (e, eff, h))
+            _mat(w, rng, p + "ffn_down_exps.weight", Q6 if i % 2 == 0 else Q4, (e, h, eff))
+            for norm in ("attn_norm", "ffn_norm"):
+                w.add_tensor(f"{p}{norm}.weight", np.ones(h, np.float32))
+
+
+WRITERS = {"qwen3-4b": write_qwen3, "qwen35-4b": write_qwen35, "qwen3-30b-a3b-12l": write_qwen3moe}
+
+
+def write(path: str) -> None:  # the name earlier scripts import: the Qwen3-4B shape
+    write_qwen3(path)
 
 
 if __name__ == "__main__":
-    write(sys.argv[1])
+    WRITERS[sys.argv[1]](sys.argv[2])

@@ -71,14 +71,14 @@ class LinearGroup:
 
             self.native = cpu.MulMatGroup([m.packed for m in linears], [m.ggml_type for m in linears], self.sizes,
                                           linears[0].in_features)
-            self.max_rows = cpu.GEMV_MAX_ROWS
+            self._cpu = cpu
 
             self.bias = None
             if any(m.bias is not None for m in linears):
                 self.bias = torch.cat([m.bias if m.bias is not None else torch.zeros(m.out_features) for m in linears])
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.native is not None and x.shape[0] <= self.max_rows and x.dtype is torch.float32:
+        if self.native is not None and x.shape[0] <= self._cpu.GEMV_MAX_ROWS and x.dtype is torch.float32:
             y = self.native(x)
             return y if self.bias is None else y.add_(self.bias)
         return torch.cat([m(x) for m in self.linears], dim=-1)

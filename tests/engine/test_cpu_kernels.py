@@ -154,14 +154,19 @@ def test_mul_mat_id_rejects_bad_expert_indices_and_shapes():
 
 
 @pytest.mark.parametrize("prefill_dtype", [torch.float32, torch.bfloat16])
-def test_rows_1_to_8_and_the_tiled_many_row_path(monkeypatch, prefill_dtype):
+def test_many_rows_integer_and_tiled_paths(monkeypatch, prefill_dtype):
+    """Up to GEMV_MAX_ROWS rows the integer dots (four rows at a time where the type has
+    a four-row kernel, then the rest one by one) equal the one-row results up to
+    summation order; beyond, dequantized tiles and torch's matmul."""
     rng = np.random.default_rng(3)
     packed = torch.from_numpy(_weights(rng, GGMLType.Q4_K, 40, 512))
     W = torch.from_numpy(dequantize(packed.numpy(), GGMLType.Q4_K, (40, 512)))
     xs = torch.randn(40, 512)
-    single = torch.cat([cpu.mul_mat(packed, xs[i:i + 1], GGMLType.Q4_K, 40) for i in range(8)])
-    torch.testing.assert_close(cpu.mul_mat(packed, xs[:8], GGMLType.Q4_K, 40), single)
+    single = torch.cat([cpu.mul_mat(packed, xs[i:i + 1], GGMLType.Q4_K, 40) for i in range(40)])
+    for n in (2, 4, 7, 9, 40):
+        torch.testing.assert_close(cpu.mul_mat(packed, xs[:n], GGMLType.Q4_K, 40), single[:n], rtol=1e-5, atol=1e-5)
     # > GEMV_MAX_ROWS: dequantized tiles (three here, the last one short) + torch's matmul
+    monkeypatch.setattr(cpu, "GEMV_MAX_ROWS", 16)
     monkeypatch.setattr(cpu, "PREFILL_DTYPE", prefill_dtype)
     monkeypatch.setattr(cpu, "TILE_ELEMENTS", 16 * 512)
     many = cpu.mul_mat(packed, xs, GGMLType.Q4_K, 40)

@@ -545,8 +545,15 @@ AVX2 static inline __m256i nibbles32(const uint8_t *qs) { /* 16 bytes → 32 nib
     q = _mm256_shuffle_epi8(lut, nibbles32(w[i].qs)); d = H2F(w[i].d)
 
 DEFINE_DOT32(dot_q8_0_avx2, AVX2, dot_i8_avx2, blk_q8_0, BODY_Q8_0)
-DEFINE_DOT32(dot_q4_0_avx2, AVX2, dot_i8_avx2, blk_q4_0, BODY_Q4_0)
-DEFINE_DOT32(dot_q5_0_avx2, AVX2, dot_i8_avx2, blk_q5_0, BODY_Q5_0)
+/* AVX2 Q4_0 / Q5_0: the weights unsigned (0..15 / 0..31, no sign trick), the offset
+ * (8 / 16) through the activation block sums: sum((q - o) x) = sum(q x) - o sum(x) */
+#define BODY_Q4_0_U const blk_q4_0 *w = vw; q = nibbles32(w[i].qs); d = H2F(w[i].d); extra -= 8.f * d * x[i].s
+#define BODY_Q5_0_U                                                                                 \
+    const blk_q5_0 *w = vw; uint32_t qh; memcpy(&qh, w[i].qh, 4);                                   \
+    q = _mm256_or_si256(nibbles32(w[i].qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10))); \
+    d = H2F(w[i].d); extra -= 16.f * d * x[i].s
+DEFINE_DOT32(dot_q4_0_avx2, AVX2, dot_u8_avx2, blk_q4_0, BODY_Q4_0_U)
+DEFINE_DOT32(dot_q5_0_avx2, AVX2, dot_u8_avx2, blk_q5_0, BODY_Q5_0_U)
 DEFINE_DOT32(dot_q4_1_avx2, AVX2, dot_u8_avx2, blk_q4_1, BODY_Q4_1)
 DEFINE_DOT32(dot_q5_1_avx2, AVX2, dot_u8_avx2, blk_q5_1, BODY_Q5_1)
 DEFINE_DOT32(dot_iq4_nl_avx2, AVX2, dot_i8_avx2, blk_iq4_nl, BODY_IQ4_NL)
@@ -610,43 +617,193 @@ DEFINE_DOT32(dot_iq4_nl_avx512, AVX512, dot_i8_vnni, blk_iq4_nl, BODY_IQ4_NL)
 DEFINE_Q45K(dot_q4_K_avx2, AVX2, blk_q4_K, NO_HIGH)
 DEFINE_Q45K(dot_q5_K_avx2, AVX2, blk_q5_K, Q5_HIGH)
 
-/* Q6_K: q in 0..63 (offset 32): sum((q - 32) x) = sum(q x) - 32 sum(x), per 16 with int8 scales. */
-#define DEFINE_Q6K(NAME, TARGET)                                                             \
-    TARGET static float NAME(const void *vw, const void *vx, int nb) {                            \
-        const blk_q6_K *w = vw; const act256 *x = vx;                                             \
-        __m256 acc = _mm256_setzero_ps();                                                         \
-        const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);                        \
-        for (int i = 0; i < nb; i++) {                                                            \
-            prefetch_ahead(&w[i], (int)sizeof(blk_q6_K));                                         \
-            /* the offset 32: 32 · Σ scale_j · (sum of activations j), in 8 lanes */             \
-            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales)); \
-            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x[i].bsums), sc16); \
-            __m256i sum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));   \
-            for (int h = 0; h < 2; h++) {                                                         \
-                const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h));      \
-                const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h + 32)); \
-                const __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));       \
-                __m256i q[4];                                                                     \
-                q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4)); \
-                q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4)); \
-                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4)); \
-                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4)); \
-                for (int s = 0; s < 4; s++) {                                                     \
-                    const int e = 128 * h + 32 * s;                                               \
-                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(x[i].qs + e));        \
-                    /* 16-bit pair sums, lanes 0-7 the first 16 elements, 8-15 the next: the two \
-                     * scales as 16-bit lanes of vpmaddwd */                                       \
-                    const __m256i scl = _mm256_set_m128i(_mm_set1_epi16(w[i].scales[e / 16 + 1]),  \
-                                                         _mm_set1_epi16(w[i].scales[e / 16]));      \
-                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[s], xv), scl)); \
-                }                                                                                 \
-            }                                                                                     \
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(H2F(w[i].d) * x[i].d), _mm256_cvtepi32_ps(sum), acc); \
-        }                                                                                         \
-        return hsum8(acc);                                                                        \
+/* Q6_K: q in 0..63 (offset 32): sum((q - 32) x) = sum(q x) - 32 sum(x), per 16 with int8
+ * scales. Per half of 128: ql holds the low nibbles of four 32-runs (two loads, low and
+ * high nibbles), qh their two high bits each. The scales of a 32-run's two 16-groups come
+ * as 16-bit lanes of a byte shuffle of that half's eight scales. */
+AVX2 static float dot_q6_K_avx2(const void *vw, const void *vx, int nb) {
+    const blk_q6_K *w = vw; const act256 *x = vx;
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    /* lane 0: 16-bit scale 2s, lane 1: 2s + 1 (of the half's 8) */
+    static const int8_t pick[4][32] = {
+        {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
+        {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
+        {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
+        {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15},
+    };
+    const __m256i pk0 = _mm256_loadu_si256((const __m256i *)pick[0]), pk1 = _mm256_loadu_si256((const __m256i *)pick[1]);
+    const __m256i pk2 = _mm256_loadu_si256((const __m256i *)pick[2]), pk3 = _mm256_loadu_si256((const __m256i *)pick[3]);
+    for (int i = 0; i < nb; i++) {
+        prefetch_ahead(&w[i], (int)sizeof(blk_q6_K));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
+        /* the offset 32: 32 · Σ scale_j · (sum of activations j), in 8 lanes */
+        const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x[i].bsums), sc16);
+        __m256i sum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
+        for (int h = 0; h < 2; h++) {
+            const __m256i sch = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);
+            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
+            const __m256i q0 = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_slli_epi16(m2, 2)), 2));
+            const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                               _mm256_and_si256(qh, _mm256_slli_epi16(m2, 4)));
+            const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                               _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_slli_epi16(m2, 6)), 2));
+            const int8_t *xs = x[i].qs + 128 * h;
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q0, _mm256_loadu_si256((const __m256i *)xs)),
+                                                          _mm256_shuffle_epi8(sch, pk0)));
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)(xs + 32))),
+                                                          _mm256_shuffle_epi8(sch, pk1)));
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q2, _mm256_loadu_si256((const __m256i *)(xs + 64))),
+                                                          _mm256_shuffle_epi8(sch, pk2)));
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q3, _mm256_loadu_si256((const __m256i *)(xs + 96))),
+                                                          _mm256_shuffle_epi8(sch, pk3)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(H2F(w[i].d) * x[i].d), _mm256_cvtepi32_ps(sum), acc);
+    }
+    return hsum8(acc);
+}
+
+/* ---- several activation rows at once (prefill, batched decode): each weight block is
+ * unpacked once and multiplied with four activation rows. */
+
+#define X4_ROWS(T) const T *X0 = vx[0], *X1 = vx[1], *X2 = vx[2], *X3 = vx[3]
+
+/* 32-blocks: BODY sets q (int8 weights, unsigned unless SIGNED), d (weight scale) and e
+ * (the coefficient of the activation block sum: -offset * d, or the block minimum) */
+#define DEFINE_DOT32_X4(NAME, BLK, SIGNED, BODY)                                                    \
+    AVX2 static void NAME(const void *vw, const void *const *vx, int nb, float *out) {         \
+        const BLK *w = vw; X4_ROWS(act32);                                                         \
+        const __m256i ones = _mm256_set1_epi16(1);                                                 \
+        const int sgn = SIGNED;                                                                    \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                \
+        float e0 = 0.f, e1 = 0.f, e2 = 0.f, e3 = 0.f;                                              \
+        for (int i = 0; i < nb; i++) {                                                             \
+            prefetch_ahead(&w[i], (int)sizeof(BLK));                                               \
+            __m256i q; float d, e; BODY;                                                           \
+            const __m256i qa = sgn ? _mm256_sign_epi8(q, q) : q;                                   \
+            DOT32_ROW(X0, a0, e0) DOT32_ROW(X1, a1, e1) DOT32_ROW(X2, a2, e2) DOT32_ROW(X3, a3, e3) \
+        }                                                                                          \
+        out[0] = hsum8(a0) + e0; out[1] = hsum8(a1) + e1; out[2] = hsum8(a2) + e2; out[3] = hsum8(a3) + e3; \
+    }
+#define DOT32_ROW(X, A, E)                                                                          \
+    {                                                                                              \
+        __m256i xv = _mm256_loadu_si256((const __m256i *)X[i].qs);                                 \
+        if (sgn) xv = _mm256_sign_epi8(xv, q);                                                     \
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, xv), ones);                   \
+        A = _mm256_fmadd_ps(_mm256_set1_ps(d * X[i].d), _mm256_cvtepi32_ps(p), A);                \
+        E += e * X[i].s;                                                                           \
     }
 
-DEFINE_Q6K(dot_q6_K_avx2, AVX2)
+#define X4_Q8_0 q = _mm256_loadu_si256((const __m256i *)w[i].qs); d = H2F(w[i].d); e = 0.f
+#define X4_Q4_0 q = nibbles32(w[i].qs); d = H2F(w[i].d); e = -8.f * d
+#define X4_Q5_0                                                                                     \
+    uint32_t qh; memcpy(&qh, w[i].qh, 4);                                                          \
+    q = _mm256_or_si256(nibbles32(w[i].qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10))); \
+    d = H2F(w[i].d); e = -16.f * d
+#define X4_Q4_1 q = nibbles32(w[i].qs); d = H2F(w[i].d); e = H2F(w[i].m)
+#define X4_Q5_1                                                                                     \
+    uint32_t qh; memcpy(&qh, w[i].qh, 4);                                                          \
+    q = _mm256_or_si256(nibbles32(w[i].qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10))); \
+    d = H2F(w[i].d); e = H2F(w[i].m)
+#define X4_IQ4_NL                                                                                   \
+    q = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl)), \
+                            nibbles32(w[i].qs));                                                   \
+    d = H2F(w[i].d); e = 0.f
+
+DEFINE_DOT32_X4(dot4_q8_0_avx2, blk_q8_0, 1, X4_Q8_0)
+DEFINE_DOT32_X4(dot4_q4_0_avx2, blk_q4_0, 0, X4_Q4_0)
+DEFINE_DOT32_X4(dot4_q5_0_avx2, blk_q5_0, 0, X4_Q5_0)
+DEFINE_DOT32_X4(dot4_q4_1_avx2, blk_q4_1, 0, X4_Q4_1)
+DEFINE_DOT32_X4(dot4_q5_1_avx2, blk_q5_1, 0, X4_Q5_1)
+DEFINE_DOT32_X4(dot4_iq4_nl_avx2, blk_iq4_nl, 1, X4_IQ4_NL)
+
+#define DEFINE_Q45K_X4(NAME, BLK, HIGH)                                                             \
+    AVX2 static void NAME(const void *vw, const void *const *vx, int nb, float *out) {         \
+        const BLK *w = vw; X4_ROWS(act256);                                                        \
+        const act256 *X[4] = {X0, X1, X2, X3};                                                     \
+        __m256 acc[4], accm[4];                                                                    \
+        for (int r = 0; r < 4; r++) acc[r] = accm[r] = _mm256_setzero_ps();                        \
+        const __m256i m4 = _mm256_set1_epi8(0xF);                                                  \
+        for (int i = 0; i < nb; i++) {                                                             \
+            prefetch_ahead(&w[i], (int)sizeof(BLK));                                               \
+            uint32_t u[4];                                                                         \
+            k4_scales_mins(w[i].scales, u);                                                        \
+            const uint8_t *sc = (const uint8_t *)u;                                                \
+            const __m128i m8 = _mm_set_epi32(0, 0, (int)u[3], (int)u[2]);                          \
+            const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));                  \
+            __m256i sum[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()}; \
+            for (int c = 0; c < 4; c++) {                                                          \
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));         \
+                const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), HIGH(2 * c));           \
+                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), HIGH(2 * c + 1)); \
+                const __m256i sl = _mm256_set1_epi16(sc[2 * c]), sh = _mm256_set1_epi16(sc[2 * c + 1]); \
+                for (int r = 0; r < 4; r++) {                                                      \
+                    const __m256i xl = _mm256_loadu_si256((const __m256i *)(X[r][i].qs + 64 * c)); \
+                    const __m256i xh = _mm256_loadu_si256((const __m256i *)(X[r][i].qs + 64 * c + 32)); \
+                    sum[r] = _mm256_add_epi32(sum[r], _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), sl), \
+                                                                      _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), sh))); \
+                }                                                                                  \
+            }                                                                                      \
+            const float d = H2F(w[i].d), dmin = H2F(w[i].dmin);                                    \
+            for (int r = 0; r < 4; r++) {                                                          \
+                const __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)X[r][i].bsums), mins); \
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * X[r][i].d), _mm256_cvtepi32_ps(sum[r]), acc[r]); \
+                accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * X[r][i].d), _mm256_cvtepi32_ps(msum), accm[r]); \
+            }                                                                                      \
+        }                                                                                          \
+        for (int r = 0; r < 4; r++) out[r] = hsum8(_mm256_sub_ps(acc[r], accm[r]));                \
+    }
+
+DEFINE_Q45K_X4(dot4_q4_K_avx2, blk_q4_K, NO_HIGH)
+DEFINE_Q45K_X4(dot4_q5_K_avx2, blk_q5_K, Q5_HIGH)
+
+AVX2 static void dot4_q6_K_avx2(const void *vw, const void *const *vx, int nb, float *out) {
+    const blk_q6_K *w = vw; X4_ROWS(act256);
+    const act256 *X[4] = {X0, X1, X2, X3};
+    __m256 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    static const int8_t pick[4][32] = {
+        {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
+        {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
+        {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
+        {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15},
+    };
+    for (int i = 0; i < nb; i++) {
+        prefetch_ahead(&w[i], (int)sizeof(blk_q6_K));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
+        __m256i sum[4];
+        for (int r = 0; r < 4; r++) /* the offset 32 through the activation sums, as the one-row dot */
+            sum[r] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                      _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)X[r][i].bsums), sc16), 5));
+        for (int h = 0; h < 2; h++) {
+            const __m256i sch = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);
+            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
+            __m256i q[4], s[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_slli_epi16(m2, 2)), 2));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, _mm256_slli_epi16(m2, 4)));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                   _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_slli_epi16(m2, 6)), 2));
+            for (int j = 0; j < 4; j++) s[j] = _mm256_shuffle_epi8(sch, _mm256_loadu_si256((const __m256i *)pick[j]));
+            for (int r = 0; r < 4; r++) {
+                const int8_t *xr = X[r][i].qs + 128 * h;
+                for (int j = 0; j < 4; j++)
+                    sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(q[j], _mm256_loadu_si256((const __m256i *)(xr + 32 * j))), s[j]));
+            }
+        }
+        const float d = H2F(w[i].d);
+        for (int r = 0; r < 4; r++) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * X[r][i].d), _mm256_cvtepi32_ps(sum[r]), acc[r]);
+    }
+    for (int r = 0; r < 4; r++) out[r] = hsum8(acc[r]);
+}
 
 /* ---- Q2_K, Q3_K, IQ4_XS on 32-byte vectors (the same code built for AVX2 and for the
  * AVX-512 level): unsigned weights times signed activations in pairs (vpmaddubsw), then
@@ -1201,6 +1358,8 @@ static float dot_iq4_xs_neon(const void *vw, const void *vx, int nb) {
 /* ---------------------------------------------------------------- dispatch */
 
 typedef float (*dot_fn)(const void *, const void *, int);
+/* four activation rows against one weight row: out[0..3] */
+typedef void (*dot4_fn)(const void *w, const void *const *x, int nb, float *out);
 
 #if defined(GC_X86)
 static const char *const ISA_NAMES[N_ISA] = {"scalar", "avx2", "avx512"};
@@ -1215,28 +1374,33 @@ typedef struct {
     size_t bytes;            /* bytes per weight block */
     dot_fn dot[N_ISA];       /* by ISA level (NULL: none at that level) */
     deq_fn deq;
+    void *dot4;              /* four activation rows at once (x86-64, AVX2 and up; NULL: none) */
 } kernel_t;
 
 #if defined(GC_X86)
-#define K(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s, dot_##name##_avx2, dot_##name##_avx512}, deq_##name}
+#define K(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s, dot_##name##_avx2, dot_##name##_avx512}, deq_##name, NULL}
+#define K4(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s, dot_##name##_avx2, dot_##name##_avx512}, deq_##name, \
+                                 (void *)dot4_##name##_avx2}
 #elif defined(GC_NEON)
-#define K(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s, dot_##name##_neon}, deq_##name}
+#define K(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s, dot_##name##_neon}, deq_##name, NULL}
+#define K4 K
 #else
-#define K(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s}, deq_##name}
+#define K(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s}, deq_##name, NULL}
+#define K4 K
 #endif
 
 static const kernel_t KERNELS[] = {
-    K(T_Q4_0, 32, 0, sizeof(blk_q4_0), q4_0),
-    K(T_Q4_1, 32, 0, sizeof(blk_q4_1), q4_1),
-    K(T_Q5_0, 32, 0, sizeof(blk_q5_0), q5_0),
-    K(T_Q5_1, 32, 0, sizeof(blk_q5_1), q5_1),
-    K(T_Q8_0, 32, 0, sizeof(blk_q8_0), q8_0),
-    K(T_IQ4_NL, 32, 0, sizeof(blk_iq4_nl), iq4_nl),
+    K4(T_Q4_0, 32, 0, sizeof(blk_q4_0), q4_0),
+    K4(T_Q4_1, 32, 0, sizeof(blk_q4_1), q4_1),
+    K4(T_Q5_0, 32, 0, sizeof(blk_q5_0), q5_0),
+    K4(T_Q5_1, 32, 0, sizeof(blk_q5_1), q5_1),
+    K4(T_Q8_0, 32, 0, sizeof(blk_q8_0), q8_0),
+    K4(T_IQ4_NL, 32, 0, sizeof(blk_iq4_nl), iq4_nl),
     K(T_Q2_K, QK_K, 1, sizeof(blk_q2_K), q2_K),
     K(T_Q3_K, QK_K, 1, sizeof(blk_q3_K), q3_K),
-    K(T_Q4_K, QK_K, 1, sizeof(blk_q4_K), q4_K),
-    K(T_Q5_K, QK_K, 1, sizeof(blk_q5_K), q5_K),
-    K(T_Q6_K, QK_K, 1, sizeof(blk_q6_K), q6_K),
+    K4(T_Q4_K, QK_K, 1, sizeof(blk_q4_K), q4_K),
+    K4(T_Q5_K, QK_K, 1, sizeof(blk_q5_K), q5_K),
+    K4(T_Q6_K, QK_K, 1, sizeof(blk_q6_K), q6_K),
     K(T_IQ4_XS, QK_K, 1, sizeof(blk_iq4_xs), iq4_xs),
 };
 
@@ -1289,6 +1453,15 @@ static int pick_level(const kernel_t *k) {
 
 static dot_fn pick(const kernel_t *k) { return k->dot[pick_level(k)]; }
 
+/* the four-row dot product where the selected level has one (x86-64: AVX2 and up) */
+static const void *pick4(const kernel_t *k) {
+#if defined(GC_X86)
+    if (gc_isa() >= ISA_AVX2) return k->dot4;
+#endif
+    (void)k;
+    return NULL;
+}
+
 /* 1 if mul_mat handles this type */
 int gc_supports(int type) { return find(type) != NULL; }
 
@@ -1309,6 +1482,7 @@ typedef struct {
     size_t xq_row_bytes;
     float *y;
     int64_t y_stride; /* floats between output rows (activation b's outputs start at y + b * y_stride) */
+    const void *dot4; /* four activation rows at a time, or NULL */
 } mm_ctx;
 
 /* Row streams a thread walks at once: one sequential stream leaves the memory system
@@ -1317,26 +1491,46 @@ typedef struct {
  * prefetch, 2 and 4 streams are alike, 1 is ~5% slower). */
 #define NSTREAM 4
 
+/* y[r] = W[r] · x for rows [start, end) of one activation row, the rows walked as
+ * NSTREAM interleaved streams */
+static void rows_streamed(dot_fn dot, const uint8_t *w, int64_t row_bytes, const uint8_t *xq, int nb, float *y,
+                          int64_t start, int64_t end) {
+    if (end - start >= 2 * NSTREAM) {
+        const int64_t len = (end - start) / NSTREAM;
+        /* the dots prefetch PREFETCH_DIST ahead: ask for each stream's first bytes now */
+        const int64_t first = len * row_bytes < PREFETCH_DIST ? len * row_bytes : PREFETCH_DIST;
+        for (int s = 0; s < NSTREAM; s++)
+            for (int64_t o = 0; o < first; o += 64) __builtin_prefetch(w + (start + s * len) * row_bytes + o, 0, 3);
+        for (int64_t i = 0; i < len; i++)
+            for (int s = 0; s < NSTREAM; s++) {
+                const int64_t r = start + s * len + i;
+                y[r] = dot(w + r * row_bytes, xq, nb);
+            }
+        start += NSTREAM * len;
+    }
+    for (int64_t r = start; r < end; r++) y[r] = dot(w + r * row_bytes, xq, nb);
+}
+
 static void mm_task(void *vctx, int64_t start, int64_t end) {
     const mm_ctx *c = vctx;
     const int nb = (int)(c->n_cols / c->k->block);
-    if (c->n_x == 1 && end - start >= 2 * NSTREAM) {
-        const int64_t len = (end - start) / NSTREAM;
-        /* the dots prefetch PREFETCH_DIST ahead: ask for each stream's first bytes now */
-        const int64_t first = len * c->row_bytes < PREFETCH_DIST ? len * c->row_bytes : PREFETCH_DIST;
-        for (int s = 0; s < NSTREAM; s++)
-            for (int64_t o = 0; o < first; o += 64) __builtin_prefetch(c->w + (start + s * len) * c->row_bytes + o, 0, 3);
-        for (int64_t i = 0; i < len; i++) {
-            for (int s = 0; s < NSTREAM; s++) {
-                const int64_t r = start + s * len + i;
-                c->y[r] = c->dot(c->w + r * c->row_bytes, c->xq, nb);
-            }
-        }
-        start += NSTREAM * len;
+    if (c->n_x == 1) {
+        rows_streamed(c->dot, c->w, c->row_bytes, c->xq, nb, c->y, start, end);
+        return;
     }
+    const dot4_fn dot4 = (dot4_fn)c->dot4;
     for (int64_t r = start; r < end; r++) {
         const uint8_t *wr = c->w + r * c->row_bytes;
-        for (int64_t b = 0; b < c->n_x; b++) c->y[b * c->y_stride + r] = c->dot(wr, c->xq + b * c->xq_row_bytes, nb);
+        int64_t b = 0;
+        if (dot4)
+            for (; b + 4 <= c->n_x; b += 4) {
+                float o[4];
+                const uint8_t *x0 = c->xq + b * c->xq_row_bytes;
+                const void *xs[4] = {x0, x0 + c->xq_row_bytes, x0 + 2 * c->xq_row_bytes, x0 + 3 * c->xq_row_bytes};
+                dot4(wr, xs, nb, o);
+                for (int j = 0; j < 4; j++) c->y[(b + j) * c->y_stride + r] = o[j];
+            }
+        for (; b < c->n_x; b++) c->y[b * c->y_stride + r] = c->dot(wr, c->xq + b * c->xq_row_bytes, nb);
     }
 }
 
@@ -1450,7 +1644,7 @@ int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64
         const kernel_t *k = ks[m];
         const int64_t nb = n_cols / k->block;
         mats[m] = (mm_ctx){k, pick(k), ws[m], (int64_t)(nb * k->bytes), n_rows[m], n_cols, n_x, xq[k->act256],
-                           xq_bytes[k->act256], y + first[m], total};
+                           xq_bytes[k->act256], y + first[m], total, pick4(k)};
     }
     multi_ctx mc = {n, mats, first};
     int64_t chunk = total / (8 * (n_threads > 0 ? n_threads : 1));
@@ -1474,18 +1668,43 @@ typedef struct {
     size_t xq_row_bytes;
     int x_per_slot;
     float *y;
+    const void *dot4;
 } mmid_ctx;
 
 static void mmid_task(void *vctx, int64_t start, int64_t end) {
     const mmid_ctx *c = vctx;
-    for (int64_t it = start; it < end; it++) {
-        const int64_t g = it / c->n_rows, r = it % c->n_rows;
-        const uint8_t *wr = c->w + c->gexp[g] * c->expert_bytes + r * c->row_bytes;
-        for (int64_t j = c->gstart[g]; j < c->gstart[g + 1]; j++) {
-            const int64_t s = c->slot[j];
+    while (start < end) {
+        const int64_t g = start / c->n_rows, r0 = start % c->n_rows;
+        const int64_t r1 = end - g * c->n_rows < c->n_rows ? end - g * c->n_rows : c->n_rows;
+        const uint8_t *we = c->w + c->gexp[g] * c->expert_bytes;
+        if (c->gstart[g + 1] - c->gstart[g] == 1) { /* one token chose this expert: stream its rows */
+            const int64_t s = c->slot[c->gstart[g]];
             const uint8_t *xq = c->xq + (c->x_per_slot ? s : s / c->n_k) * c->xq_row_bytes;
-            c->y[s * c->n_rows + r] = c->dot(wr, xq, c->nb);
+            rows_streamed(c->dot, we, c->row_bytes, xq, c->nb, c->y + s * c->n_rows, r0, r1);
+        } else {
+            const dot4_fn dot4 = (dot4_fn)c->dot4;
+            for (int64_t r = r0; r < r1; r++) {
+                const uint8_t *wr = we + r * c->row_bytes;
+                int64_t j = c->gstart[g];
+                if (dot4)
+                    for (; j + 4 <= c->gstart[g + 1]; j += 4) {
+                        const void *xs[4];
+                        float o[4];
+                        for (int l = 0; l < 4; l++) {
+                            const int64_t s = c->slot[j + l];
+                            xs[l] = c->xq + (c->x_per_slot ? s : s / c->n_k) * c->xq_row_bytes;
+                        }
+                        dot4(wr, xs, c->nb, o);
+                        for (int l = 0; l < 4; l++) c->y[c->slot[j + l] * c->n_rows + r] = o[l];
+                    }
+                for (; j < c->gstart[g + 1]; j++) {
+                    const int64_t s = c->slot[j];
+                    const uint8_t *xq = c->xq + (c->x_per_slot ? s : s / c->n_k) * c->xq_row_bytes;
+                    c->y[s * c->n_rows + r] = c->dot(wr, xq, c->nb);
+                }
+            }
         }
+        start = g * c->n_rows + r1;
     }
 }
 
@@ -1520,7 +1739,7 @@ int gc_mul_mat_id(int type, const void *w, int64_t n_experts, int64_t n_rows, in
     for (int64_t s = 0; s < n_slots; s++) slot[fill[ids[s]]++] = s;
     const int64_t row_bytes = nb * (int64_t)k->bytes;
     mmid_ctx c = {pick(k), (int)nb, w, row_bytes, row_bytes * n_rows, n_rows, n_k, gexp, gstart, slot,
-                  xq, xq_row_bytes, x_per_slot, y};
+                  xq, xq_row_bytes, x_per_slot, y, pick4(k)};
     const int64_t items = n_groups * n_rows;
     int64_t chunk = items / (8 * (n_threads > 0 ? n_threads : 1));
     if (chunk < 16) chunk = 16;

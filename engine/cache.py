@@ -7,7 +7,7 @@ for a fixed number of sequence slots.
   when that is fewer); position p lives in cell p % cells, and a batch of up to
   `max_batch` tokens never overwrites a position its own queries still see.
 - linear-attention layers (Qwen3.5's Gated DeltaNet): a causal-conv state (slots,
-  channels, kernel - 1) and a recurrent state (slots, heads, key_dim, value_dim), float32.
+  kernel - 1, channels) and a recurrent state (slots, heads, key_dim, value_dim), float32.
 
 Attention reads the buffers (`kv`, `linear`) and the per-token cell indices (`cells`);
 nothing else touches them. A slot is allocated, filled by forward passes (`begin`
@@ -94,7 +94,7 @@ class KVCache:
                 k = torch.empty(n_seq, lc.n_kv_heads, cells, lc.head_dim, dtype=dtype, device=self.device)
                 v = torch.empty_like(k)
             elif lc.kind == "linear":
-                conv = torch.zeros(n_seq, lc.conv_dim, lc.conv_kernel - 1, dtype=torch.float32, device=self.device)
+                conv = torch.zeros(n_seq, lc.conv_kernel - 1, lc.conv_dim, dtype=torch.float32, device=self.device)
                 state = torch.zeros(n_seq, lc.n_heads, lc.key_dim, lc.value_dim, dtype=torch.float32,
                                     device=self.device)
             else:

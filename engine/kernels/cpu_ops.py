@@ -172,7 +172,7 @@ class CpuOps(TorchOps):
         n, slot, start, length = _seq_arrays(batch)
         out = torch.empty(x.shape, dtype=torch.float32)
         rc = _LIB.gc_causal_conv(x.data_ptr(), x.stride(0), out.data_ptr(), x.shape[1], weight.data_ptr(),
-                                 weight.shape[1], conv_state.data_ptr(), n, slot.data_ptr(), start.data_ptr(),
+                                 weight.shape[0], conv_state.data_ptr(), n, slot.data_ptr(), start.data_ptr(),
                                  length.data_ptr(), cpu.threads())
         if rc != 0:
             return super().causal_conv(x, conv_state, weight, batch)

@@ -159,16 +159,17 @@ class TorchOps:
     # ------------------------------------------- Qwen3.5 linear attention
 
     def causal_conv(self, x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """Depthwise causal conv1d + SiLU over each sequence's channels x (T, C), the
-        last kernel - 1 inputs of each slot carried in conv_state (slots, C, kernel - 1)."""
+        """Depthwise causal conv1d + SiLU over each sequence's channels x (T, C) with
+        weight (kernel, C); the last kernel - 1 inputs of each slot are carried in
+        conv_state (slots, kernel - 1, C)."""
         out = torch.empty_like(x)
-        k = weight.shape[-1]
+        k, c = weight.shape
+        w = weight.t()[:, None, :]  # (C, 1, kernel)
         for s in batch.seqs:
-            xs = x[s.start:s.start + s.n].float().transpose(0, 1)  # (C, n)
-            full = torch.cat([conv_state[s.slot], xs], dim=-1)  # (C, k - 1 + n)
-            y = F.conv1d(full[None], weight[:, None, :], groups=weight.shape[0])[0]  # (C, n)
-            conv_state[s.slot].copy_(full[:, -(k - 1):])
-            out[s.start:s.start + s.n] = F.silu(y).transpose(0, 1).to(x.dtype)
+            full = torch.cat([conv_state[s.slot], x[s.start:s.start + s.n].float()])  # (kernel - 1 + n, C)
+            y = F.conv1d(full.t()[None], w, groups=c)[0]  # (C, n)
+            conv_state[s.slot].copy_(full[-(k - 1):])
+            out[s.start:s.start + s.n] = F.silu(y).t().to(x.dtype)
         return out
 
     def gated_delta_rule(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,

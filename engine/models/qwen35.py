@@ -73,7 +73,7 @@ class GatedDeltaNet:
                                    w.linear(pre + "ssm_beta.weight", p.n_v_heads, p.hidden),
                                    w.linear(pre + "ssm_alpha.weight", p.n_v_heads, p.hidden)])
         self.out = w.linear(pre + "ssm_out.weight", p.hidden, self.value_dim)
-        self.conv_w = w.vector(pre + "ssm_conv1d.weight").reshape(self.conv_dim, p.conv_kernel)
+        self.conv_w = w.vector(pre + "ssm_conv1d.weight").reshape(self.conv_dim, p.conv_kernel).t().contiguous()
         self.a_neg = w.vector(pre + "ssm_a", p.n_v_heads)  # -exp(A_log)
         self.dt_bias = w.vector(pre + "ssm_dt.bias", p.n_v_heads)
         self.norm = w.vector(pre + "ssm_norm.weight", p.v_dim)

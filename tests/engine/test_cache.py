@@ -17,7 +17,7 @@ def test_buffers_per_layer_kind_and_their_size():
     c = KVCache(LAYERS, n_seq=3, n_ctx=100, max_batch=16)
     assert c.k[0].shape == (3, 2, 100, 8)  # full attention: a cell per position
     assert c.k[1].shape == (3, 2, 20, 8)  # sliding: window + max_batch cells
-    assert c.conv[2].shape == (3, 12, 3) and c.state[2].shape == (3, 2, 3, 5)
+    assert c.conv[2].shape == (3, 3, 12) and c.state[2].shape == (3, 2, 3, 5)  # conv: (slots, kernel - 1, channels)
     assert c.k[2] is None and c.conv[0] is None
     assert bytes_per_token(LAYERS, torch.float32) == 2 * 2 * 8 * 4
     assert c.nbytes == 4 * (2 * 3 * 2 * 100 * 8 + 2 * 3 * 2 * 20 * 8 + 3 * 12 * 3 + 3 * 2 * 3 * 5)

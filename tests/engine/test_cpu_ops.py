@@ -110,8 +110,8 @@ def test_causal_conv_equals_torch(isa):
     batch = _seqs_batch([1, 5, 2], [2, 0, 1])
     full = torch.randn(batch.n_tokens, 200, generator=g)
     x = full[:, 30:160]  # 130 channels, rows strided: a column range of a projection
-    w = torch.randn(130, 4, generator=g)
-    state = torch.randn(3, 130, 3, generator=g)
+    w = torch.randn(4, 130, generator=g)  # (kernel, channels)
+    state = torch.randn(3, 3, 130, generator=g)  # (slots, kernel - 1, channels)
     s1, s2 = state.clone(), state.clone()
     close(CPU_OPS.causal_conv(x, s1, w, batch), TORCH_OPS.causal_conv(x, s2, w, batch))
     close(s1, s2)

@@ -25,6 +25,11 @@ static void axpy_s(float a, const float *x, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+/* y += a * x elementwise */
+static void axpy_v_s(const float *a, const float *x, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] += a[i] * x[i];
+}
+
 static float silu_s(float g) { return g / (1.f + expf(-g)); }
 
 static float gelu_tanh_s(float g) {
@@ -80,6 +85,13 @@ AVX2F static void axpy_avx2(float a, const float *x, float *y, int n) {
 
 /* e^x to ~1 ulp: x = n ln2 + r, |r| <= ln2 / 2, e^r by a degree-7 polynomial (Cephes'
  * expf coefficients), 2^n through the exponent bits; x is clamped to [-87.3, 88.37] */
+AVX2F static void axpy_v_avx2(const float *a, const float *x, float *y, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a[i] * x[i];
+}
+
 AVX2F static inline __m256 exp256(__m256 x) {
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3762626647949f));
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
@@ -134,13 +146,14 @@ AVX2F static float exp_sum_avx2(float *s, int n, float m) {
 typedef struct {
     float (*dot)(const float *, const float *, int);
     void (*axpy)(float, const float *, float *, int);
+    void (*axpy_v)(const float *, const float *, float *, int);
     void (*act_mul)(const float *, const float *, float *, int, int);
     float (*exp_sum)(float *, int, float);
 } vec_t;
 
-static const vec_t VEC_S = {dot_s, axpy_s, act_mul_s, exp_sum_s};
+static const vec_t VEC_S = {dot_s, axpy_s, axpy_v_s, act_mul_s, exp_sum_s};
 #ifdef GC_X86
-static const vec_t VEC_AVX2 = {dot_avx2, axpy_avx2, act_mul_avx2, exp_sum_avx2};
+static const vec_t VEC_AVX2 = {dot_avx2, axpy_avx2, axpy_v_avx2, act_mul_avx2, exp_sum_avx2};
 #endif
 
 static const vec_t *vec(void) {
@@ -336,45 +349,43 @@ typedef struct {
     const float *w;
     int K;
     const int64_t *slot, *start, *len;
-    int64_t block;
 } conv_ctx;
 
-#define CONV_BLOCK 64
+#define CONV_BLOCK 256
 #define MAX_KERNEL 8
 
 static void conv_task(void *vctx, int64_t a, int64_t b) {
     const conv_ctx *c = vctx;
-    const int64_t blocks = (c->C + CONV_BLOCK - 1) / CONV_BLOCK;
+    const vec_t *V = vec();
+    const int64_t blocks = (c->C + CONV_BLOCK - 1) / CONV_BLOCK, C = c->C;
+    const int hist = c->K - 1;
+    float acc[CONV_BLOCK], ones[CONV_BLOCK];
+    for (int j = 0; j < CONV_BLOCK; j++) ones[j] = 1.f;
     for (int64_t it = a; it < b; it++) {
         const int64_t s = it / blocks, c0 = (it % blocks) * CONV_BLOCK;
-        const int64_t c1 = c0 + CONV_BLOCK < c->C ? c0 + CONV_BLOCK : c->C;
-        const int64_t n = c->len[s], t0 = c->start[s];
-        const int hist = c->K - 1;
-        for (int64_t ch = c0; ch < c1; ch++) {
-            float *st = c->state + (c->slot[s] * c->C + ch) * hist;
-            const float *w = c->w + ch * c->K;
-            float win[MAX_KERNEL];
-            for (int j = 0; j < hist; j++) win[j] = st[j];
-            for (int64_t t = 0; t < n; t++) {
-                win[hist] = c->x[(t0 + t) * c->x_row + ch];
-                float acc = 0.f;
-                for (int j = 0; j < c->K; j++) acc += w[j] * win[j];
-                c->out[(t0 + t) * c->C + ch] = silu_s(acc);
-                for (int j = 0; j < hist; j++) win[j] = win[j + 1];
-            }
-            for (int j = 0; j < hist; j++) st[j] = win[j];
+        const int n = (int)((c0 + CONV_BLOCK < C ? c0 + CONV_BLOCK : C) - c0);
+        float *st = c->state + c->slot[s] * hist * C + c0; /* row j: the input hist - j steps back */
+        for (int64_t t = c->start[s]; t < c->start[s] + c->len[s]; t++) {
+            const float *xt = c->x + t * c->x_row + c0;
+            /* out = sum_j w[j] * input (t - hist + j), the inputs before t from the state rows */
+            for (int i = 0; i < n; i++) acc[i] = c->w[hist * C + c0 + i] * xt[i];
+            for (int j = 0; j < hist; j++) V->axpy_v(c->w + j * C + c0, st + j * C, acc, n);
+            for (int j = 0; j + 1 < hist; j++) memcpy(st + j * C, st + (j + 1) * C, sizeof(float) * (size_t)n);
+            memcpy(st + (hist - 1) * C, xt, sizeof(float) * (size_t)n);
+            V->act_mul(acc, ones, c->out + t * C + c0, n, ACT_SILU);
         }
     }
 }
 
 /* Depthwise causal conv (kernel K <= 8) + SiLU of each sequence's channels: x (T, C)
- * rows strided, out (T, C); state (slots, C, K - 1) holds each slot's last inputs. */
+ * rows strided, weight (K, C), out (T, C); state (slots, K - 1, C) holds each slot's
+ * last K - 1 inputs, oldest first. */
 int gc_causal_conv(const float *x, int64_t x_row, float *out, int64_t C, const float *w, int K, float *state,
                    int n_seq, const int64_t *slot, const int64_t *start, const int64_t *len, int n_threads) {
     if (K < 2 || K > MAX_KERNEL) return -1;
-    conv_ctx c = {x, x_row, C, out, state, w, K, slot, start, len, CONV_BLOCK};
+    conv_ctx c = {x, x_row, C, out, state, w, K, slot, start, len};
     const int64_t items = n_seq * ((C + CONV_BLOCK - 1) / CONV_BLOCK);
-    gc_parallel_for(n_threads, items, chunk_of(items, n_threads * 4, 1), conv_task, &c);
+    gc_parallel_for(n_threads, items, 1, conv_task, &c);
     return 0;
 }
 
@@ -395,11 +406,62 @@ static void l2_unit(const vec_t *V, const float *x, float *y, int n, float mul) 
     for (int i = 0; i < n; i++) y[i] = x[i] * r;
 }
 
+/* one token of one head: S (dk x dv) = decay S + k delta^T with delta = beta (v - decay S^T k),
+ * o = S^T q; the portable version */
+static void delta_step_s(const vec_t *V, float *S, const float *qn, const float *kn, const float *v, float decay,
+                         float beta, float *o, int dk, int dv) {
+    float kv[MAX_HEAD_DIM], delta[MAX_HEAD_DIM];
+    memset(kv, 0, sizeof(float) * (size_t)dv);
+    for (int i = 0; i < dk; i++) V->axpy(kn[i], S + (int64_t)i * dv, kv, dv);
+    for (int j = 0; j < dv; j++) delta[j] = (v[j] - decay * kv[j]) * beta;
+    memset(o, 0, sizeof(float) * (size_t)dv);
+    for (int i = 0; i < dk; i++) { /* S_i = decay S_i + k_i delta; o += q_i S_i */
+        float *Si = S + (int64_t)i * dv;
+        for (int j = 0; j < dv; j++) Si[j] *= decay;
+        V->axpy(kn[i], delta, Si, dv);
+        V->axpy(qn[i], Si, o, dv);
+    }
+}
+
+#ifdef GC_X86
+/* the same, 64 columns at a time held in registers: S^T k over the rows, then each row
+ * updated and accumulated into o while it is in L1 (dv a multiple of 64) */
+AVX2F static void delta_step_avx2(float *S, const float *qn, const float *kn, const float *v, float decay, float beta,
+                                  float *o, int dk, int dv) {
+    const __m256 vdec = _mm256_set1_ps(decay), vbeta = _mm256_set1_ps(beta);
+    for (int j0 = 0; j0 < dv; j0 += 64) {
+        __m256 acc[8], dl[8];
+        for (int l = 0; l < 8; l++) acc[l] = _mm256_setzero_ps();
+        for (int i = 0; i < dk; i++) {
+            const float *row = S + (int64_t)i * dv + j0;
+            const __m256 ki = _mm256_set1_ps(kn[i]);
+            for (int l = 0; l < 8; l++) acc[l] = _mm256_fmadd_ps(ki, _mm256_loadu_ps(row + 8 * l), acc[l]);
+        }
+        for (int l = 0; l < 8; l++)
+            dl[l] = _mm256_mul_ps(_mm256_fnmadd_ps(vdec, acc[l], _mm256_loadu_ps(v + j0 + 8 * l)), vbeta);
+        for (int l = 0; l < 8; l++) acc[l] = _mm256_setzero_ps();
+        for (int i = 0; i < dk; i++) {
+            float *row = S + (int64_t)i * dv + j0;
+            const __m256 ki = _mm256_set1_ps(kn[i]), qi = _mm256_set1_ps(qn[i]);
+            for (int l = 0; l < 8; l++) {
+                const __m256 sv = _mm256_fmadd_ps(_mm256_loadu_ps(row + 8 * l), vdec, _mm256_mul_ps(ki, dl[l]));
+                _mm256_storeu_ps(row + 8 * l, sv);
+                acc[l] = _mm256_fmadd_ps(qi, sv, acc[l]);
+            }
+        }
+        for (int l = 0; l < 8; l++) _mm256_storeu_ps(o + j0 + 8 * l, acc[l]);
+    }
+}
+#endif
+
 static void delta_task(void *vctx, int64_t a, int64_t b) {
     const delta_ctx *c = vctx;
     const vec_t *V = vec();
-    float qn[MAX_HEAD_DIM], kn[MAX_HEAD_DIM], kv[MAX_HEAD_DIM], delta[MAX_HEAD_DIM];
+    float qn[MAX_HEAD_DIM], kn[MAX_HEAD_DIM];
     const float qscale = 1.f / sqrtf((float)c->dk);
+#ifdef GC_X86
+    const int wide = gc_isa() >= ISA_AVX2 && c->dv % 64 == 0;
+#endif
     for (int64_t it = a; it < b; it++) {
         const int64_t s = it / c->n_v;
         const int h = (int)(it % c->n_v), hk = h % c->n_k;
@@ -408,18 +470,15 @@ static void delta_task(void *vctx, int64_t a, int64_t b) {
             l2_unit(V, c->q + t * c->q_row + (int64_t)hk * c->dk, qn, c->dk, qscale);
             l2_unit(V, c->k + t * c->k_row + (int64_t)hk * c->dk, kn, c->dk, 1.f);
             const float decay = expf(c->g[t * c->n_v + h]), beta = c->beta[t * c->n_v + h];
-            memset(kv, 0, sizeof(float) * (size_t)c->dv);
-            for (int i = 0; i < c->dk; i++) V->axpy(kn[i], S + (int64_t)i * c->dv, kv, c->dv);
             const float *v = c->v + t * c->v_row + (int64_t)h * c->dv;
-            for (int j = 0; j < c->dv; j++) delta[j] = (v[j] - decay * kv[j]) * beta;
             float *o = c->out + (t * c->n_v + h) * (int64_t)c->dv;
-            memset(o, 0, sizeof(float) * (size_t)c->dv);
-            for (int i = 0; i < c->dk; i++) { /* S_i = decay S_i + k_i delta; o += q_i S_i */
-                float *Si = S + (int64_t)i * c->dv;
-                for (int j = 0; j < c->dv; j++) Si[j] *= decay;
-                V->axpy(kn[i], delta, Si, c->dv);
-                V->axpy(qn[i], Si, o, c->dv);
+#ifdef GC_X86
+            if (wide) {
+                delta_step_avx2(S, qn, kn, v, decay, beta, o, c->dk, c->dv);
+                continue;
             }
+#endif
+            delta_step_s(V, S, qn, kn, v, decay, beta, o, c->dk, c->dv);
         }
     }
 }

@@ -216,7 +216,8 @@ class Registry:
                     bar.set_postfix_str(stage)
 
                 try:
-                    entry.lm = load_model(entry.path, device=self.settings.device, progress=progress)
+                    entry.lm = load_model(entry.path, device=self.settings.device, progress=progress,
+                                          n_ctx=self.settings.ctx_size)
                 except Exception as e:
                     raise ModelLoadFailed(f"cannot load {entry.id}: {e}") from e
                 finally:

@@ -111,7 +111,7 @@ class Service:
         return await asyncio.to_thread(self.registry.ensure_loaded, entry)
 
     def _context(self, entry) -> int:
-        ctx = entry.lm.config.max_position_embeddings
+        ctx = entry.lm.n_ctx
         return min(ctx, self.settings.ctx_size) if self.settings.ctx_size else ctx
 
     def _check_length(self, entry, n_prompt: int, max_tokens: int | None, param: str) -> None:

@@ -1,13 +1,20 @@
-"""What every architecture file provides: how the file's metadata becomes a
-transformers config (validated hyperparameters, and the rotary parameters
-transformers' rope functions understand), with the llama-family conventions most of
-them share. The forward passes over the file's tensors are engine.models'."""
+"""What every architecture file provides: how the file's metadata becomes the model's
+hyperparameters (a `Config`, with transformers' field names so that the tests'
+transformers oracles and these read alike), with the llama-family conventions most of
+them share. The forward passes over the file's tensors are engine.models'.
+(transformers' own config classes are not used here: importing them pulls in most of
+transformers, ~65 MB and over a second.)"""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 from ...gguf_io import GGUFReader, Keys
+
+
+class Config(SimpleNamespace):
+    """A model's hyperparameters, as attributes (hidden_size, num_hidden_layers, ...)."""
 
 
 class MissingMetadata(KeyError):

@@ -3,10 +3,8 @@ and global attention, each with its own rotary base."""
 
 from __future__ import annotations
 
-from transformers import Gemma3TextConfig
-
 from ...gguf_io import Keys
-from .base import Architecture
+from .base import Architecture, Config
 
 SLIDING_WINDOW_PATTERN = 6  # every 6th layer attends globally (llama.cpp: set_swa_pattern(6))
 LOCAL_ROPE_BASE = 10000.0  # llama.cpp: rope_freq_base_train_swa for Gemma 3
@@ -25,7 +23,7 @@ class Gemma3(Architecture):
         scalar = cfg["hidden_size"] // cfg["num_attention_heads"] if n_layers == 62 else cfg["head_dim"]
         global_rope = cfg.pop("rope_parameters")
         local_base = self.get(Keys.ROPE_FREQ_BASE_SWA, LOCAL_ROPE_BASE)
-        return Gemma3TextConfig(
+        return Config(
             **cfg,
             layer_types=layer_types,
             sliding_window=self.get(Keys.SLIDING_WINDOW, 4096),

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from transformers import LlamaConfig
-
-from .base import Architecture
+from .base import Architecture, Config
 
 
 class Llama(Architecture):
@@ -12,4 +10,4 @@ class Llama(Architecture):
 
     def config(self):
         has_bias = "blk.0.attn_q.bias" in self.reader.tensors
-        return LlamaConfig(**self.common_config(), attention_bias=has_bias, mlp_bias=False)
+        return Config(**self.common_config(), attention_bias=has_bias, mlp_bias=False)

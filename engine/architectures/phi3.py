@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from transformers import Phi3Config
-
 from ...gguf_io import Keys
-from .base import Architecture
+from .base import Architecture, Config
 
 
 class Phi3(Architecture):
@@ -17,4 +15,4 @@ class Phi3(Architecture):
         cfg = self.common_config()
         rope_dims = self.get(Keys.ROPE_DIMENSION_COUNT, cfg["head_dim"])
         cfg["rope_parameters"]["partial_rotary_factor"] = rope_dims / cfg["head_dim"]
-        return Phi3Config(**cfg, sliding_window=self.get(Keys.SLIDING_WINDOW, None))
+        return Config(**cfg, sliding_window=self.get(Keys.SLIDING_WINDOW, None))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from transformers import Qwen2Config
-
-from .base import Architecture
+from .base import Architecture, Config
 
 
 class Qwen2(Architecture):
@@ -12,4 +10,4 @@ class Qwen2(Architecture):
     chat_template_fallback = "chatml"
 
     def config(self):
-        return Qwen2Config(**self.common_config(), use_sliding_window=False)
+        return Config(**self.common_config(), use_sliding_window=False)

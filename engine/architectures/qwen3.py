@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from transformers import Qwen3Config
-
-from .base import Architecture
+from .base import Architecture, Config
 
 
 class Qwen3(Architecture):
@@ -13,4 +11,4 @@ class Qwen3(Architecture):
 
     def config(self):
         has_bias = "blk.0.attn_q.bias" in self.reader.tensors
-        return Qwen3Config(**self.common_config(), attention_bias=has_bias, use_sliding_window=False)
+        return Config(**self.common_config(), attention_bias=has_bias, use_sliding_window=False)

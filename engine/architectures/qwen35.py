@@ -4,10 +4,8 @@ says), partial multi-section rotary."""
 
 from __future__ import annotations
 
-from transformers import Qwen3_5TextConfig
-
 from ...gguf_io import Keys
-from .base import Architecture
+from .base import Architecture, Config
 
 SSM_CONV_KERNEL = "{arch}.ssm.conv_kernel"
 SSM_STATE_SIZE = "{arch}.ssm.state_size"
@@ -50,4 +48,4 @@ class Qwen35(Architecture):
         return dict(cfg, layer_types=layer_types, **self.linear_attention_config())
 
     def config(self):
-        return Qwen3_5TextConfig(**self.base_config())
+        return Config(**self.base_config())

@@ -3,9 +3,8 @@ gated shared expert in every layer."""
 
 from __future__ import annotations
 
-from transformers import Qwen3_5MoeTextConfig
-
 from ...gguf_io import Keys
+from .base import Config
 from .qwen35 import Qwen35
 
 
@@ -15,7 +14,7 @@ class Qwen35Moe(Qwen35):
     def config(self):
         cfg = self.base_config()
         n_ff = self.get(Keys.EXPERT_FEED_FORWARD_LENGTH)
-        return Qwen3_5MoeTextConfig(
+        return Config(
             **cfg,
             num_experts=self.get(Keys.EXPERT_COUNT),
             num_experts_per_tok=self.get(Keys.EXPERT_USED_COUNT),

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from transformers import Qwen3MoeConfig
-
 from ...gguf_io import Keys
+from .base import Config
 from .qwen3 import Qwen3
 
 
@@ -15,7 +14,7 @@ class Qwen3Moe(Qwen3):
         cfg = self.common_config()
         n_expert_ff = self.get(Keys.EXPERT_FEED_FORWARD_LENGTH)
         cfg["intermediate_size"] = cfg["intermediate_size"] or n_expert_ff
-        return Qwen3MoeConfig(
+        return Config(
             **cfg,
             num_experts=self.get(Keys.EXPERT_COUNT),
             num_experts_per_tok=self.get(Keys.EXPERT_USED_COUNT),

@@ -9,6 +9,7 @@ order. Nothing here knows about requests, sampling or tokenizers."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -34,24 +35,45 @@ class Rope:
 
 def rope_from_config(config, params: dict, head_dim: int, neox: bool, layer_type: str | None = None,
                      freq_factors: torch.Tensor | None = None) -> Rope:
-    """Frequencies as transformers computes them for `params` (a rope_parameters dict);
-    `freq_factors` (llama.cpp's rope_freqs tensor, Llama 3.1 files) divide them."""
+    """Frequencies for `params` (a rope_parameters dict: default, linear or YaRN), as
+    transformers computes them; `freq_factors` (llama.cpp's rope_freqs tensor, Llama 3.1
+    files) divide them."""
     kind = params.get("rope_type", "default")
     rot = int(head_dim * params.get("partial_rotary_factor", 1.0))
+    base = float(params["rope_theta"])
+    inv_freq = 1.0 / (base ** (torch.arange(0, rot, 2, dtype=torch.int64).float() / rot))
     scaling = 1.0
-    if kind in ("default", "linear"):
-        base = float(params["rope_theta"])
-        inv_freq = 1.0 / (base ** (torch.arange(0, rot, 2, dtype=torch.int64).float() / rot))
-        if kind == "linear":
-            inv_freq = inv_freq / float(params["factor"])
-    else:
-        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-        kwargs = {"layer_type": layer_type} if layer_type is not None else {}
-        inv_freq, scaling = ROPE_INIT_FUNCTIONS[kind](config, "cpu", **kwargs)
+    if kind == "linear":
+        inv_freq = inv_freq / float(params["factor"])
+    elif kind == "yarn":
+        inv_freq, scaling = _yarn(inv_freq, base, rot, params, config.max_position_embeddings)
+    elif kind != "default":
+        raise ValueError(f"rotary scaling {kind!r} is not supported (default, linear, yarn)")
     if freq_factors is not None:
         inv_freq = inv_freq / freq_factors.float().cpu()[: inv_freq.shape[0]]
     return Rope(inv_freq.float(), float(scaling), neox)
+
+
+def _yarn(inv_freq: torch.Tensor, base: float, dim: int, params: dict, max_positions: int):
+    """YaRN: dimensions rotating faster than beta_fast turns over the original context keep
+    their frequency, slower than beta_slow are divided by the factor, a linear ramp
+    between; cos/sin scaled by 0.1 ln(factor) + 1 unless the file says otherwise."""
+    factor = float(params["factor"])
+    orig = params.get("original_max_position_embeddings") or max_positions
+    fast, slow = float(params.get("beta_fast") or 32), float(params.get("beta_slow") or 1)
+
+    def dim_for(turns: float) -> float:  # the dimension that turns `turns` times over `orig` positions
+        return dim * math.log(orig / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(dim_for(fast)), 0)
+    high = min(math.ceil(dim_for(slow)), dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp  # 1: extrapolate (keep the frequency), 0: interpolate (divide by factor)
+    inv = inv_freq / factor * (1 - keep) + inv_freq * keep
+    attention = params.get("attention_factor") or (0.1 * math.log(factor) + 1.0)
+    return inv, attention
 
 
 class Attention:

@@ -211,3 +211,25 @@ def test_unsupported_architecture_is_a_clear_error(tmp_path):
     with pytest.raises(UnsupportedArchitecture, match="architecture 'mamba' is not supported; supported: gemma3, llama"):
         load_model(path, device="cpu")
     assert set(ARCHITECTURES) >= {"llama", "qwen2", "qwen3", "gemma3", "phi3"}
+
+
+@pytest.mark.parametrize("params", [
+    {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 32768},
+    {"rope_type": "yarn", "rope_theta": 5e5, "factor": 8.0, "original_max_position_embeddings": 8192,
+     "beta_fast": 16, "beta_slow": 2},
+    {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0},
+])
+def test_rotary_frequencies_equal_transformers(params):
+    """YaRN and linear scaling (the kinds GGUF metadata names) as transformers computes them."""
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from gguf_serve.engine.architectures.base import Config
+    from gguf_serve.engine.models.base import rope_from_config
+
+    hf = LlamaConfig(hidden_size=1024, num_attention_heads=8, head_dim=128, max_position_embeddings=131072,
+                     rope_parameters=dict(params))
+    inv, attention = ROPE_INIT_FUNCTIONS[params["rope_type"]](hf, "cpu")
+    ours = rope_from_config(Config(max_position_embeddings=131072), dict(params), 128, True)
+    torch.testing.assert_close(ours.inv_freq, inv.float(), rtol=1e-6, atol=0)
+    assert ours.scaling == pytest.approx(attention)

@@ -157,7 +157,7 @@ class CpuOps(TorchOps):
         if attend:
             return out
         # prompt chunks: q/k normalized and rotated, k/v cached by the native op; torch attends
-        d, h, hkv = attn.head_dim, attn.n_heads, attn.n_kv_heads
+        d, h = attn.head_dim, attn.n_heads
         q = qkv[:, :layer.k_off].reshape(t, h, -1)[..., :d]
         kbuf, vbuf = cache.kv(attn.layer)
         o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[attn.layer], attn.window, attn.scale,

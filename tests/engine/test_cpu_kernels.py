@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gguf_serve.engine import kernels, load_model, modules
+from gguf_serve.engine import kernels, load_model
 from gguf_serve.engine.kernels import cpu, reference
 from gguf_serve.gguf_io import GGMLType, GGUFReader, dequantize, quantize
 

@@ -1,4 +1,5 @@
-"""GGUF file → the engine's model: weights stay packed in the memory map, the
+"""GGUF file → the engine's model: weights stay packed in the memory map (its pages
+faulted in at load, so that the first request does not pay for them), the
 architecture's family builds its forward over them, and the KV cache is allocated
 once, sized from the context and the number of sequence slots (by default from the
 memory available; one log line says what was chosen). Nothing is dequantized here."""
@@ -140,6 +141,7 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device = "auto
     step(LOAD_STAGES[0])
     reader = GGUFReader(path)
     arch = architecture_for(reader)
+    reader.populate()  # the weights' pages now, not on the first request (llama.cpp: MAP_POPULATE)
     config = arch.config()
     dev = pick_device(device)
     dtype = dtype or default_dtype(dev)

@@ -30,6 +30,9 @@ class Rope:
     neox: bool = True
 
     def tables(self, batch: Batch):
+        dev = batch.positions.device
+        if self.inv_freq.device != dev:  # built on the CPU; moved once to the model's device
+            self.inv_freq = self.inv_freq.to(dev)
         return rope_tables(batch, ("rope", id(self)), self.inv_freq, self.scaling)
 
 

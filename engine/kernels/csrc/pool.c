@@ -5,6 +5,7 @@
 #include "gc.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 typedef struct {
@@ -29,6 +30,10 @@ static pthread_mutex_t g_call = PTHREAD_MUTEX_INITIALIZER;
  * decode issues a hundred small matmuls per token, and a sleep/wake pair costs more
  * than the work. After that they block, so idle threads never hold a core. */
 #define SPIN_POLLS 20000
+/* A waiting worker yields its core every this many polls: with as many threads as cores,
+ * another runnable thread (the server's event loop, a client) then gets it at once
+ * instead of at the end of a time slice. */
+#define YIELD_EVERY 256
 
 static inline void cpu_relax(void) {
 #if defined(GC_X86)
@@ -54,7 +59,7 @@ static void *worker(void *arg) {
         int polls = 0;
         while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop) && polls < SPIN_POLLS) {
             cpu_relax();
-            polls++;
+            if (++polls % YIELD_EVERY == 0) sched_yield(); /* let a thread that wants this core run */
         }
         if (atomic_load(&p->generation) == seen && !atomic_load(&p->stop)) {
             pthread_mutex_lock(&p->mu);

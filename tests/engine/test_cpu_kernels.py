@@ -163,8 +163,9 @@ def test_many_rows_integer_and_tiled_paths(monkeypatch, prefill_dtype):
     W = torch.from_numpy(dequantize(packed.numpy(), GGMLType.Q4_K, (40, 512)))
     xs = torch.randn(40, 512)
     single = torch.cat([cpu.mul_mat(packed, xs[i:i + 1], GGMLType.Q4_K, 40) for i in range(40)])
+    tol = 1e-6 * float(single.abs().max())  # float32 rounding of sums that may cancel
     for n in (2, 4, 7, 9, 40):
-        torch.testing.assert_close(cpu.mul_mat(packed, xs[:n], GGMLType.Q4_K, 40), single[:n], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(cpu.mul_mat(packed, xs[:n], GGMLType.Q4_K, 40), single[:n], rtol=1e-5, atol=tol)
     # > GEMV_MAX_ROWS: dequantized tiles (three here, the last one short) + torch's matmul
     monkeypatch.setattr(cpu, "GEMV_MAX_ROWS", 16)
     monkeypatch.setattr(cpu, "PREFILL_DTYPE", prefill_dtype)

@@ -725,8 +725,8 @@ DEFINE_DOT32_X4(dot4_iq4_nl_avx2, blk_iq4_nl, 1, X4_IQ4_NL)
     AVX2 static void NAME(const void *vw, const void *const *vx, int nb, float *out) {         \
         const BLK *w = vw; X4_ROWS(act256);                                                        \
         const act256 *X[4] = {X0, X1, X2, X3};                                                     \
-        __m256 acc[4], accm[4];                                                                    \
-        for (int r = 0; r < 4; r++) acc[r] = accm[r] = _mm256_setzero_ps();                        \
+        __m256 acc[4];                                                                             \
+        for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();                                  \
         const __m256i m4 = _mm256_set1_epi8(0xF);                                                  \
         for (int i = 0; i < nb; i++) {                                                             \
             prefetch_ahead(&w[i], (int)sizeof(BLK));                                               \
@@ -748,14 +748,14 @@ DEFINE_DOT32_X4(dot4_iq4_nl_avx2, blk_iq4_nl, 1, X4_IQ4_NL)
                                                                       _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), sh))); \
                 }                                                                                  \
             }                                                                                      \
-            const float d = H2F(w[i].d), dmin = H2F(w[i].dmin);                                    \
-            for (int r = 0; r < 4; r++) {                                                          \
+            const __m256 vd = _mm256_set1_ps(H2F(w[i].d)), vdmin = _mm256_set1_ps(H2F(w[i].dmin));     \
+            for (int r = 0; r < 4; r++) { /* x.d (d sum - dmin (mins . bsums)) */                  \
                 const __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)X[r][i].bsums), mins); \
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * X[r][i].d), _mm256_cvtepi32_ps(sum[r]), acc[r]); \
-                accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * X[r][i].d), _mm256_cvtepi32_ps(msum), accm[r]); \
+                const __m256 t = _mm256_fmsub_ps(vd, _mm256_cvtepi32_ps(sum[r]), _mm256_mul_ps(vdmin, _mm256_cvtepi32_ps(msum))); \
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(X[r][i].d), t, acc[r]);                   \
             }                                                                                      \
         }                                                                                          \
-        for (int r = 0; r < 4; r++) out[r] = hsum8(_mm256_sub_ps(acc[r], accm[r]));                \
+        for (int r = 0; r < 4; r++) out[r] = hsum8(acc[r]);                                        \
     }
 
 DEFINE_Q45K_X4(dot4_q4_K_avx2, blk_q4_K, NO_HIGH)

@@ -264,3 +264,30 @@ def test_moe_engine_decodes_with_native_mul_mat_id(arch, tmp_path, monkeypatch):
     monkeypatch.setattr(cpu, "_mul_mat_id_rows", lambda w, x, i, t, o: calls.append(t) or reference.mul_mat_id(
         w, x, i, GGMLType(t), o, mul_mat=cpu.mul_mat))
     assert torch.equal(decode_step(), step)
+
+
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0], ids=lambda t: t.name)
+def test_mul_mat_id_experts_chosen_by_many_tokens(gtype):
+    """Six of eight tokens choose expert 1: its rows take the four-row dots for them."""
+    rng = np.random.default_rng(12)
+    experts, rows, cols = 4, 24, 512
+    w = torch.from_numpy(np.stack([_weights(rng, gtype, rows, cols) for _ in range(experts)]))
+    ids = torch.tensor([[1, 0], [1, 2], [3, 1], [1, 0], [2, 1], [1, 3], [0, 2], [3, 0]])
+    x = torch.randn(8, cols)
+    got = cpu.mul_mat_id(w, x, ids, gtype, rows)
+    one_by_one = torch.stack([torch.stack([cpu.mul_mat(w[int(e)], x[t:t + 1], gtype, rows)[0] for e in ids[t]])
+                              for t in range(8)])
+    torch.testing.assert_close(got, one_by_one, rtol=1e-5, atol=1e-6 * float(one_by_one.abs().max()))
+
+
+def test_a_group_of_matrices_is_one_call_equal_to_its_members(gemma_path):
+    """q/k/v (two types, one input) in one native call: the same result as three calls."""
+    from gguf_serve.engine.modules import LinearGroup, Weights
+
+    kernels.reset()
+    w = Weights(GGUFReader(gemma_path), torch.device("cpu"), torch.float32)
+    members = [w.linear(f"blk.0.attn_{n}.weight", rows, 640) for n, rows in (("q", 1024), ("k", 256), ("v", 256))]
+    group = LinearGroup(members)
+    assert group.native is not None
+    x = torch.randn(3, 640)
+    assert torch.equal(group(x), torch.cat([m(x) for m in members], dim=-1))

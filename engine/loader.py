@@ -126,6 +126,18 @@ def cache_size(specs, trained_ctx: int, n_ctx: int | None, n_seq: int | None, dt
                                            f"GiB available holds (trained: {trained_ctx}; raise with n_ctx)")
 
 
+def _return_freed_memory() -> None:
+    """Hand memory freed during load back to the system (glibc keeps freed heap pages)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 LOAD_STAGES = ("reading the file", "building the model", "tokenizer")
 
 
@@ -158,6 +170,7 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device = "auto
     step(LOAD_STAGES[2])
     tokenizer = load_tokenizer(reader)
     template = chat_template_for(reader, arch)
+    _return_freed_memory()  # the tokenizer build's transient Python objects (~35 MB for Gemma's 262k vocabulary)
     threads = ThreadPolicy.decide(dev, kernels.native_cpu_in_use())
     log.info("loaded %s (%s) on %s in %s; %s", path, arch.name, dev, dtype, threads.describe())
     return LoadedModel(model, cache, tokenizer, template, config, reader, arch, dev, dtype, threads)

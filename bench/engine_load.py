@@ -33,6 +33,7 @@ try:
         from gguf_serve.engine.batch import Batch
         lm = load_model(path, device="cpu")
         model = lambda input_ids: lm.forward(Batch.of([(lm.cache.allocate(), input_ids[0].tolist(), 0)]))
+        ids = torch.tensor([[2, 818]])
     elif kind == "transformers":
         import os
         from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -156,6 +156,16 @@ class MoE:
         return y
 
 
+def feed_forward(w: Weights, layer: int, ops, *, hidden: int, ffn: int, act: str = "silu", n_experts: int = 0,
+                 n_used: int = 0, expert_ffn: int = 0, norm_topk: bool = True, shared_ffn: int = 0,
+                 fused: bool = False):
+    """A layer's feed-forward: routed experts (MoE) when the family has them, else the MLP."""
+    if n_experts:
+        return MoE(w, layer, ops, hidden=hidden, n_experts=n_experts, n_used=n_used, expert_ffn=expert_ffn, act=act,
+                   norm_topk=norm_topk, shared_ffn=shared_ffn)
+    return MLP(w, layer, ops, hidden=hidden, ffn=ffn, act=act, fused=fused)
+
+
 class Model:
     """embed → layers → final norm → output head, over a flattened batch. Subclasses
     (one per family) build `layers`: callables (x, batch, cache) -> x with a

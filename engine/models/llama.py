@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..cache import LayerCache
 from ..modules import Weights
-from .base import MLP, Attention, Model, MoE, Rope, output_head, rope_from_config
+from .base import Attention, Model, Rope, feed_forward, output_head, rope_from_config
 
 
 @dataclass
@@ -57,11 +57,8 @@ class LlamaLayer:
         self.attn = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads,
                               head_dim=p.head_dim, eps=p.eps, rope=rope, scale=p.head_dim ** -0.5,
                               window=p.window, qk_norm=p.qk_norm, fused_qkv=p.fused)
-        if p.n_experts:
-            self.mlp = MoE(w, i, ops, hidden=p.hidden, n_experts=p.n_experts, n_used=p.n_experts_used,
-                           expert_ffn=p.expert_ffn, act="silu", norm_topk=p.norm_topk)
-        else:
-            self.mlp = MLP(w, i, ops, hidden=p.hidden, ffn=p.ffn, act="silu", fused=p.fused)
+        self.mlp = feed_forward(w, i, ops, hidden=p.hidden, ffn=p.ffn, n_experts=p.n_experts, n_used=p.n_experts_used,
+                                expert_ffn=p.expert_ffn, norm_topk=p.norm_topk, fused=p.fused)
 
     def cache_spec(self) -> LayerCache:
         return self.attn.cache_spec()

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from ..cache import LayerCache, linear
 from ..modules import LinearGroup, Weights
-from .base import MLP, Attention, Model, MoE, Rope, output_head, rope_from_config
+from .base import Attention, Model, Rope, feed_forward, output_head, rope_from_config
 
 
 @dataclass
@@ -109,11 +109,8 @@ class Qwen35Layer:
             self.mixer = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads,
                                    head_dim=p.head_dim, eps=p.eps, rope=rope, scale=p.head_dim ** -0.5,
                                    qk_norm=True, gated=True)
-        if p.n_experts:
-            self.mlp = MoE(w, i, ops, hidden=p.hidden, n_experts=p.n_experts, n_used=p.n_experts_used,
-                           expert_ffn=p.expert_ffn, act="silu", shared_ffn=p.shared_ffn)
-        else:
-            self.mlp = MLP(w, i, ops, hidden=p.hidden, ffn=p.ffn, act="silu")
+        self.mlp = feed_forward(w, i, ops, hidden=p.hidden, ffn=p.ffn, n_experts=p.n_experts, n_used=p.n_experts_used,
+                                expert_ffn=p.expert_ffn, shared_ffn=p.shared_ffn)
 
     def cache_spec(self) -> LayerCache:
         return self.mixer.cache_spec()

@@ -88,6 +88,8 @@ def load() -> ctypes.CDLL | None:
     lib.gc_path_isa.argtypes = [ctypes.c_int]
     lib.gc_isa_name.restype = ctypes.c_char_p
     lib.gc_isa_name.argtypes = [ctypes.c_int]
+    lib.gc_set_tiles.restype = ctypes.c_int
+    lib.gc_set_tiles.argtypes = [ctypes.c_int]
     lib.gc_mul_mat_multi.restype = ctypes.c_int
     lib.gc_mul_mat_multi.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                      ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
@@ -116,6 +118,12 @@ def set_isa(name: str | None) -> str:
     if name and chosen != name:
         log.warning("%s=%s is not supported by this CPU; using %s", ISA_ENV, name, chosen)
     return chosen
+
+
+def set_tiles(on: bool) -> None:
+    """Q4_K matmuls of 8 or more activation rows through the repacked tiles (the default)
+    or the row-wise dots only (for tests and comparisons)."""
+    load().gc_set_tiles(int(bool(on)))
 
 
 def best_isa() -> str:

@@ -50,7 +50,7 @@ static uint16_t f2h(float f) {
 }
 
 int main(void) {
-    enum { ROWS = 24, COLS = 1024, NX = 6 }; /* 6: the four-row dots and a remainder of two */
+    enum { ROWS = 28, COLS = 1024, NX = 13 }; /* 13 rows: Q4_K tiles (three of 8 rows, four left) and the four-row dots, with remainders */
     int failures = 0;
     const int best = gc_best_isa();
     printf("best %s\n", gc_isa_name(best));

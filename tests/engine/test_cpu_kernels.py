@@ -268,16 +268,23 @@ def test_moe_engine_decodes_with_native_mul_mat_id(arch, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0], ids=lambda t: t.name)
 def test_mul_mat_id_experts_chosen_by_many_tokens(gtype):
-    """Six of eight tokens choose expert 1: its rows take the four-row dots for them."""
+    """Expert 1 chosen by 11 of 16 tokens, expert 3 by 6: their rows take the four-row
+    dots (and for Q4_K from 8 tokens the repacked tiles), equal to one token at a time."""
     rng = np.random.default_rng(12)
     experts, rows, cols = 4, 24, 512
     w = torch.from_numpy(np.stack([_weights(rng, gtype, rows, cols) for _ in range(experts)]))
-    ids = torch.tensor([[1, 0], [1, 2], [3, 1], [1, 0], [2, 1], [1, 3], [0, 2], [3, 0]])
-    x = torch.randn(8, cols)
-    got = cpu.mul_mat_id(w, x, ids, gtype, rows)
+    ids = torch.tensor([[1, 0], [1, 2], [3, 1], [1, 0], [2, 1], [1, 3], [0, 2], [3, 0],
+                        [1, 3], [1, 0], [3, 1], [1, 2], [0, 3], [1, 2], [2, 1], [3, 0]])
+    x = torch.randn(16, cols)
     one_by_one = torch.stack([torch.stack([cpu.mul_mat(w[int(e)], x[t:t + 1], gtype, rows)[0] for e in ids[t]])
-                              for t in range(8)])
-    torch.testing.assert_close(got, one_by_one, rtol=1e-5, atol=1e-6 * float(one_by_one.abs().max()))
+                              for t in range(16)])
+    for tiles in (True, False):
+        cpu.set_tiles(tiles)
+        try:
+            got = cpu.mul_mat_id(w, x, ids, gtype, rows)
+        finally:
+            cpu.set_tiles(True)
+        torch.testing.assert_close(got, one_by_one, rtol=1e-5, atol=1e-6 * float(one_by_one.abs().max()))
 
 
 def test_a_group_of_matrices_is_one_call_equal_to_its_members(gemma_path):
@@ -291,3 +298,24 @@ def test_a_group_of_matrices_is_one_call_equal_to_its_members(gemma_path):
     assert group.native is not None
     x = torch.randn(3, 640)
     assert torch.equal(group(x), torch.cat([m(x) for m in members], dim=-1))
+
+
+@pytest.mark.parametrize("n", [8, 13, 64])
+def test_q4_k_tiles_equal_the_row_wise_dots(n):
+    """From 8 activation rows, Q4_K weight rows go through the repacked tiles of eight;
+    rows past the last whole tile (here 43 = 5 x 8 + 3) and the other types the row-wise
+    dots. Same integer sums, so equal up to float rounding; and within the activation
+    quantization's bound of the exact product."""
+    rng = np.random.default_rng(13)
+    packed = torch.from_numpy(_weights(rng, GGMLType.Q4_K, 43, 1024))
+    x = torch.randn(n, 1024)
+    try:
+        cpu.set_tiles(False)
+        rowwise = cpu.mul_mat(packed, x, GGMLType.Q4_K, 43)
+    finally:
+        cpu.set_tiles(True)
+    tiles = cpu.mul_mat(packed, x, GGMLType.Q4_K, 43)
+    torch.testing.assert_close(tiles, rowwise, rtol=1e-5, atol=1e-6 * float(rowwise.abs().max()))
+    W = dequantize(packed.numpy(), GGMLType.Q4_K, (43, 1024)).astype(np.float64)
+    bound = _activation_bound(W, x.double().numpy(), 256)
+    assert np.all(np.abs(tiles.numpy() - x.double().numpy() @ W.T) <= bound * 1.001 + 1e-4)

@@ -761,6 +761,83 @@ DEFINE_DOT32_X4(dot4_iq4_nl_avx2, blk_iq4_nl, 1, X4_IQ4_NL)
 DEFINE_Q45K_X4(dot4_q4_K_avx2, blk_q4_K, NO_HIGH)
 DEFINE_Q45K_X4(dot4_q5_K_avx2, blk_q5_K, Q5_HIGH)
 
+/* ---- Q4_K tiles for many activation rows (prefill): eight weight rows are repacked on
+ * the fly so that one 32-byte vector holds four consecutive weights of each of the eight
+ * rows; multiplied (vpmaddubsw) with four activation bytes broadcast, the 16-bit partial
+ * sums of a whole 32-weight sub-block accumulate (8 x 2 x 15 x 127 < 2^15) before its
+ * scales are applied once (vpmaddwd), against once per 32 weights and row in the row-wise
+ * dots. One lane pair per weight row: eight outputs per activation row at a time. */
+typedef struct {
+    uint32_t q[4][8][8]; /* [c][g][k]: bytes qs[32c + 4g .. +3] of row k (low nibbles: sub-block 2c, high: 2c + 1) */
+    int16_t sc[8][16];   /* [j]: the scale of sub-block j of row k at lanes 2k, 2k + 1 */
+    int16_t mn[8][16];   /* the same for the mins */
+    float d[8], dmin[8];
+} q4k_tile_block;
+
+static void q4k_tile_pack(const uint8_t *w, int64_t row_bytes, int nb, q4k_tile_block *t) {
+    for (int k = 0; k < 8; k++) {
+        const blk_q4_K *b = (const blk_q4_K *)(w + k * row_bytes);
+        for (int i = 0; i < nb; i++) {
+            const uint32_t *words = (const uint32_t *)b[i].qs;
+            for (int c = 0; c < 4; c++)
+                for (int g = 0; g < 8; g++) t[i].q[c][g][k] = words[8 * c + g];
+            uint32_t u[4];
+            k4_scales_mins(b[i].scales, u);
+            const uint8_t *sc = (const uint8_t *)u, *mn = (const uint8_t *)(u + 2);
+            for (int j = 0; j < 8; j++) {
+                t[i].sc[j][2 * k] = t[i].sc[j][2 * k + 1] = sc[j];
+                t[i].mn[j][2 * k] = t[i].mn[j][2 * k + 1] = mn[j];
+            }
+            t[i].d[k] = h2f(b[i].d);
+            t[i].dmin[k] = h2f(b[i].dmin);
+        }
+    }
+}
+
+/* out[r][k] = row k of the tile · activation row r, for four activation rows */
+AVX2 static void q4k_tile_dot(const q4k_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m256i isum[4], msum[4];
+        for (int r = 0; r < 4; r++) isum[r] = msum[r] = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i lo[4], hi[4];
+            for (int r = 0; r < 4; r++) lo[r] = hi[r] = _mm256_setzero_si256();
+            for (int g = 0; g < 8; g++) {
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)t[i].q[c][g]);
+                const __m256i wl = _mm256_and_si256(raw, m4), wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                for (int r = 0; r < 4; r++) {
+                    int32_t xl, xh;
+                    memcpy(&xl, X[r][i].qs + 64 * c + 4 * g, 4);
+                    memcpy(&xh, X[r][i].qs + 64 * c + 32 + 4 * g, 4);
+                    lo[r] = _mm256_add_epi16(lo[r], _mm256_maddubs_epi16(wl, _mm256_set1_epi32(xl)));
+                    hi[r] = _mm256_add_epi16(hi[r], _mm256_maddubs_epi16(wh, _mm256_set1_epi32(xh)));
+                }
+            }
+            const __m256i sl = _mm256_loadu_si256((const __m256i *)t[i].sc[2 * c]);
+            const __m256i sh = _mm256_loadu_si256((const __m256i *)t[i].sc[2 * c + 1]);
+            for (int r = 0; r < 4; r++)
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(_mm256_madd_epi16(lo[r], sl), _mm256_madd_epi16(hi[r], sh)));
+        }
+        for (int j = 0; j < 8; j++) { /* mins times the sub-block sums of the activations (two 16-sums) */
+            const __m256i mn = _mm256_loadu_si256((const __m256i *)t[i].mn[j]);
+            for (int r = 0; r < 4; r++) {
+                int32_t pair;
+                memcpy(&pair, &X[r][i].bsums[2 * j], 4);
+                msum[r] = _mm256_add_epi32(msum[r], _mm256_madd_epi16(mn, _mm256_set1_epi32(pair)));
+            }
+        }
+        const __m256 vd = _mm256_loadu_ps(t[i].d), vdmin = _mm256_loadu_ps(t[i].dmin);
+        for (int r = 0; r < 4; r++) {
+            const __m256 v = _mm256_fmsub_ps(vd, _mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(vdmin, _mm256_cvtepi32_ps(msum[r])));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(X[r][i].d), v, acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) _mm256_storeu_ps(out[r], acc[r]);
+}
+
 AVX2 static void dot4_q6_K_avx2(const void *vw, const void *const *vx, int nb, float *out) {
     const blk_q6_K *w = vw; X4_ROWS(act256);
     const act256 *X[4] = {X0, X1, X2, X3};
@@ -1511,6 +1588,31 @@ static void rows_streamed(dot_fn dot, const uint8_t *w, int64_t row_bytes, const
     for (int64_t r = start; r < end; r++) y[r] = dot(w + r * row_bytes, xq, nb);
 }
 
+/* Per-thread scratch (the quantized activations in two formats, Q4_K tiles), kept between calls (decode makes
+ * hundreds of calls a token; a malloc/free pair each is measurable). */
+static _Thread_local uint8_t *t_scratch[3];
+static _Thread_local size_t t_scratch_cap[3];
+
+static uint8_t *scratch(int i, size_t n) {
+    if (t_scratch_cap[i] < n) {
+        free(t_scratch[i]);
+        t_scratch[i] = malloc(n);
+        t_scratch_cap[i] = t_scratch[i] ? n : 0;
+    }
+    return t_scratch[i];
+}
+
+/* Q4_K weight rows go through the repacked tiles from this many activation rows up
+ * (gc_set_tiles(0): never, for tests and comparisons) */
+#define TILE_MIN_ROWS 8
+static int g_tiles = 1;
+
+/* use the Q4_K tiles (1, the default) or the row-wise dots only (0); returns the setting */
+int gc_set_tiles(int on) {
+    if (on >= 0) g_tiles = on != 0;
+    return g_tiles;
+}
+
 static void mm_task(void *vctx, int64_t start, int64_t end) {
     const mm_ctx *c = vctx;
     const int nb = (int)(c->n_cols / c->k->block);
@@ -1518,6 +1620,23 @@ static void mm_task(void *vctx, int64_t start, int64_t end) {
         rows_streamed(c->dot, c->w, c->row_bytes, c->xq, nb, c->y, start, end);
         return;
     }
+#ifdef GC_X86
+    if (g_tiles && c->k->type == T_Q4_K && c->n_x >= TILE_MIN_ROWS && c->dot4 && end - start >= 8) {
+        q4k_tile_block *t = (q4k_tile_block *)scratch(2, sizeof(q4k_tile_block) * (size_t)nb);
+        for (; t && start + 8 <= end; start += 8) {
+            q4k_tile_pack(c->w + start * c->row_bytes, c->row_bytes, nb, t);
+            for (int64_t b = 0; b < c->n_x; b += 4) {
+                const act256 *xs[4];
+                for (int j = 0; j < 4; j++) /* past the last activation row: the last again, discarded */
+                    xs[j] = (const act256 *)(c->xq + (b + j < c->n_x ? b + j : c->n_x - 1) * c->xq_row_bytes);
+                float o[4][8];
+                q4k_tile_dot(t, nb, xs, o);
+                for (int j = 0; j < 4 && b + j < c->n_x; j++)
+                    for (int k = 0; k < 8; k++) c->y[(b + j) * c->y_stride + start + k] = o[j][k];
+            }
+        }
+    }
+#endif
     const dot4_fn dot4 = (dot4_fn)c->dot4;
     for (int64_t r = start; r < end; r++) {
         const uint8_t *wr = c->w + r * c->row_bytes;
@@ -1601,20 +1720,6 @@ static void multi_task(void *vctx, int64_t start, int64_t end) {
 
 #define MAX_MULTI 8
 
-/* Per-thread scratch for the quantized activations, kept between calls (decode makes
- * hundreds of calls a token; a malloc/free pair each is measurable). */
-static _Thread_local uint8_t *t_scratch[2];
-static _Thread_local size_t t_scratch_cap[2];
-
-static uint8_t *scratch(int i, size_t n) {
-    if (t_scratch_cap[i] < n) {
-        free(t_scratch[i]);
-        t_scratch[i] = malloc(n);
-        t_scratch_cap[i] = t_scratch[i] ? n : 0;
-    }
-    return t_scratch[i];
-}
-
 int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64_t *n_rows, int64_t n_cols,
                      const float *x, int64_t n_x, float *y, int n_threads) {
     if (n < 1 || n > MAX_MULTI) return -1;
@@ -1649,6 +1754,7 @@ int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64
     multi_ctx mc = {n, mats, first};
     int64_t chunk = total / (8 * (n_threads > 0 ? n_threads : 1));
     if (chunk < 16) chunk = 16;
+    chunk = (chunk + 7) / 8 * 8; /* whole tiles of eight rows where the type has them */
     gc_parallel_for(n_threads, total, chunk, multi_task, &mc);
     return 0;
 }
@@ -1669,6 +1775,7 @@ typedef struct {
     int x_per_slot;
     float *y;
     const void *dot4;
+    int q4k_tiles; /* Q4_K at AVX2 and up: experts chosen by many tokens take the tiles */
 } mmid_ctx;
 
 static void mmid_task(void *vctx, int64_t start, int64_t end) {
@@ -1683,7 +1790,29 @@ static void mmid_task(void *vctx, int64_t start, int64_t end) {
             rows_streamed(c->dot, we, c->row_bytes, xq, c->nb, c->y + s * c->n_rows, r0, r1);
         } else {
             const dot4_fn dot4 = (dot4_fn)c->dot4;
-            for (int64_t r = r0; r < r1; r++) {
+            int64_t r = r0;
+#ifdef GC_X86
+            const int64_t n_sel = c->gstart[g + 1] - c->gstart[g];
+            if (g_tiles && c->q4k_tiles && n_sel >= TILE_MIN_ROWS) { /* as mm_task: eight rows of this expert at a time */
+                q4k_tile_block *t = (q4k_tile_block *)scratch(2, sizeof(q4k_tile_block) * (size_t)c->nb);
+                for (; t && r + 8 <= r1; r += 8) {
+                    q4k_tile_pack(we + r * c->row_bytes, c->row_bytes, c->nb, t);
+                    for (int64_t j = 0; j < n_sel; j += 4) {
+                        const act256 *xs[4];
+                        int64_t sl[4];
+                        for (int l = 0; l < 4; l++) {
+                            sl[l] = c->slot[c->gstart[g] + (j + l < n_sel ? j + l : n_sel - 1)];
+                            xs[l] = (const act256 *)(c->xq + (c->x_per_slot ? sl[l] : sl[l] / c->n_k) * c->xq_row_bytes);
+                        }
+                        float o[4][8];
+                        q4k_tile_dot(t, c->nb, xs, o);
+                        for (int l = 0; l < 4 && j + l < n_sel; l++)
+                            for (int k = 0; k < 8; k++) c->y[sl[l] * c->n_rows + r + k] = o[l][k];
+                    }
+                }
+            }
+#endif
+            for (; r < r1; r++) {
                 const uint8_t *wr = we + r * c->row_bytes;
                 int64_t j = c->gstart[g];
                 if (dot4)
@@ -1739,10 +1868,11 @@ int gc_mul_mat_id(int type, const void *w, int64_t n_experts, int64_t n_rows, in
     for (int64_t s = 0; s < n_slots; s++) slot[fill[ids[s]]++] = s;
     const int64_t row_bytes = nb * (int64_t)k->bytes;
     mmid_ctx c = {pick(k), (int)nb, w, row_bytes, row_bytes * n_rows, n_rows, n_k, gexp, gstart, slot,
-                  xq, xq_row_bytes, x_per_slot, y, pick4(k)};
+                  xq, xq_row_bytes, x_per_slot, y, pick4(k), k->type == T_Q4_K && pick4(k) != NULL};
     const int64_t items = n_groups * n_rows;
     int64_t chunk = items / (8 * (n_threads > 0 ? n_threads : 1));
     if (chunk < 16) chunk = 16;
+    chunk = (chunk + 7) / 8 * 8; /* whole tiles of eight rows */
     gc_parallel_for(n_threads, items, chunk, mmid_task, &c);
 done:
     free(xq); free(count); free(gexp); free(gstart); free(slot); free(fill);

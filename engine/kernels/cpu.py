@@ -174,7 +174,8 @@ def _dequantize_rows(weight: torch.Tensor, ggml_type: int, rows: int, cols: int)
 
 
 # Up to this many activation rows, integer dot products (each weight block unpacked once
-# for four rows where the type has a four-row kernel); beyond, dequantize tiles of W and
+# for four rows where the type has a four-row kernel; Q4_K from 8 rows in repacked tiles
+# of eight weight rows, see gc_set_tiles); beyond, dequantize tiles of W and
 # let torch's BLAS do the matmul, in bfloat16 where the CPU has AMX (oneDNN's bfloat16
 # GEMM is ~5x float32 there), else float32. On the AVX2 machine here, Gemma 3 270M
 # prefill: integer 340-360 tok/s from 24 to 256 tokens, tiles 58 (24) to 293 (256) and

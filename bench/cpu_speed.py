@@ -10,8 +10,8 @@ Ours is measured through the entry points users use, each run in a fresh process
 `generate()` (greedy, ignore_eos; decode = the steps after an 8-token prompt, prefill =
 prompt tokens over the time to the first step, after one warm-up run of the same prompt
 as llama-bench does; the first call is printed too) and the batch forward in a loop.
-Per decoded token the time inside the native matmul calls ("kernels") and everything
-else. Peak RSS against file + KV cache. llama-bench runs `-p P -n N -r 1` for every
+Per decoded token the time inside the native matmul calls, inside the native dense ops
+(norms, attention, activations, Qwen3.5's conv and delta rule), and everything else. Peak RSS against file + KV cache. llama-bench runs `-p P -n N -r 1` for every
 repetition; the two take turns and the medians are printed (this machine's speed drifts
 by tens of percent over minutes). How to build llama-bench: bench/README.md.
 """
@@ -93,14 +93,26 @@ def timed(f):
 cpu.MulMat.__call__ = timed(cpu.MulMat.__call__)
 cpu.MulMatGroup.__call__ = timed(cpu.MulMatGroup.__call__)
 cpu._mul_mat_id_rows = timed(cpu._mul_mat_id_rows)
+dense = [0.0]  # and inside the native dense ops (norms, attention, activations, Qwen3.5's conv and delta rule)
+from gguf_serve.engine.kernels import cpu_ops
+def timed_op(f):
+    def g(*a, **k):
+        t0 = time.perf_counter()
+        y = f(*a, **k)
+        dense[0] += time.perf_counter() - t0
+        return y
+    return g
+for name in ("rms_norm", "rms_norm_add", "act_mul", "gated_mul", "self_attention", "causal_conv", "gated_delta_rule"):
+    setattr(cpu_ops.CpuOps, name, timed_op(getattr(cpu_ops.CpuOps, name)))
 stamps = []
 for step in lm.generate(ids[:8], greedy(17)):
     if not stamps:
-        inner[0] = 0.0
+        inner[0] = dense[0] = 0.0
     stamps.append(time.perf_counter())
 n = len(stamps) - 1
 out["kernel_ms"] = inner[0] / n * 1e3
-out["other_ms"] = (stamps[-1] - stamps[0] - inner[0]) / n * 1e3
+out["dense_ms"] = dense[0] / n * 1e3
+out["other_ms"] = (stamps[-1] - stamps[0] - inner[0] - dense[0]) / n * 1e3
 out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
 print(json.dumps(out))
 """
@@ -206,9 +218,10 @@ def report(name: str, path: str, o: dict, r: dict, prefills: list[int], threads:
     for p in prefills:
         k = f"prefill{p}"
         print(f"  {f'prefill {p} tok/s':28s} {o[k]:10.2f} {ref(k):>11s} {ratio(k)}  (first call {o[k + '_first']:.2f})")
-    other = o["other_ms"] / (o["kernel_ms"] + o["other_ms"])
-    print(f"  per decoded token: {o['kernel_ms']:.2f} ms in the native matmuls, {o['other_ms']:.2f} ms everything "
-          f"else ({other:.0%})")
+    total = o["kernel_ms"] + o["dense_ms"] + o["other_ms"]
+    print(f"  per decoded token: {o['kernel_ms']:.2f} ms in the native matmuls, {o['dense_ms']:.2f} ms in the native "
+          f"dense ops ({o['dense_ms'] / total:.0%}), {o['other_ms']:.2f} ms everything else ({o['other_ms'] / total:.0%}: "
+          f"Python, torch ops, sampling)")
     print(f"  load {o['load_s']:.2f} s; RSS while decoding {o['decode_rss_mb']:.0f} MB = file + KV cache in use "
           f"({o['kv_cache_mb']:.0f} MB; {o['kv_alloc_mb']:.0f} MB reserved) "
           f"{o['decode_rss_mb'] - size - o['kv_cache_mb']:+.0f} MB (torch alone is ~205); peak {o['peak_rss_mb']:.0f} MB")

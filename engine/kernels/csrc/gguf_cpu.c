@@ -110,7 +110,9 @@ static void quantize_act256(const float *x, act256 *y, int64_t k) {
  * reads. Rows of a stream lie back to back, so the prefetches run on into the next row;
  * the hardware prefetchers alone stop at 4 KB pages and leave DRAM half used on long
  * rows (Q4_K 2560 x 9728 from DRAM, 2 threads: 13.8 -> 20.6 GB/s). */
+#ifndef PREFETCH_DIST
 #define PREFETCH_DIST 2048
+#endif
 
 static inline void prefetch_ahead(const void *p, int bytes) {
     const char *c = (const char *)p + PREFETCH_DIST;
@@ -1563,10 +1565,15 @@ typedef struct {
 } mm_ctx;
 
 /* Row streams a thread walks at once: one sequential stream leaves the memory system
- * idle between misses; four interleaved ones keep several in flight (7 -> 12 GB/s from
- * DRAM with 2 threads here in a C benchmark, before the dots prefetched; with their
- * prefetch, 2 and 4 streams are alike, 1 is ~5% slower). */
-#define NSTREAM 4
+ * idle between misses; interleaved ones keep several in flight (7 -> 12 GB/s from DRAM
+ * with 2 threads on an AVX-512 machine, before the dots prefetched; with their prefetch,
+ * 2 and 4 streams were alike there, 1 ~5% slower). On the AVX2 (Zen 3) machine, Q4_K
+ * 9728 x 2560 matrices from DRAM, 2 threads, medians of interleaved runs: 2 streams
+ * 24.8-26.4 GB/s, 4 streams 22.2-23.8, 1 stream 23.2-23.3, 8 streams 22.8; 1 MB matrices
+ * 13.0-14.9 vs 12.4-14.8. (-DNSTREAM= / -DPREFETCH_DIST= override, for such comparisons.) */
+#ifndef NSTREAM
+#define NSTREAM 2
+#endif
 
 /* y[r] = W[r] · x for rows [start, end) of one activation row, the rows walked as
  * NSTREAM interleaved streams */

@@ -1,6 +1,7 @@
 """Synthetic GGUF files written by our own writer, with real models' shapes, tensor
-names and Q4_K_M-like quantization mixes, and random blocks (scales set to small
-finite values), so that speed at real sizes is measured without a download:
+names and Q4_K_M-like quantization mixes, and random blocks (zero-mean weights with a
+trained layer's spread, see random_blocks), so that speed at real sizes is measured
+without a download:
 
 - qwen3-4b: Qwen3-4B (36 layers, hidden 2560, ffn 9728, 32 / 8 heads x 128).
 - qwen35-4b: Qwen3.5-4B (32 layers, hidden 2560, ffn 9216, gated attention every 4th
@@ -23,19 +24,34 @@ from gguf_serve.gguf_io import GGMLType, GGUFValueType as V, GGUFWriter
 
 Q4, Q6, Q8 = GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0
 
-# byte offsets of the float16 scale fields in each block, per type
-SCALE_FIELDS = {Q4: (0, 2), Q6: (208,), Q8: (0,)}
-
-
 def random_blocks(rng: np.random.Generator, gtype: GGMLType, shape: tuple[int, ...]):
-    """A callable producing random packed blocks of `shape` (pulled while writing)."""
+    """A callable producing random packed blocks of `shape` (pulled while writing) whose
+    weights have mean zero and a standard deviation of 1/sqrt(columns), like a trained
+    layer's: the activations then stay of order one through the layers. (Blocks with a
+    positive mean drive SiLU gates far negative, and activations of 1e-34 make float32
+    denormals in the dot products, which both engines would pay for and no real model
+    does.) Q4_K: each sub-block's min equals its scale and dmin = 7.5 d, so a weight is
+    d * scale * (q - 7.5); Q6_K: d * int8 scale * (q - 32); Q8_0: d * q."""
+    cols = shape[-1]
+    target = 1.0 / np.sqrt(cols)
+    # the standard deviation of the integer part of a weight with uniform random bits
+    spread = {Q4: np.sqrt(63 * 127 / 6) * np.sqrt(255 / 12), Q6: np.sqrt(128 ** 2 / 3) * np.sqrt(4095 / 12),
+              Q8: np.sqrt(128 ** 2 / 3)}[gtype]
+    d = np.frombuffer(np.float16(target / spread).tobytes(), np.uint8)
+
     def make():
         rows = int(np.prod(shape[:-1]))
-        raw = rng.integers(0, 256, size=(rows, gtype.row_nbytes(shape[-1])), dtype=np.uint8)
-        blocks = raw.reshape(-1, gtype.type_size)
-        scale = np.frombuffer(np.float16(0.0005).tobytes(), np.uint8)
-        for off in SCALE_FIELDS[gtype]:
-            blocks[:, off:off + 2] = scale
+        raw = rng.integers(0, 256, size=(rows, gtype.row_nbytes(cols)), dtype=np.uint8)
+        b = raw.reshape(-1, gtype.type_size)
+        if gtype == Q4:  # d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
+            b[:, 0:2] = d
+            b[:, 2:4] = np.frombuffer(np.float16(7.5 * np.float16(target / spread)).tobytes(), np.uint8)
+            b[:, 8:12] = b[:, 4:8]  # mins 0-3 (and the high bits of mins 4-7) = the scales'
+            b[:, 12:16] = (b[:, 12:16] & 0x0F) | (b[:, 12:16] << 4)  # mins 4-7 low bits = the scales'
+        elif gtype == Q6:  # 128 ql, 64 qh, 16 int8 scales, d
+            b[:, 208:210] = d
+        else:  # Q8_0: d, 32 int8
+            b[:, 0:2] = d
         return raw.reshape(*shape[:-1], -1)
     return make
 

@@ -49,8 +49,15 @@ class DenseLinear:
     def __init__(self, name: str, weight: torch.Tensor, bias: torch.Tensor | None = None):
         self.name, self.weight, self.bias = name, weight, bias
         self.out_features, self.in_features = weight.shape
+        self._native = None
+        if weight.device.type == "cpu" and weight.dtype is torch.float32 and kernels.native_cpu_in_use():
+            from .kernels import cpu
+
+            self._native = cpu.LinearF32(weight)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self._native is not None and (y := self._native(x)) is not None:
+            return y if self.bias is None else y.add_(self.bias)
         return torch.nn.functional.linear(x, self.weight.to(x.dtype), self.bias)
 
 

@@ -90,6 +90,11 @@ def load() -> ctypes.CDLL | None:
     lib.gc_isa_name.argtypes = [ctypes.c_int]
     lib.gc_set_tiles.restype = ctypes.c_int
     lib.gc_set_tiles.argtypes = [ctypes.c_int]
+    lib.gc_linear_f32.restype = None
+    lib.gc_linear_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                                  ctypes.c_void_p, ctypes.c_int]
+    lib.gc_set_ftz.restype = ctypes.c_int
+    lib.gc_set_ftz.argtypes = [ctypes.c_int]
     lib.gc_mul_mat_multi.restype = ctypes.c_int
     lib.gc_mul_mat_multi.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                      ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
@@ -124,6 +129,13 @@ def set_tiles(on: bool) -> None:
     """Q4_K matmuls of 8 or more activation rows through the repacked tiles (the default)
     or the row-wise dots only (for tests and comparisons)."""
     load().gc_set_tiles(int(bool(on)))
+
+
+def set_ftz(on: bool) -> None:
+    """Native kernels with float32 denormals flushed to zero (the default; the caller's
+    own floating-point mode is restored after each call) or with IEEE denormals (for
+    tests and comparisons)."""
+    load().gc_set_ftz(int(bool(on)))
 
 
 def best_isa() -> str:
@@ -233,6 +245,26 @@ class MulMat:
                 raise RuntimeError(f"gc_mul_mat failed for {GGMLType(self.type).name}, {self.cols} columns")
             return y
         return mul_mat(self.weight, x, GGMLType(self.type), self.rows)
+
+
+class LinearF32:
+    """A float32 matrix (a router, a small gate) for a few rows at a time on the
+    kernels' threads: torch's one-thread GEMV reads it at half the rate. Returns None
+    for inputs it does not take (the caller then uses torch)."""
+
+    MAX_ROWS = 16
+
+    def __init__(self, weight: torch.Tensor):
+        self.weight = weight.contiguous()
+        self.rows, self.cols = self.weight.shape
+        self._fn = load().gc_linear_f32
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor | None:
+        if not (x.dtype is torch.float32 and x.dim() == 2 and x.shape[0] <= self.MAX_ROWS and x.is_contiguous()):
+            return None
+        y = torch.empty(x.shape[0], self.rows, dtype=torch.float32)
+        self._fn(self.weight.data_ptr(), self.rows, self.cols, x.data_ptr(), x.shape[0], y.data_ptr(), _threads)
+        return y
 
 
 class MulMatGroup:

@@ -2,6 +2,8 @@
 product, within the error that 8-bit activation quantization allows; SIMD paths
 against the scalar one; the many-row path and dequantize against gguf_io."""
 
+import platform
+
 import numpy as np
 import pytest
 import torch
@@ -319,3 +321,41 @@ def test_q4_k_tiles_equal_the_row_wise_dots(n):
     W = dequantize(packed.numpy(), GGMLType.Q4_K, (43, 1024)).astype(np.float64)
     bound = _activation_bound(W, x.double().numpy(), 256)
     assert np.all(np.abs(tiles.numpy() - x.double().numpy() @ W.T) <= bound * 1.001 + 1e-4)
+
+
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0], ids=lambda t: t.name)
+def test_tiny_activations_flush_to_zero_inside_the_kernels_only(gtype):
+    """Activations of ~1e-36 (a SiLU gate far negative) times block scales are float32
+    denormals: the kernels flush them (FTZ/DAZ) instead of paying a microcode assist per
+    FMA. The products (~1e-35) then come out as zero, where IEEE denormals keep them; a
+    difference no sum with a normal number can see. The calling thread's floating-point
+    mode is its own again afterwards."""
+    rng = np.random.default_rng(5)
+    packed = torch.from_numpy(_weights(rng, gtype, 24, 512))
+    x = torch.randn(3, 512) * 1e-36
+    W = dequantize(packed.numpy(), gtype, (24, 512)).astype(np.float64)
+    exact = x.double().numpy() @ W.T
+    flushed = cpu.mul_mat(packed, x, gtype, 24)
+    try:
+        cpu.set_ftz(False)
+        ieee = cpu.mul_mat(packed, x, gtype, 24)
+    finally:
+        cpu.set_ftz(True)
+    assert np.all(np.isfinite(flushed.numpy())) and np.abs(ieee.numpy() - exact).max() < 1e-36
+    assert np.abs(exact).max() > 1e-36 and np.abs(flushed.numpy() - exact).max() < 1e-33
+    if platform.machine() in ("x86_64", "AMD64"):  # FTZ/DAZ is the x86 builds' (NEON has no assists)
+        assert float(flushed.abs().max()) == 0.0 < float(ieee.abs().max())
+    tiny = torch.tensor([1e-38]) * 0.01  # a denormal result: kept unless the caller's mode leaked
+    assert float(tiny) > 0.0 and float(np.float32(1e-38) * np.float32(0.01)) > 0.0
+
+
+@pytest.mark.parametrize("n", [1, 5, 16, 17])
+def test_float32_matrices_on_the_kernels_threads_equal_torch(n):
+    """Routers and small gates that files keep in float32 take the native row dots for
+    up to 16 rows (each weight row read once for all); more rows go to torch."""
+    from gguf_serve.engine.modules import DenseLinear
+
+    w, x, b = torch.randn(128, 2048), torch.randn(n, 2048), torch.randn(128)
+    linear = DenseLinear("router", w, b)
+    assert (cpu.LinearF32(w)(x) is None) == (n > 16)
+    torch.testing.assert_close(linear(x), torch.nn.functional.linear(x, w, b), rtol=1e-5, atol=1e-4)

@@ -211,6 +211,32 @@ void gc_act_mul(const float *g, int64_t g_stride, const float *u, int64_t u_stri
     gc_parallel_for(rows * cols >= 65536 ? n_threads : 1, rows, chunk_of(rows, n_threads, 1), act_task, &c);
 }
 
+/* ------------------------------------------------------- float32 linear */
+
+typedef struct {
+    const float *w, *x;
+    int64_t cols, n, rows;
+    float *y;
+} lin_ctx;
+
+static void lin_task(void *vctx, int64_t start, int64_t end) {
+    const lin_ctx *c = vctx;
+    const vec_t *V = vec();
+    for (int64_t r = start; r < end; r++) {
+        const float *wr = c->w + r * c->cols;
+        if (r + 1 < end) __builtin_prefetch(wr + c->cols, 0, 0);
+        for (int64_t t = 0; t < c->n; t++) c->y[t * c->rows + r] = V->dot(wr, c->x + t * c->cols, (int)c->cols);
+    }
+}
+
+/* y (n, rows) = x (n, cols) . W^T for a float32 matrix W (rows, cols), both contiguous:
+ * the routers and small gates that files keep unquantized, for a few rows at a time
+ * (each weight row is read once for all of them) */
+void gc_linear_f32(const float *w, int64_t rows, int64_t cols, const float *x, int64_t n, float *y, int n_threads) {
+    lin_ctx c = {w, x, cols, n, rows, y};
+    gc_parallel_for(rows * cols >= 65536 ? n_threads : 1, rows, chunk_of(rows, n_threads, 4), lin_task, &c);
+}
+
 /* ------------------------------------------------------------- attention */
 
 /* A layer's attention, fixed at load (the Python side builds it once per layer and

@@ -43,6 +43,36 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+/* Kernel work runs with denormals flushed to zero (x86 MXCSR FTZ and DAZ): an activation
+ * far below 1e-30 (SiLU of a large negative gate, say) times a block scale is a float32
+ * denormal, and every FMA on one takes a microcode assist (a decode step's expert down
+ * projections ran at half speed on such inputs). Values that small change no result.
+ * Workers set it once; the calling thread gets its own mode back after each call, so
+ * the rest of the process (torch, numpy) keeps IEEE semantics. gc_set_ftz(0) turns it
+ * off for comparisons. */
+static int g_ftz = 1;
+
+int gc_set_ftz(int on) {
+    if (on >= 0) g_ftz = on != 0;
+    return g_ftz;
+}
+
+#if defined(GC_X86)
+#define FTZ_DAZ 0x8040u
+static inline unsigned ftz_enter(void) {
+    const unsigned old = _mm_getcsr();
+    if (g_ftz && (old & FTZ_DAZ) != FTZ_DAZ) _mm_setcsr(old | FTZ_DAZ);
+    else if (!g_ftz && (old & FTZ_DAZ)) _mm_setcsr(old & ~FTZ_DAZ);
+    return old;
+}
+static inline void ftz_leave(unsigned old) {
+    if (_mm_getcsr() != old) _mm_setcsr(old);
+}
+#else
+static inline unsigned ftz_enter(void) { return 0; }
+static inline void ftz_leave(unsigned old) { (void)old; }
+#endif
+
 static void run_chunks(pool_t *p) {
     for (;;) {
         const int64_t start = atomic_fetch_add(&p->next, p->chunk);
@@ -68,6 +98,7 @@ static void *worker(void *arg) {
         }
         if (atomic_load(&p->stop)) return NULL;
         seen = atomic_load(&p->generation);
+        ftz_enter(); /* the worker keeps the mode the current setting asks for */
         run_chunks(p);
         if (atomic_fetch_sub(&p->pending, 1) == 1) {
             pthread_mutex_lock(&p->mu);
@@ -104,8 +135,10 @@ static void pool_resize(int n_threads) {
 
 /* run fn over [0, n) in chunks on n_threads threads (the caller is one of them) */
 void gc_parallel_for(int n_threads, int64_t n, int64_t chunk, gc_task_fn fn, void *ctx) {
+    const unsigned mode = ftz_enter();
     if (n_threads <= 1 || n <= chunk) {
         fn(ctx, 0, n);
+        ftz_leave(mode);
         return;
     }
     pthread_mutex_lock(&g_call);
@@ -132,4 +165,5 @@ void gc_parallel_for(int n_threads, int64_t n, int64_t chunk, gc_task_fn fn, voi
         pthread_mutex_unlock(&p->mu);
     }
     pthread_mutex_unlock(&g_call);
+    ftz_leave(mode);
 }

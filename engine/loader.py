@@ -6,6 +6,8 @@ memory available; one log line says what was chosen). Nothing is dequantized her
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import logging
 import os
 from dataclasses import dataclass
@@ -13,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..gguf_io import GGUFReader
+from ..gguf_io import GGUFReader, Keys
 from . import kernels
 from .architectures import architecture_for
 from .architectures.base import Architecture
@@ -49,7 +51,8 @@ def default_dtype(device: torch.device) -> torch.dtype:
 @dataclass
 class LoadedModel:
     """What `load_model` returns: the model and its KV cache, tokenizer, chat template,
-    the transformers config its hyperparameters came from, and the reader."""
+    the config its hyperparameters came from, and the reader (whose vocabulary lists,
+    VOCABULARY_KEYS, are dropped once the tokenizer holds them)."""
 
     model: Model
     cache: KVCache
@@ -71,7 +74,10 @@ class LoadedModel:
         """The batch forward: tokens of several sequences (slots of `cache`) at their
         positions → float32 logits for the batch's rows."""
         with torch.inference_mode(), self.threads.run(batch.n_tokens):
-            return self.model.forward(batch, self.cache)
+            logits = self.model.forward(batch, self.cache)
+        if batch.n_tokens > TRIM_AFTER_TOKENS and self.device.type == "cpu":
+            _trim_heap()  # a long prompt's activations and dequantized tiles: ~40 MB on Gemma at 512 tokens
+        return logits
 
     def generate(self, *args, **kwargs):
         from .generate import generate
@@ -126,19 +132,33 @@ def cache_size(specs, trained_ctx: int, n_ctx: int | None, n_seq: int | None, dt
                                            f"GiB available holds (trained: {trained_ctx}; raise with n_ctx)")
 
 
-def _return_freed_memory() -> None:
-    """Hand memory freed during load back to the system (glibc keeps freed heap pages)."""
-    import ctypes
-    import gc
-
-    gc.collect()
+def _glibc_trim():
     try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):  # not glibc
-        pass
+        return None
+
+
+_MALLOC_TRIM = _glibc_trim()
+# forwards of more tokens than this hand their freed heap back (glibc keeps freed pages
+# in the heap; a long prompt's temporaries would stay resident while decoding)
+TRIM_AFTER_TOKENS = 256
+
+
+def _trim_heap() -> None:
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+def _return_freed_memory() -> None:
+    """Hand memory freed during load back to the system."""
+    gc.collect()
+    _trim_heap()
 
 
 LOAD_STAGES = ("reading the file", "building the model", "tokenizer")
+# metadata lists the tokenizer copies: ~33 MB of Python objects for a 262k vocabulary
+VOCABULARY_KEYS = (Keys.TOKENIZER_TOKENS, Keys.TOKENIZER_SCORES, Keys.TOKENIZER_TOKEN_TYPE, Keys.TOKENIZER_MERGES)
 
 
 def load_model(path_or_id: str | os.PathLike, device: str | torch.device = "auto",
@@ -170,6 +190,8 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device = "auto
     step(LOAD_STAGES[2])
     tokenizer = load_tokenizer(reader)
     template = chat_template_for(reader, arch)
+    for key in VOCABULARY_KEYS:
+        reader.metadata.pop(key, None)
     _return_freed_memory()  # the tokenizer build's transient Python objects (~35 MB for Gemma's 262k vocabulary)
     threads = ThreadPolicy.decide(dev, kernels.native_cpu_in_use())
     log.info("loaded %s (%s) on %s in %s; %s", path, arch.name, dev, dtype, threads.describe())

@@ -1,6 +1,8 @@
 """One client streaming through HTTP, side by side with llama.cpp's llama-server: time to
 first token and decode tok/s of `/v1/completions` (streamed, greedy, ignore_eos), the
-real Gemma 3 270M file, the same thread count. Servers take turns; medians printed.
+real Gemma 3 270M file, the same thread count; and the engine's `generate()` on the same
+prompt in a process of its own, which the server's single stream should match. They take
+turns, `--repeat` rounds; medians printed.
 
     python bench/server_speed.py [--threads 2] [--repeat 3] [--tokens 128] [--llama-server PATH]
 """
@@ -54,6 +56,31 @@ def stream(url: str, model: str, prompt: str, tokens: int) -> dict:
     return {"ttft_ms": (stamps[0] - t0) * 1e3, "decode": (len(stamps) - 1) / (stamps[-1] - stamps[0])}
 
 
+GENERATE = r"""
+import json, sys, time
+path, prompt, tokens, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+from gguf_serve.engine import load_model
+from gguf_serve.engine.kernels import cpu
+from gguf_serve.engine.sampling import SamplingParams
+cpu.set_threads(threads)
+lm = load_model(path, device="cpu")
+ids = lm.tokenizer.backend_tokenizer.encode(prompt).ids
+params = lambda n: SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
+list(lm.generate(ids, params(8)))
+t0 = time.perf_counter()
+stamps = []
+for step in lm.generate(ids, params(tokens)):
+    stamps.append(time.perf_counter())
+print(json.dumps({"ttft_ms": (stamps[0] - t0) * 1e3, "decode": (len(stamps) - 1) / (stamps[-1] - stamps[0])}))
+"""
+
+
+def run_generate(path: str, prompt: str, tokens: int, threads: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", GENERATE, path, prompt, str(tokens), str(threads)], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def run_server(cmd: list[str], url: str, model: str, prompt: str, tokens: int, repeat: int, env=None) -> dict:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
@@ -77,22 +104,29 @@ def main() -> None:
 
     path = str(assemble())
     prompt = "The history of the city of Paris begins"
-    results = {}
-    port = free_port()
-    results["gguf-serve"] = run_server(
-        [sys.executable, "-m", "gguf_serve.server.cli", path, "--port", str(port), "--threads", str(args.threads)],
-        f"http://127.0.0.1:{port}", path, prompt, args.tokens, args.repeat)
     server = next((p for p in (args.llama_server, os.environ.get("LLAMA_SERVER"), shutil.which("llama-server"))
                    if p and os.path.exists(p)), None)
-    if server:
+    runs: dict[str, list[dict]] = {}
+    for _ in range(args.repeat):  # one run of each per round, so that drifts hit all of them
         port = free_port()
-        results["llama-server"] = run_server(
-            [server, "-m", path, "--port", str(port), "-t", str(args.threads), "-np", "1", "-c", "4096"],
-            f"http://127.0.0.1:{port}", "gemma", prompt, args.tokens, args.repeat)
+        runs.setdefault("gguf-serve", []).append(run_server(
+            [sys.executable, "-m", "gguf_serve.server.cli", path, "--port", str(port), "--threads", str(args.threads)],
+            f"http://127.0.0.1:{port}", path, prompt, args.tokens, 1))
+        runs.setdefault("generate()", []).append(run_generate(path, prompt, args.tokens, args.threads))
+        if server:
+            port = free_port()
+            runs.setdefault("llama-server", []).append(run_server(
+                [server, "-m", path, "--port", str(port), "-t", str(args.threads), "-np", "1", "-c", "4096"],
+                f"http://127.0.0.1:{port}", "gemma", prompt, args.tokens, 1))
+    results = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()}
     print(f"one stream, /v1/completions, {args.tokens} tokens, {args.threads} threads (medians of {args.repeat})")
     print(f"{'':14s} {'TTFT ms':>9s} {'decode tok/s':>13s}")
     for name, r in results.items():
         print(f"{name:14s} {r['ttft_ms']:9.1f} {r['decode']:13.2f}")
+    ours, gen = results["gguf-serve"]["decode"], results["generate()"]["decode"]
+    print(f"server / generate(): {ours / gen:.3f}x decode" + (
+        f"; server / llama-server: {ours / results['llama-server']['decode']:.3f}x decode, "
+        f"{results['gguf-serve']['ttft_ms'] / results['llama-server']['ttft_ms']:.2f}x TTFT" if server else ""))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ Ours is measured through the entry points users use, each run in a fresh process
 prompt tokens over the time to the first step, after one warm-up run of the same prompt
 as llama-bench does; the first call is printed too) and the batch forward in a loop.
 Per decoded token the time inside the native matmul calls, inside the native dense ops
-(norms, attention, activations, Qwen3.5's conv and delta rule), and everything else. Peak RSS against file + KV cache. llama-bench runs `-p P -n N -r 1` for every
+(norms, attention, activations, expert routing, Qwen3.5's conv and delta rule), and everything else. Peak RSS against file + KV cache. llama-bench runs `-p P -n N -r 1` for every
 repetition; the two take turns and the medians are printed (this machine's speed drifts
 by tens of percent over minutes). How to build llama-bench: bench/README.md.
 """
@@ -93,7 +93,11 @@ def timed(f):
 cpu.MulMat.__call__ = timed(cpu.MulMat.__call__)
 cpu.MulMatGroup.__call__ = timed(cpu.MulMatGroup.__call__)
 cpu._mul_mat_id_rows = timed(cpu._mul_mat_id_rows)
-dense = [0.0]  # and inside the native dense ops (norms, attention, activations, Qwen3.5's conv and delta rule)
+for layer in lm.model.layers:  # gate and up experts in one call: bound at load
+    experts = getattr(getattr(layer, "mlp", None), "experts", None)
+    if experts is not None and experts._pair is not None:
+        experts._pair = timed(experts._pair)
+dense = [0.0]  # and inside the native dense ops (norms, attention, activations, expert routing, Qwen3.5's conv and delta rule)
 from gguf_serve.engine.kernels import cpu_ops
 def timed_op(f):
     def g(*a, **k):
@@ -102,7 +106,8 @@ def timed_op(f):
         dense[0] += time.perf_counter() - t0
         return y
     return g
-for name in ("rms_norm", "rms_norm_add", "act_mul", "gated_mul", "self_attention", "causal_conv", "gated_delta_rule"):
+for name in ("rms_norm", "rms_norm_add", "act_mul", "gated_mul", "self_attention", "causal_conv", "gated_delta_rule",
+             "moe_route", "moe_combine"):
     setattr(cpu_ops.CpuOps, name, timed_op(getattr(cpu_ops.CpuOps, name)))
 stamps = []
 for step in lm.generate(ids[:8], greedy(17)):

@@ -142,7 +142,7 @@ def _glibc_trim():
 _MALLOC_TRIM = _glibc_trim()
 # forwards of more tokens than this hand their freed heap back (glibc keeps freed pages
 # in the heap; a long prompt's temporaries would stay resident while decoding)
-TRIM_AFTER_TOKENS = 256
+TRIM_AFTER_TOKENS = 64
 
 
 def _trim_heap() -> None:

@@ -112,7 +112,8 @@ class GgufEmbedding:
 class GgufExperts:
     """A mixture-of-experts feed-forward over packed expert tensors (llama.cpp's
     ffn_gate_exps / ffn_up_exps / ffn_down_exps, or a fused ffn_gate_up_exps):
-    y[t] = Σ_k w[t, k] · down_e(act(gate_e(x_t)) · up_e(x_t)), e = ids[t, k]."""
+    y[t, k] = down_e(act(gate_e(x_t)) · up_e(x_t)), e = ids[t, k] (the caller weights and
+    sums them)."""
 
     def __init__(self, name: str, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
                  types: tuple[GGMLType, GGMLType, GGMLType], hidden: int, intermediate: int):
@@ -122,13 +123,25 @@ class GgufExperts:
         self.num_experts = gate.shape[0]
         self.hidden, self.intermediate = hidden, intermediate
         self.ops = [kernels.select(gate.device, t) for t in self.types]
+        self._pair = None  # gate and up in one native call
+        if all(o.name.startswith("cpu-native") for o in self.ops[:2]):
+            from .kernels import cpu
 
-    def __call__(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, act_mul) -> torch.Tensor:
+            self._pair = cpu.mul_mat_id2
+
+    def __call__(self, x: torch.Tensor, ids: torch.Tensor, ops, act: str) -> torch.Tensor:
+        """(T, k, hidden) for x (T, hidden) and ids (T, k); `ops` (kernels.ops) applies
+        the activation `act` to the gate and multiplies by up."""
         g_ops, u_ops, d_ops = self.ops
-        g = g_ops.mul_mat_id(self.gate, x, ids, self.types[0], self.intermediate)
-        u = u_ops.mul_mat_id(self.up, x, ids, self.types[1], self.intermediate)
-        d = d_ops.mul_mat_id(self.down, act_mul(g, u), ids, self.types[2], self.hidden)
-        return (d * weights.unsqueeze(-1).to(d.dtype)).sum(dim=1).to(x.dtype)
+        both = self._pair and self._pair(self.gate, self.up, x, ids, self.types[0], self.types[1], self.intermediate)
+        if both is not None and both is not False:
+            t, k, n = ids.shape[0], ids.shape[1], self.intermediate
+            h = ops.gated_mul(both.view(t * k, 2 * n), n, act).view(t, k, n)
+        else:
+            g = g_ops.mul_mat_id(self.gate, x, ids, self.types[0], self.intermediate)
+            u = u_ops.mul_mat_id(self.up, x, ids, self.types[1], self.intermediate)
+            h = ops.act_mul(g, u, act)
+        return d_ops.mul_mat_id(self.down, h, ids, self.types[2], self.hidden)
 
 
 class Weights:

@@ -93,6 +93,10 @@ def load() -> ctypes.CDLL | None:
     lib.gc_linear_f32.restype = None
     lib.gc_linear_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                                   ctypes.c_void_p, ctypes.c_int]
+    lib.gc_mul_mat_id2.restype = ctypes.c_int
+    lib.gc_mul_mat_id2.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64,
+                                   ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                   ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
     lib.gc_set_ftz.restype = ctypes.c_int
     lib.gc_set_ftz.argtypes = [ctypes.c_int]
     lib.gc_mul_mat_multi.restype = ctypes.c_int
@@ -313,6 +317,32 @@ def _mul_mat_id_rows(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, g
         raise IndexError(f"expert index out of range 0..{w.shape[0] - 1} in {ids.tolist()}")
     if rc != 0:
         raise RuntimeError(f"gc_mul_mat_id failed ({rc}) for {GGMLType(ggml_type).name}, {x.shape[-1]} columns")
+    return y
+
+
+def mul_mat_id2(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, type_a: GGMLType,
+                type_b: GGMLType, out_features: int) -> torch.Tensor | None:
+    """Two expert tensors of the same shape that read x (T, in) with the same ids (an
+    MoE's gate and up) in one native call: (T, k, 2 out), a's outputs first. None where
+    the types quantize activations differently or the tokens are too many (call
+    mul_mat_id for each)."""
+    if ids.shape[0] > GEMV_MAX_ROWS or x.dim() != 2 or x.shape[0] != ids.shape[0]:
+        return None
+    a = a if a.is_contiguous() else a.contiguous()
+    b = b if b.is_contiguous() else b.contiguous()
+    x = _f32(x)
+    ids = ids.to(torch.int64).contiguous()
+    t, k = ids.shape
+    y = torch.empty(t, k, 2 * out_features, dtype=torch.float32)
+    rc = (_lib or load()).gc_mul_mat_id2(int(type_a), a.data_ptr(), int(type_b), b.data_ptr(), a.shape[0],
+                                         out_features, x.shape[-1], x.data_ptr(), ids.data_ptr(), t, k, y.data_ptr(),
+                                         _threads)
+    if rc == -1:
+        return None
+    if rc == -3:
+        raise IndexError(f"expert index out of range 0..{a.shape[0] - 1} in {ids.tolist()}")
+    if rc != 0:
+        raise RuntimeError(f"gc_mul_mat_id2 failed ({rc}) for {x.shape[-1]} columns")
     return y
 
 

@@ -36,6 +36,10 @@ def _bind(lib) -> None:
     lib.gc_act_mul.argtypes = [P, I64, P, I64, P, I64, I64, INT, INT]
     lib.gc_attention.restype = None
     lib.gc_attention.argtypes = [ctypes.POINTER(AttnLayer), P, I64, I64, P, P, P, P, P, P, P, INT, INT]
+    lib.gc_moe_route.restype = None
+    lib.gc_moe_route.argtypes = [P, I64, I64, INT, INT, P, P]
+    lib.gc_moe_combine.restype = None
+    lib.gc_moe_combine.argtypes = [P, P, I64, INT, I64, P]
     lib.gc_causal_conv.restype = INT
     lib.gc_causal_conv.argtypes = [P, I64, P, I64, P, INT, P, INT, P, P, P, INT]
     lib.gc_gated_delta.restype = INT
@@ -120,6 +124,21 @@ class CpuOps(TorchOps):
             _NORM(x.data_ptr(), cols, w.data_ptr(), y.data_ptr(), x.numel() // cols, cols, eps, residual.data_ptr())
             return y
         return super().rms_norm_add(x, w, eps, residual)
+
+    def moe_route(self, logits, k, norm):
+        if logits.dtype is F32 and logits.dim() == 2 and logits.is_contiguous() and 0 < k <= logits.shape[1]:
+            t = logits.shape[0]
+            weights, ids = logits.new_empty(t, k), torch.empty(t, k, dtype=torch.int64)
+            _LIB.gc_moe_route(logits.data_ptr(), t, logits.shape[1], k, int(norm), ids.data_ptr(), weights.data_ptr())
+            return weights, ids
+        return super().moe_route(logits, k, norm)
+
+    def moe_combine(self, y, weights):
+        if y.dtype is F32 and weights.dtype is F32 and y.dim() == 3 and y.is_contiguous() and weights.is_contiguous():
+            out = y.new_empty(y.shape[0], y.shape[2])
+            _LIB.gc_moe_combine(y.data_ptr(), weights.data_ptr(), y.shape[0], y.shape[1], y.shape[2], out.data_ptr())
+            return out
+        return super().moe_combine(y, weights)
 
     def gated_mul(self, y, n, act):
         if y.dtype is F32 and y.is_contiguous() and y.dim() == 2:

@@ -156,6 +156,21 @@ class TorchOps:
             return F.gelu(gate, approximate="tanh") * up
         raise ValueError(f"unknown activation {act!r}")
 
+    # ------------------------------------------------------ routed experts
+
+    def moe_route(self, logits: torch.Tensor, k: int, norm: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weights (T, k) float32, ids (T, k) int64): the k most probable experts under
+        softmax(logits), their probabilities renormalized to sum 1 when `norm`."""
+        probs = torch.softmax(logits.float(), dim=-1)
+        weights, ids = torch.topk(probs, k, dim=-1)
+        if norm:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights, ids
+
+    def moe_combine(self, y: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Σ_k weights[t, k] · y[t, k, :]: the chosen experts' outputs, weighted."""
+        return (y * weights.unsqueeze(-1).to(y.dtype)).sum(dim=1)
+
     # ------------------------------------------- Qwen3.5 linear attention
 
     def causal_conv(self, x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, batch: Batch) -> torch.Tensor:

@@ -146,11 +146,9 @@ class MoE:
             self.shared_gate = w.linear(p + "ffn_gate_inp_shexp.weight", 1, hidden)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        probs = torch.softmax(self.router(x).float(), dim=-1)
-        weights, ids = torch.topk(probs, self.n_used, dim=-1)
-        if self.norm_topk:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
-        y = self.experts(x, ids, weights, lambda g, u: self.ops.act_mul(g, u, self.act))
+        weights, ids = self.ops.moe_route(self.router(x), self.n_used, self.norm_topk)
+        y = self.ops.moe_combine(self.experts(x, ids, self.ops, self.act), weights)
+        y = y if y.dtype is x.dtype else y.to(x.dtype)
         if self.shared is not None:
             y = y + torch.sigmoid(self.shared_gate(x)) * self.shared(x)
         return y

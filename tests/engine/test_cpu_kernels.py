@@ -234,9 +234,9 @@ def test_engine_uses_native_kernels_on_cpu_and_stays_close_to_exact(gemma_path):
 
 @pytest.mark.parametrize("arch", ["qwen3moe", "qwen35moe"])
 def test_moe_engine_decodes_with_native_mul_mat_id(arch, tmp_path, monkeypatch):
-    """A tiny mixture-of-experts model in the K mix: a decode step makes one native
-    mul_mat_id call per expert tensor, and its logits equal those of the expert-by-expert
-    loop over the GEMV. (Not compared with the dense model: with random routers, 8-bit
+    """A tiny mixture-of-experts model in the K mix: a decode step makes one native call
+    for the gate and up experts together and one for down, and its logits equal those of
+    the expert-by-expert loop over the GEMV. (Not compared with the dense model: with random routers, 8-bit
     activations flip some top-k choices, and a flipped expert changes the output.)"""
     from gguf_serve.engine.batch import Batch
 
@@ -252,20 +252,43 @@ def test_moe_engine_decodes_with_native_mul_mat_id(arch, tmp_path, monkeypatch):
         slot = lm.cache.allocate()
         try:
             lm.forward(Batch.of([(slot, ids[:8], 0)]))
-            calls.clear()
+            calls.clear(), pairs.clear()
             return lm.forward(Batch.of([(slot, ids[8:], 8)]))[0]
         finally:
             lm.cache.free(slot)
 
-    calls = []
+    calls, pairs = [], []
     native = cpu._mul_mat_id_rows
     monkeypatch.setattr(cpu, "_mul_mat_id_rows", lambda *a: calls.append(a[3]) or native(*a))
+    experts = [layer.mlp.experts for layer in lm.model.layers if hasattr(layer.mlp, "experts")]
+    for e in experts:
+        e._pair = lambda *a, pair=e._pair: pairs.append(a[4]) or pair(*a)
     step = decode_step()
-    n_experts = sum(hasattr(layer.mlp, "experts") for layer in lm.model.layers)
-    assert n_experts == len(lm.model.layers) and len(calls) == 3 * n_experts
+    assert len(experts) == len(lm.model.layers) and len(calls) == len(pairs) == len(experts)
+    for e in experts:
+        e._pair = None
     monkeypatch.setattr(cpu, "_mul_mat_id_rows", lambda w, x, i, t, o: calls.append(t) or reference.mul_mat_id(
         w, x, i, GGMLType(t), o, mul_mat=cpu.mul_mat))
     assert torch.equal(decode_step(), step)
+
+
+@pytest.mark.parametrize("types", [(GGMLType.Q4_K, GGMLType.Q4_K), (GGMLType.Q4_K, GGMLType.Q6_K),
+                                   (GGMLType.Q8_0, GGMLType.Q4_0), (GGMLType.Q8_0, GGMLType.Q4_K)],
+                         ids=lambda ts: "+".join(t.name for t in ts))
+@pytest.mark.parametrize("tokens", [1, 9])
+def test_gate_and_up_experts_in_one_call_equal_two(types, tokens):
+    """mul_mat_id2: two expert tensors read x with the same ids in one call, equal to a
+    mul_mat_id for each; types that quantize activations differently are refused."""
+    rng = np.random.default_rng(21)
+    a, b = (torch.from_numpy(np.stack([_weights(rng, t, 40, 512) for _ in range(6)])) for t in types)
+    x = torch.randn(tokens, 512)
+    ids = torch.stack([torch.randperm(6, generator=torch.Generator().manual_seed(i))[:3] for i in range(tokens)])
+    both = cpu.mul_mat_id2(a, b, x, ids, types[0], types[1], 40)
+    if (types[0].block_size == 256) != (types[1].block_size == 256):
+        assert both is None
+        return
+    assert torch.equal(both[..., :40], cpu.mul_mat_id(a, x, ids, types[0], 40))
+    assert torch.equal(both[..., 40:], cpu.mul_mat_id(b, x, ids, types[1], 40))
 
 
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0], ids=lambda t: t.name)

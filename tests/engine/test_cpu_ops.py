@@ -50,6 +50,24 @@ def test_gated_activations(isa, act):
     close(CPU_OPS.gated_mul(fused, 1003, act), TORCH_OPS.gated_mul(fused, 1003, act), tol=1e-5)
 
 
+@pytest.mark.parametrize("norm", [True, False])
+def test_expert_routing_and_combine(isa, norm):
+    """softmax → top-k → (renormalized) weights, and the weighted sum of the chosen
+    experts' outputs, as MoE layers use them; a tie goes to the lower expert index."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(6, 128, generator=g) * 2
+    logits[5, 10] = logits[5, 20] = 50.0  # a tie at the top
+    w, ids = CPU_OPS.moe_route(logits, 8, norm)
+    w_ref, ids_ref = TORCH_OPS.moe_route(logits, 8, norm)
+    assert ids.dtype is torch.int64 and ids[5, :2].tolist() == [10, 20]
+    assert torch.equal(ids.sort(dim=-1).values, ids_ref.sort(dim=-1).values)
+    close(w.gather(1, ids.argsort(dim=-1)), w_ref.gather(1, ids_ref.argsort(dim=-1)), tol=1e-6)
+    if norm:
+        close(w.sum(dim=-1), torch.ones(6), tol=1e-6)
+    y = torch.randn(6, 8, 2048 + 3, generator=g)  # a scalar tail too
+    close(CPU_OPS.moe_combine(y, w), TORCH_OPS.moe_combine(y, w), tol=1e-5)
+
+
 def _attention_case(n_kv, n_heads, d, window, gated, seqs, n_cells, n_slots=3, seed=2):
     """A layer's fused q/k/v projection for a batch of `seqs` (slot, new tokens, position),
     over a cache whose slots already hold random earlier positions: fresh, identical

@@ -110,13 +110,16 @@ static void quantize_act256(const float *x, act256 *y, int64_t k) {
  * reads. Rows of a stream lie back to back, so the prefetches run on into the next row;
  * the hardware prefetchers alone stop at 4 KB pages and leave DRAM half used on long
  * rows (Q4_K 2560 x 9728 from DRAM, 2 threads: 13.8 -> 20.6 GB/s). */
+#ifndef PREFETCH_LOCALITY
+#define PREFETCH_LOCALITY 3
+#endif
 #ifndef PREFETCH_DIST
 #define PREFETCH_DIST 2048
 #endif
 
 static inline void prefetch_ahead(const void *p, int bytes) {
     const char *c = (const char *)p + PREFETCH_DIST;
-    for (int o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
+    for (int o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, PREFETCH_LOCALITY);
 }
 
 /* ------------------------------------------------------------ scalar dots */
@@ -1570,7 +1573,7 @@ typedef struct {
  * 2 and 4 streams were alike there, 1 ~5% slower). On the AVX2 (Zen 3) machine, Q4_K
  * 9728 x 2560 matrices from DRAM, 2 threads, medians of interleaved runs: 2 streams
  * 24.8-26.4 GB/s, 4 streams 22.2-23.8, 1 stream 23.2-23.3, 8 streams 22.8; 1 MB matrices
- * 13.0-14.9 vs 12.4-14.8. (-DNSTREAM= / -DPREFETCH_DIST= override, for such comparisons.) */
+ * 13.0-14.9 vs 12.4-14.8. (-DNSTREAM= / -DPREFETCH_DIST= / -DPREFETCH_LOCALITY= override, for such comparisons.) */
 #ifndef NSTREAM
 #define NSTREAM 2
 #endif
@@ -1781,6 +1784,7 @@ typedef struct {
     size_t xq_row_bytes;
     int x_per_slot;
     float *y;
+    int64_t ldy; /* y's row stride (n_rows, or more when two matrices share the rows) */
     const void *dot4;
     int q4k_tiles; /* Q4_K at AVX2 and up: experts chosen by many tokens take the tiles */
 } mmid_ctx;
@@ -1794,7 +1798,7 @@ static void mmid_task(void *vctx, int64_t start, int64_t end) {
         if (c->gstart[g + 1] - c->gstart[g] == 1) { /* one token chose this expert: stream its rows */
             const int64_t s = c->slot[c->gstart[g]];
             const uint8_t *xq = c->xq + (c->x_per_slot ? s : s / c->n_k) * c->xq_row_bytes;
-            rows_streamed(c->dot, we, c->row_bytes, xq, c->nb, c->y + s * c->n_rows, r0, r1);
+            rows_streamed(c->dot, we, c->row_bytes, xq, c->nb, c->y + s * c->ldy, r0, r1);
         } else {
             const dot4_fn dot4 = (dot4_fn)c->dot4;
             int64_t r = r0;
@@ -1814,7 +1818,7 @@ static void mmid_task(void *vctx, int64_t start, int64_t end) {
                         float o[4][8];
                         q4k_tile_dot(t, c->nb, xs, o);
                         for (int l = 0; l < 4 && j + l < n_sel; l++)
-                            for (int k = 0; k < 8; k++) c->y[sl[l] * c->n_rows + r + k] = o[l][k];
+                            for (int k = 0; k < 8; k++) c->y[sl[l] * c->ldy + r + k] = o[l][k];
                     }
                 }
             }
@@ -1831,12 +1835,12 @@ static void mmid_task(void *vctx, int64_t start, int64_t end) {
                             xs[l] = c->xq + (c->x_per_slot ? s : s / c->n_k) * c->xq_row_bytes;
                         }
                         dot4(wr, xs, c->nb, o);
-                        for (int l = 0; l < 4; l++) c->y[c->slot[j + l] * c->n_rows + r] = o[l];
+                        for (int l = 0; l < 4; l++) c->y[c->slot[j + l] * c->ldy + r] = o[l];
                     }
                 for (; j < c->gstart[g + 1]; j++) {
                     const int64_t s = c->slot[j];
                     const uint8_t *xq = c->xq + (c->x_per_slot ? s : s / c->n_k) * c->xq_row_bytes;
-                    c->y[s * c->n_rows + r] = c->dot(wr, xq, c->nb);
+                    c->y[s * c->ldy + r] = c->dot(wr, xq, c->nb);
                 }
             }
         }
@@ -1844,14 +1848,35 @@ static void mmid_task(void *vctx, int64_t start, int64_t end) {
     }
 }
 
-/* Mixture-of-experts product: y[t, k, :] = x_t · W[ids[t, k]]^T, W being n_experts packed
- * (n_rows, n_cols) matrices one after another; x is (n_tokens, n_cols), or with
- * x_per_slot (n_tokens, n_k, n_cols), one row per selection. 0 on success, -3 for an
- * expert index out of range. */
-int gc_mul_mat_id(int type, const void *w, int64_t n_experts, int64_t n_rows, int64_t n_cols, const float *x,
-                  int x_per_slot, const int64_t *ids, int64_t n_tokens, int64_t n_k, float *y, int n_threads) {
-    const kernel_t *k = find(type);
-    if (!k || n_cols % k->block) return -1;
+typedef struct {
+    const mmid_ctx *m;
+    int n;
+    int64_t items; /* per matrix */
+} mmid_multi_ctx;
+
+static void mmid_multi_task(void *vctx, int64_t start, int64_t end) {
+    const mmid_multi_ctx *c = vctx;
+    while (start < end) { /* a chunk may run from one matrix's items into the next's */
+        const int i = (int)(start / c->items);
+        const int64_t stop = (i + 1) * c->items < end ? (i + 1) * c->items : end;
+        mmid_task((void *)&c->m[i], start - i * c->items, stop - i * c->items);
+        start = stop;
+    }
+}
+
+/* The body of gc_mul_mat_id and gc_mul_mat_id2: n (1 or 2) expert tensors of the same
+ * shape and activation format read the same x with the same ids; matrix m's rows land in
+ * columns [m n_rows, (m + 1) n_rows) of y (n_tokens * n_k, n * n_rows). */
+static int mul_mat_id_n(int n, const int *types, const void *const *ws, int64_t n_experts, int64_t n_rows,
+                        int64_t n_cols, const float *x, int x_per_slot, const int64_t *ids, int64_t n_tokens,
+                        int64_t n_k, float *y, int n_threads) {
+    const kernel_t *ks[2];
+    for (int m = 0; m < n; m++) {
+        ks[m] = find(types[m]);
+        if (!ks[m] || n_cols % ks[m]->block || ks[m]->act256 != ks[0]->act256 || ks[m]->block != ks[0]->block)
+            return -1;
+    }
+    const kernel_t *k = ks[0];
     const int64_t n_slots = n_tokens * n_k;
     for (int64_t s = 0; s < n_slots; s++)
         if (ids[s] < 0 || ids[s] >= n_experts) return -3;
@@ -1873,17 +1898,42 @@ int gc_mul_mat_id(int type, const void *w, int64_t n_experts, int64_t n_rows, in
     }
     gstart[n_groups] = pos;
     for (int64_t s = 0; s < n_slots; s++) slot[fill[ids[s]]++] = s;
-    const int64_t row_bytes = nb * (int64_t)k->bytes;
-    mmid_ctx c = {pick(k), (int)nb, w, row_bytes, row_bytes * n_rows, n_rows, n_k, gexp, gstart, slot,
-                  xq, xq_row_bytes, x_per_slot, y, pick4(k), k->type == T_Q4_K && pick4(k) != NULL};
+    mmid_ctx c[2];
+    for (int m = 0; m < n; m++) {
+        const int64_t row_bytes = nb * (int64_t)ks[m]->bytes;
+        c[m] = (mmid_ctx){pick(ks[m]), (int)nb, ws[m], row_bytes, row_bytes * n_rows, n_rows, n_k, gexp, gstart,
+                          slot, xq, xq_row_bytes, x_per_slot, y + m * n_rows, n * n_rows, pick4(ks[m]),
+                          ks[m]->type == T_Q4_K && pick4(ks[m]) != NULL};
+    }
     const int64_t items = n_groups * n_rows;
-    int64_t chunk = items / (8 * (n_threads > 0 ? n_threads : 1));
+    int64_t chunk = n * items / (8 * (n_threads > 0 ? n_threads : 1));
     if (chunk < 16) chunk = 16;
     chunk = (chunk + 7) / 8 * 8; /* whole tiles of eight rows */
-    gc_parallel_for(n_threads, items, chunk, mmid_task, &c);
+    mmid_multi_ctx mc = {c, n, items};
+    gc_parallel_for(n_threads, n * items, chunk, mmid_multi_task, &mc);
 done:
     free(xq); free(count); free(gexp); free(gstart); free(slot); free(fill);
     return rc;
+}
+
+/* Mixture-of-experts product: y[t, k, :] = x_t · W[ids[t, k]]^T, W being n_experts packed
+ * (n_rows, n_cols) matrices one after another; x is (n_tokens, n_cols), or with
+ * x_per_slot (n_tokens, n_k, n_cols), one row per selection. 0 on success, -3 for an
+ * expert index out of range. */
+int gc_mul_mat_id(int type, const void *w, int64_t n_experts, int64_t n_rows, int64_t n_cols, const float *x,
+                  int x_per_slot, const int64_t *ids, int64_t n_tokens, int64_t n_k, float *y, int n_threads) {
+    return mul_mat_id_n(1, &type, &w, n_experts, n_rows, n_cols, x, x_per_slot, ids, n_tokens, n_k, y, n_threads);
+}
+
+/* Two expert tensors that read the same x (an MoE's gate and up) in one call: x quantized
+ * once, both matrices' rows one work list; y (n_tokens * n_k, 2 n_rows), a's outputs
+ * first. -1 where the two types quantize activations differently (then call one by one). */
+int gc_mul_mat_id2(int type_a, const void *wa, int type_b, const void *wb, int64_t n_experts, int64_t n_rows,
+                   int64_t n_cols, const float *x, const int64_t *ids, int64_t n_tokens, int64_t n_k, float *y,
+                   int n_threads) {
+    const int types[2] = {type_a, type_b};
+    const void *ws[2] = {wa, wb};
+    return mul_mat_id_n(2, types, ws, n_experts, n_rows, n_cols, x, 0, ids, n_tokens, n_k, y, n_threads);
 }
 
 typedef struct {

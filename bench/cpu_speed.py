@@ -9,7 +9,8 @@ same thread count.
 Ours is measured through the entry points users use, each run in a fresh process:
 `generate()` (greedy, ignore_eos; decode = the steps after an 8-token prompt, prefill =
 prompt tokens over the time to the first step, after one warm-up run of the same prompt
-as llama-bench does; the first call is printed too) and the batch forward in a loop.
+as llama-bench does; the first call is printed too) and the batch forward in a loop
+(three decodes of each, taking turns; medians).
 Per decoded token the time inside the native matmul calls, inside the native dense ops
 (norms, attention, activations, expert routing, Qwen3.5's conv and delta rule), and everything else. Peak RSS against file + KV cache. llama-bench runs `-p P -n N -r 1` for every
 repetition; the two take turns and the medians are printed (this machine's speed drifts
@@ -68,19 +69,28 @@ for n in prefills:
         times.append(time.perf_counter() - t)
     out[f"prefill{n}"] = n / times[-1]
     out[f"prefill{n}_first"] = n / times[0]
-stamps = []
-for step in lm.generate(ids[:8], greedy(n_decode + 1)):
-    stamps.append(time.perf_counter())
-out["decode"] = n_decode / (stamps[-1] - stamps[0])
-with open("/proc/self/status") as f:  # resident memory right after decoding
-    out["decode_rss_mb"] = next(int(l.split()[1]) for l in f if l.startswith("VmRSS")) * 1024 / 1e6
-slot = lm.cache.allocate()  # the batch forward in a loop, greedy
-logits = lm.forward(Batch.of([(slot, ids[:8], 0)]))
-t = time.perf_counter()
-for i in range(n_decode):
-    logits = lm.forward(Batch.of([(slot, [int(logits[0].argmax())], 8 + i)]))
-out["decode_forward"] = n_decode / (time.perf_counter() - t)
-lm.cache.free(slot)
+def decode_generate():
+    stamps = []
+    for step in lm.generate(ids[:8], greedy(n_decode + 1)):
+        stamps.append(time.perf_counter())
+    return n_decode / (stamps[-1] - stamps[0])
+def decode_forward():  # the batch forward in a loop, greedy
+    slot = lm.cache.allocate()
+    logits = lm.forward(Batch.of([(slot, ids[:8], 0)]))
+    t = time.perf_counter()
+    for i in range(n_decode):
+        logits = lm.forward(Batch.of([(slot, [int(logits[0].argmax())], 8 + i)]))
+    lm.cache.free(slot)
+    return n_decode / (time.perf_counter() - t)
+gen, fwd = [], []
+for rep in range(3):  # taking turns, so that a drift of the machine's speed hits both
+    gen.append(decode_generate())
+    if rep == 0:
+        with open("/proc/self/status") as f:  # resident memory right after decoding
+            out["decode_rss_mb"] = next(int(l.split()[1]) for l in f if l.startswith("VmRSS")) * 1024 / 1e6
+    fwd.append(decode_forward())
+import statistics
+out["decode"], out["decode_forward"] = statistics.median(gen), statistics.median(fwd)
 # time inside the native matmul calls, in a second pass
 inner = [0.0]
 def timed(f):

@@ -30,6 +30,9 @@ class SamplingParams:
         return self.temperature <= 0.0 or self.top_k == 1
 
 
+MIN_TEMPERATURE = 1e-30
+
+
 def apply_logit_bias(logits: torch.Tensor, bias: dict[int, float]) -> torch.Tensor:
     if not bias:
         return logits
@@ -86,7 +89,11 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
         if logits.device.type == "cpu":  # numpy's argmax: ~10x torch's over a 262k vocabulary here
             return int(logits.numpy().argmax())
         return int(torch.argmax(logits))
-    logits = logits.float() / params.temperature
+    logits = logits.float()
+    # shifted so that the largest is 0 before dividing, and the temperature kept a
+    # float32 number: a vanishing one then gives -inf for all but the best tokens, not
+    # inf - inf or 0 / 0 (NaN)
+    logits = (logits - logits.max()) / max(params.temperature, MIN_TEMPERATURE)
     logits = top_k_filter(logits, params.top_k)
     logits = top_p_filter(logits, params.top_p)
     logits = min_p_filter(logits, params.min_p)

@@ -4,6 +4,7 @@ an error) to an HTTP response. Errors become OpenAI's `{"error": {...}}` in one 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import threading
 from contextlib import asynccontextmanager
@@ -61,12 +62,19 @@ def create_app(settings: ServerSettings) -> FastAPI:
         route = request.scope.get("route")
         return getattr(route, "path", None) or "unmatched"
 
+    def authorized(request: Request) -> bool:
+        """`Authorization: Bearer <key>` (the scheme in any case, RFC 9110), compared in
+        constant time."""
+        scheme, _, key = (request.headers.get("authorization") or "").strip().partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), settings.api_key.encode())
+
     @app.middleware("http")
     async def guard(request: Request, call_next):
         response = None
-        if request.url.path.startswith("/v1/"):
-            if settings.api_key and request.headers.get("authorization") != f"Bearer {settings.api_key}":
-                response = Unauthorized("Incorrect or missing API key").response()
+        path = request.url.path
+        if settings.api_key and path != "/health" and not authorized(request):  # /metrics and the docs too
+            response = Unauthorized("Incorrect or missing API key").response()
+        if response is None and path.startswith("/v1/"):
             length = request.headers.get("content-length")
             if response is None and length is not None and length.isdigit() and int(length) > settings.max_body_bytes:
                 response = PayloadTooLarge(

@@ -34,8 +34,8 @@ class BadRequest(APIError):
 class ContextLengthExceeded(APIError):
     """Prompt plus requested completion do not fit the model's context."""
 
-    def __init__(self, message: str):
-        super().__init__(message, param="messages", code="context_length_exceeded")
+    def __init__(self, message: str, param: str = "messages"):
+        super().__init__(message, param=param, code="context_length_exceeded")
 
 
 class Unauthorized(APIError):

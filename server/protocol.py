@@ -7,13 +7,50 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+def _lone_surrogate(value: Any, path: str = "") -> str | None:
+    """The path of the first string in `value` that is not valid Unicode (a lone UTF-16
+    surrogate such as "\\ud800", which JSON allows), else None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "body"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _lone_surrogate(item, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
 
 
 class OpenAIModel(BaseModel):
     model_config = ConfigDict(extra="ignore", protected_namespaces=())
+
+
+class OpenAIRequest(OpenAIModel):
+    """A request body: every string in it must be valid Unicode (the tokenizer, the
+    templates and the error messages all need UTF-8)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        where = _lone_surrogate(data)
+        if where:
+            raise ValueError(f"{where}: the string is not valid Unicode (a lone surrogate)")
+        return data
+
+
+# OpenAI's bounds: logit_bias values in [-100, 100]; a seed is a 64-bit integer
+LogitBias = Optional[dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]]]
+Seed = Optional[Annotated[int, Field(ge=-(2 ** 63), le=2 ** 64 - 1)]]
+# ours: the CTRL-style penalty divides logits, so it stays in a range where they stay finite
+RepetitionPenalty = Optional[Annotated[float, Field(ge=0.01, le=100.0)]]
 
 
 # ----------------------------------------------------------------- errors
@@ -77,11 +114,11 @@ class StreamOptions(OpenAIModel):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(OpenAIModel):
+class ChatCompletionRequest(OpenAIRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     model: str
     frequency_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)
-    logit_bias: Optional[dict[str, float]] = None
+    logit_bias: LogitBias = None
     logprobs: Optional[bool] = None
     top_logprobs: Optional[int] = None
     max_completion_tokens: Optional[int] = Field(default=None, ge=1)
@@ -90,7 +127,7 @@ class ChatCompletionRequest(OpenAIModel):
     presence_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)
     reasoning_effort: Optional[str] = None
     response_format: Optional[dict[str, Any]] = None
-    seed: Optional[int] = None
+    seed: Seed = None
     stop: Optional[Union[str, list[str]]] = None
     stream: Optional[bool] = False
     stream_options: Optional[StreamOptions] = None
@@ -102,7 +139,7 @@ class ChatCompletionRequest(OpenAIModel):
     # --- extensions (vLLM / llama.cpp server conventions) ---
     top_k: Optional[int] = Field(default=None, ge=0)
     min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
-    repetition_penalty: Optional[float] = Field(default=None, gt=0.0)
+    repetition_penalty: RepetitionPenalty = None
     chat_template_kwargs: Optional[dict[str, Any]] = None
 
 
@@ -164,16 +201,16 @@ class ChatCompletionChunk(BaseModel):
 # ------------------------------------------------------------ completions
 
 
-class CompletionRequest(OpenAIModel):
+class CompletionRequest(OpenAIRequest):
     model: str
     prompt: Union[str, list[str]]
     frequency_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)
-    logit_bias: Optional[dict[str, float]] = None
+    logit_bias: LogitBias = None
     logprobs: Optional[int] = None
     max_tokens: Optional[int] = Field(default=16, ge=1)
     n: Optional[int] = Field(default=1, ge=1, le=8)
     presence_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)
-    seed: Optional[int] = None
+    seed: Seed = None
     stop: Optional[Union[str, list[str]]] = None
     stream: Optional[bool] = False
     stream_options: Optional[StreamOptions] = None
@@ -183,7 +220,7 @@ class CompletionRequest(OpenAIModel):
     # --- extensions ---
     top_k: Optional[int] = Field(default=None, ge=0)
     min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
-    repetition_penalty: Optional[float] = Field(default=None, gt=0.0)
+    repetition_penalty: RepetitionPenalty = None
 
 
 class CompletionChoice(BaseModel):

@@ -60,13 +60,17 @@ def _stops(stop) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop)
 
 
-def _sampling(req, max_tokens: int | None) -> SamplingParams:
+def _sampling(req, max_tokens: int | None, vocab_size: int) -> SamplingParams:
     bias = {}
     for k, v in (req.logit_bias or {}).items():
         try:
-            bias[int(k)] = float(v)
+            token = int(k)
         except ValueError:
             raise BadRequest(f"logit_bias keys must be token ids, got {k!r}", param="logit_bias") from None
+        if not 0 <= token < vocab_size:
+            raise BadRequest(f"logit_bias: token id {token} is outside the vocabulary (0..{vocab_size - 1})",
+                             param="logit_bias")
+        bias[token] = float(v)
     return SamplingParams(
         temperature=req.temperature if req.temperature is not None else 1.0,
         top_p=req.top_p if req.top_p is not None else 1.0,
@@ -88,13 +92,14 @@ def _refuse_unsupported(req) -> None:
         raise BadRequest(f"'{bad[0]}' is not supported by this server yet", param=bad[0], code="unsupported_parameter")
 
 
-def _per_choice(req, max_tokens: int | None) -> list[SamplingParams]:
-    """One SamplingParams per requested choice (n); a seed advances by one per choice."""
+def _per_choice(req, max_tokens: int | None, lm) -> list[SamplingParams]:
+    """One SamplingParams per requested choice (n); a seed advances by one per choice
+    (within the 64 bits a generator takes)."""
     params = []
     for i in range(req.n or 1):
-        p = _sampling(req, max_tokens)
+        p = _sampling(req, max_tokens, lm.model.vocab_size)
         if p.seed is not None:
-            p.seed += i
+            p.seed = p.seed + i if p.seed + i < 2 ** 64 else p.seed + i - 2 ** 64
         params.append(p)
     return params
 
@@ -115,12 +120,14 @@ class Service:
         return min(ctx, self.settings.ctx_size) if self.settings.ctx_size else ctx
 
     def _check_length(self, entry, n_prompt: int, max_tokens: int | None, param: str) -> None:
+        if n_prompt == 0:  # nothing to condition on (a model that adds no BOS, an empty prompt)
+            raise BadRequest(f"the {param} is empty", param=param)
         ctx = self._context(entry)
         if n_prompt >= ctx or (max_tokens is not None and n_prompt + max_tokens > ctx):
             want = n_prompt + (max_tokens or 0)
             raise ContextLengthExceeded(
                 f"This model's maximum context length is {ctx} tokens. However, you requested {want} tokens "
-                f"({n_prompt} in the {param}, {max_tokens or 0} in the completion).")
+                f"({n_prompt} in the {param}, {max_tokens or 0} in the completion).", param=param)
 
     # ------------------------------------------------------------- chat
 
@@ -154,7 +161,7 @@ class Service:
                         or (lm.chat_template and THINK_OPEN in lm.chat_template))
         split = {"in_reasoning": starts_in_reasoning(prompt) and thinking is not False,
                  "enabled": bool(vocab_thinks) and thinking is not False}
-        return Prepared(entry, ids, _per_choice(req, max_tokens), split)
+        return Prepared(entry, ids, _per_choice(req, max_tokens, lm), split)
 
     async def pieces(self, prep: Prepared, tally: Tally) -> AsyncIterator[Piece]:
         """Run each choice in turn, yielding its pieces; cancels generation if abandoned."""
@@ -247,7 +254,8 @@ class Service:
         entry = await self._entry(req.model)
         ids = encode(entry.lm.tokenizer, prompt)
         self._check_length(entry, len(ids), req.max_tokens, "prompt")
-        return Prepared(entry, ids, _per_choice(req, req.max_tokens), {"in_reasoning": False, "enabled": False})
+        return Prepared(entry, ids, _per_choice(req, req.max_tokens, entry.lm),
+                        {"in_reasoning": False, "enabled": False})
 
     async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[str]:
         prep = await self.prepare_completion(req)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -174,6 +175,48 @@ def test_errors_in_openai_shape(srv, tiny_path, body, status, param, code):
         assert "maximum context length is 256 tokens" in err["message"] and "1000 in the completion" in err["message"]
 
 
+BAD_VALUES = [  # (endpoint, fields, param): values the server once took unchecked, then failed on (500)
+    ("chat", {"logit_bias": {"99999": 1}}, "logit_bias"),
+    ("chat", {"logit_bias": {"-1": 1}}, "logit_bias"),
+    ("chat", {"logit_bias": {"5": float("nan")}}, "logit_bias.5"),
+    ("chat", {"logit_bias": {"5": float("inf")}}, "logit_bias.5"),
+    ("completions", {"logit_bias": {"5": -1e300}}, "logit_bias.5"),
+    ("chat", {"repetition_penalty": 5e-324}, "repetition_penalty"),
+    ("completions", {"seed": 2 ** 64}, "seed"),
+    ("chat", {"seed": -(2 ** 63) - 1}, "seed"),
+    ("chat", {"messages": [{"role": "user", "content": "a\ud800b"}]}, None),
+    ("chat", {"model": "x\ud800"}, None),
+    ("completions", {"prompt": "\udfff"}, None),
+    ("completions", {"prompt": ""}, "prompt"),
+    ("completions", {"prompt": [""]}, "prompt"),
+    ("completions", {"max_tokens": 1000}, "prompt"),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("endpoint,fields,param", BAD_VALUES)
+def test_bad_values_are_400_naming_the_field_before_anything_runs(srv, tiny_path, endpoint, fields, param, stream):
+    body = {"model": tiny_path, "max_tokens": 2, "stream": stream, **(
+        {"messages": [{"role": "user", "content": "x"}]} if endpoint == "chat" else {"prompt": "the"})}
+    body.update(fields)
+    content = json.dumps(body)  # ASCII JSON: a lone surrogate as its escape; NaN, Infinity as json.dumps writes them
+    r = httpx.post(f"{srv}/v1/{'chat/completions' if endpoint == 'chat' else 'completions'}", content=content,
+                   headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and (param is None or err["param"] == param)
+    if param is None:
+        assert "not valid Unicode" in err["message"]
+    assert httpx.get(f"{srv}/health").status_code == 200
+
+
+def test_a_vanishing_temperature_is_greedy_not_an_error(client, tiny_path):
+    kw = dict(model=tiny_path, messages=[{"role": "user", "content": "the cat"}], max_tokens=4,
+              logit_bias=no_end(tiny_path))
+    tiny = client.chat.completions.create(temperature=1e-300, **kw).choices[0].message.content
+    assert tiny == client.chat.completions.create(temperature=0, **kw).choices[0].message.content
+
+
 def test_unknown_model_and_unknown_fields(client, tiny_path):
     with pytest.raises(openai.NotFoundError) as e:
         client.chat.completions.create(model="no/such:model.gguf", messages=[{"role": "user", "content": "x"}])
@@ -249,6 +292,14 @@ def test_api_key(tiny_path):
         assert httpx.get(f"{base}/health").status_code == 200  # health stays open
         ok = openai.OpenAI(base_url=f"{base}/v1", api_key="sekret").models.list()
         assert ok.data[0].id == tiny_path
+        for path in ("/metrics", "/docs", "/redoc", "/openapi.json"):  # they name models and traffic
+            assert httpx.get(f"{base}{path}").status_code == 401
+            assert httpx.get(f"{base}{path}", headers={"Authorization": "Bearer wrong"}).status_code == 401
+            assert httpx.get(f"{base}{path}", headers={"Authorization": "Bearer sekret"}).status_code == 200
+        for header in ("bearer sekret", "BEARER sekret", "Bearer  sekret"):  # the scheme in any case (RFC 9110)
+            assert httpx.get(f"{base}/v1/models", headers={"Authorization": header}).status_code == 200
+        for header in ("sekret", "Basic sekret", "Bearer sekret2", "Bearer"):
+            assert httpx.get(f"{base}/v1/models", headers={"Authorization": header}).status_code == 401
 
 
 def test_server_flag_reasoning_off(tiny_path):

@@ -52,6 +52,7 @@ class Prepared:
     prompt_ids: list[int]
     params: list[SamplingParams]
     splitter_args: dict = field(default_factory=dict)
+    first_job: Job | None = None  # the first choice's, queued before a stream starts
 
 
 def _stops(stop) -> list[str]:
@@ -163,13 +164,23 @@ class Service:
                  "enabled": bool(vocab_thinks) and thinking is not False}
         return Prepared(entry, ids, _per_choice(req, max_tokens, lm), split)
 
+    def _submit(self, prep: Prepared, params: SamplingParams) -> Job:
+        job = Job(prep.prompt_ids, params, asyncio.get_running_loop(), asyncio.Queue())
+        prep.entry.worker.submit(job)  # Overloaded (429) when the queue is full
+        return job
+
+    def queue_first(self, prep: Prepared) -> Prepared:
+        """Queue the first choice now, so that a refusal (429) is the response's status
+        and not an event inside a stream that already answered 200."""
+        prep.first_job = self._submit(prep, prep.params[0])
+        return prep
+
     async def pieces(self, prep: Prepared, tally: Tally) -> AsyncIterator[Piece]:
         """Run each choice in turn, yielding its pieces; cancels generation if abandoned."""
         tally.prompt_tokens = len(prep.prompt_ids)
         m, name = self.metrics, prep.entry.id
         for index, params in enumerate(prep.params):
-            job = Job(prep.prompt_ids, params, asyncio.get_running_loop(), asyncio.Queue())
-            prep.entry.worker.submit(job)
+            job = prep.first_job if index == 0 and prep.first_job else self._submit(prep, params)
             splitter = ReasoningSplitter(**prep.splitter_args)
             last = time.perf_counter()
             first = True
@@ -203,7 +214,7 @@ class Service:
                 job.cancel.set()
 
     async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[str]:
-        prep = await self.prepare_chat(req)
+        prep = self.queue_first(await self.prepare_chat(req))
         return self._chat_sse(req, prep)
 
     async def _chat_sse(self, req, prep) -> AsyncIterator[str]:
@@ -258,7 +269,7 @@ class Service:
                         {"in_reasoning": False, "enabled": False})
 
     async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[str]:
-        prep = await self.prepare_completion(req)
+        prep = self.queue_first(await self.prepare_completion(req))
         return self._completion_sse(req, prep)
 
     async def _completion_sse(self, req, prep) -> AsyncIterator[str]:

@@ -270,10 +270,19 @@ def test_disconnect_cancels_and_full_queue_is_429(srv, tiny_path):
 
     def req():
         results.append(httpx.post(f"{srv}/v1/chat/completions", timeout=120, json={
-            "model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 60,
+            "model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 200,
             "logit_bias": no_end(tiny_path)}))
 
-    threads = [threading.Thread(target=req) for _ in range(5)]
+    streams = []
+
+    def streamed():  # refused streams get the 429 as their status, not as an event after a 200
+        with httpx.stream("POST", f"{srv}/v1/chat/completions", timeout=120, json={
+                "model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 200,
+                "logit_bias": no_end(tiny_path), "stream": True}) as r:
+            r.read()
+            results.append(r), streams.append(r)
+
+    threads = [threading.Thread(target=f) for f in (req, req, req, streamed, streamed, streamed)]
     for th in threads:
         th.start()
         time.sleep(0.05)
@@ -281,8 +290,12 @@ def test_disconnect_cancels_and_full_queue_is_429(srv, tiny_path):
         th.join(120)
     codes = sorted(r.status_code for r in results)
     assert 429 in codes and 200 in codes
-    refused = next(r for r in results if r.status_code == 429)
-    assert refused.headers["retry-after"] == "1" and refused.json()["error"]["type"] == "rate_limit_error"
+    for r in results:
+        if r.status_code == 429:
+            assert r.headers["retry-after"] == "1" and r.json()["error"]["type"] == "rate_limit_error"
+        else:
+            assert r.status_code == 200 and "rate_limit_error" not in r.text
+    assert any(r.status_code == 429 and "event-stream" not in r.headers.get("content-type", "") for r in streams)
 
 
 def test_api_key(tiny_path):

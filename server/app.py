@@ -26,6 +26,32 @@ from .settings import ServerSettings
 log = logging.getLogger("gguf_serve.server")
 
 
+class BodyLimit:
+    """ASGI middleware: a request body over `limit` bytes is refused with 413 while it is
+    read, whatever its framing (Content-Length is checked before, in `guard`; a chunked
+    body has none). The error is raised from `receive`, inside the app, so it becomes
+    the usual error response."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        seen = 0
+
+        async def limited():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise StarletteHTTPException(413, f"request body over the {self.limit}-byte limit")
+            return message
+
+        await self.app(scope, limited, send)
+
+
 def create_app(settings: ServerSettings) -> FastAPI:
     metrics = Metrics()
     registry = Registry(settings, metrics)
@@ -55,6 +81,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 e.worker.stop()
 
     app = FastAPI(title="gguf-serve", lifespan=lifespan)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.state.registry = registry
     app.state.startup = state
 

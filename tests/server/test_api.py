@@ -233,6 +233,16 @@ def test_bad_json_and_oversized_body(srv, tiny_path):
     r = httpx.post(f"{srv}/v1/chat/completions", content=big, headers={"content-type": "application/json"}, timeout=60)
     assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
 
+    def chunks():  # no Content-Length: chunked transfer encoding, counted while it is read
+        for i in range(0, len(big), 1 << 20):
+            yield big[i:i + (1 << 20)]
+
+    r = httpx.post(f"{srv}/v1/chat/completions", content=chunks(), headers={"content-type": "application/json"},
+                   timeout=60)
+    assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    assert httpx.get(f"{srv}/health").status_code == 200
+
 
 def test_health_and_models_answer_during_a_long_generation(srv, tiny_path):
     done = threading.Event()

@@ -12,8 +12,9 @@ prompt tokens over the time to the first step, after one warm-up run of the same
 as llama-bench does; the first call is printed too) and the batch forward in a loop
 (three decodes of each, taking turns; medians).
 Per decoded token the time inside the native matmul calls, inside the native dense ops
-(norms, attention, activations, expert routing, Qwen3.5's conv and delta rule), and everything else. Peak RSS against file + KV cache. llama-bench runs `-p P -n N -r 1` for every
-repetition; the two take turns and the medians are printed (this machine's speed drifts
+(norms, attention, activations, expert routing, Qwen3.5's conv and delta rule), and
+everything else. Peak RSS against file + KV cache. llama-bench runs `-p P -n N -r 1` for
+every repetition; the two take turns and the medians are printed (this machine's speed drifts
 by tens of percent over minutes). How to build llama-bench: bench/README.md.
 """
 
@@ -91,15 +92,19 @@ for rep in range(3):  # taking turns, so that a drift of the machine's speed hit
     fwd.append(decode_forward())
 import statistics
 out["decode"], out["decode_forward"] = statistics.median(gen), statistics.median(fwd)
-# time inside the native matmul calls, in a second pass
-inner = [0.0]
-def timed(f):
-    def g(*a, **k):
-        t0 = time.perf_counter()
-        y = f(*a, **k)
-        inner[0] += time.perf_counter() - t0
-        return y
-    return g
+# time inside the native matmul calls, and inside the native dense ops (norms, attention,
+# activations, expert routing, Qwen3.5's conv and delta rule), in a second pass
+inner, dense = [0.0], [0.0]
+def timer(acc):
+    def timed(f):
+        def g(*a, **k):
+            t0 = time.perf_counter()
+            y = f(*a, **k)
+            acc[0] += time.perf_counter() - t0
+            return y
+        return g
+    return timed
+timed, timed_op = timer(inner), timer(dense)
 cpu.MulMat.__call__ = timed(cpu.MulMat.__call__)
 cpu.MulMatGroup.__call__ = timed(cpu.MulMatGroup.__call__)
 cpu._mul_mat_id_rows = timed(cpu._mul_mat_id_rows)
@@ -107,15 +112,7 @@ for layer in lm.model.layers:  # gate and up experts in one call: bound at load
     experts = getattr(getattr(layer, "mlp", None), "experts", None)
     if experts is not None and experts._pair is not None:
         experts._pair = timed(experts._pair)
-dense = [0.0]  # and inside the native dense ops (norms, attention, activations, expert routing, Qwen3.5's conv and delta rule)
 from gguf_serve.engine.kernels import cpu_ops
-def timed_op(f):
-    def g(*a, **k):
-        t0 = time.perf_counter()
-        y = f(*a, **k)
-        dense[0] += time.perf_counter() - t0
-        return y
-    return g
 for name in ("rms_norm", "rms_norm_add", "act_mul", "gated_mul", "self_attention", "causal_conv", "gated_delta_rule",
              "moe_route", "moe_combine"):
     setattr(cpu_ops.CpuOps, name, timed_op(getattr(cpu_ops.CpuOps, name)))

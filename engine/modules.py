@@ -133,8 +133,10 @@ class GgufExperts:
         """(T, k, hidden) for x (T, hidden) and ids (T, k); `ops` (kernels.ops) applies
         the activation `act` to the gate and multiplies by up."""
         g_ops, u_ops, d_ops = self.ops
-        both = self._pair and self._pair(self.gate, self.up, x, ids, self.types[0], self.types[1], self.intermediate)
-        if both is not None and both is not False:
+        both = None
+        if self._pair is not None:  # None where the pair's types or the batch do not fit one call
+            both = self._pair(self.gate, self.up, x, ids, self.types[0], self.types[1], self.intermediate)
+        if both is not None:
             t, k, n = ids.shape[0], ids.shape[1], self.intermediate
             h = ops.gated_mul(both.view(t * k, 2 * n), n, act).view(t, k, n)
         else:

@@ -101,9 +101,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
         path = request.url.path
         if settings.api_key and path != "/health" and not authorized(request):  # /metrics and the docs too
             response = Unauthorized("Incorrect or missing API key").response()
-        if response is None and path.startswith("/v1/"):
+        if response is None and path.startswith("/v1/"):  # refused before reading; BodyLimit counts the rest
             length = request.headers.get("content-length")
-            if response is None and length is not None and length.isdigit() and int(length) > settings.max_body_bytes:
+            if length is not None and length.isdigit() and int(length) > settings.max_body_bytes:
                 response = PayloadTooLarge(
                     f"request body of {length} bytes is over the {settings.max_body_bytes}-byte limit").response()
         if response is None:

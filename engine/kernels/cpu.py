@@ -313,11 +313,15 @@ def _mul_mat_id_rows(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, g
     y = torch.empty(t, k, out_features, dtype=torch.float32)
     rc = (_lib or load()).gc_mul_mat_id(ggml_type, w.data_ptr(), w.shape[0], out_features, x.shape[-1], x.data_ptr(),
                                         int(x.dim() == 3), ids.data_ptr(), t, k, y.data_ptr(), _threads)
-    if rc == -3:
-        raise IndexError(f"expert index out of range 0..{w.shape[0] - 1} in {ids.tolist()}")
-    if rc != 0:
-        raise RuntimeError(f"gc_mul_mat_id failed ({rc}) for {GGMLType(ggml_type).name}, {x.shape[-1]} columns")
+    _check_mul_mat_id(rc, "gc_mul_mat_id", w.shape[0], ids, f"{GGMLType(ggml_type).name}, {x.shape[-1]} columns")
     return y
+
+
+def _check_mul_mat_id(rc: int, fn: str, n_experts: int, ids: torch.Tensor, what: str) -> None:
+    if rc == -3:
+        raise IndexError(f"expert index out of range 0..{n_experts - 1} in {ids.tolist()}")
+    if rc != 0:
+        raise RuntimeError(f"{fn} failed ({rc}) for {what}")
 
 
 def mul_mat_id2(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, type_a: GGMLType,
@@ -339,10 +343,7 @@ def mul_mat_id2(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, ids: torch.Te
                                          _threads)
     if rc == -1:
         return None
-    if rc == -3:
-        raise IndexError(f"expert index out of range 0..{a.shape[0] - 1} in {ids.tolist()}")
-    if rc != 0:
-        raise RuntimeError(f"gc_mul_mat_id2 failed ({rc}) for {x.shape[-1]} columns")
+    _check_mul_mat_id(rc, "gc_mul_mat_id2", a.shape[0], ids, f"{x.shape[-1]} columns")
     return y
 
 

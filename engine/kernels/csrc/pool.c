@@ -47,9 +47,9 @@ static inline void cpu_relax(void) {
  * far below 1e-30 (SiLU of a large negative gate, say) times a block scale is a float32
  * denormal, and every FMA on one takes a microcode assist (a decode step's expert down
  * projections ran at half speed on such inputs). Values that small change no result.
- * Workers set it once; the calling thread gets its own mode back after each call, so
- * the rest of the process (torch, numpy) keeps IEEE semantics. gc_set_ftz(0) turns it
- * off for comparisons. */
+ * Workers take the setting's mode before each call's chunks; the calling thread gets its
+ * own mode back after each call, so the rest of the process (torch, numpy) keeps IEEE
+ * semantics. gc_set_ftz(0) turns it off for comparisons. */
 static int g_ftz = 1;
 
 int gc_set_ftz(int on) {

@@ -94,8 +94,9 @@ class KVCache:
                 k = torch.empty(n_seq, lc.n_kv_heads, cells, lc.head_dim, dtype=dtype, device=self.device)
                 v = torch.empty_like(k)
             elif lc.kind == "linear":
-                conv = torch.zeros(n_seq, lc.conv_kernel - 1, lc.conv_dim, dtype=torch.float32, device=self.device)
-                state = torch.zeros(n_seq, lc.n_heads, lc.key_dim, lc.value_dim, dtype=torch.float32,
+                # zeroed per slot when a sequence starts (`begin`)
+                conv = torch.empty(n_seq, lc.conv_kernel - 1, lc.conv_dim, dtype=torch.float32, device=self.device)
+                state = torch.empty(n_seq, lc.n_heads, lc.key_dim, lc.value_dim, dtype=torch.float32,
                                     device=self.device)
             else:
                 raise ValueError(f"KV cache: unknown layer kind {lc.kind!r}")
@@ -146,17 +147,27 @@ class KVCache:
 
     def fork(self, src: int, dst: int) -> None:
         """Make `dst` hold exactly what `src` holds (n > 1 choices share one prefill)."""
+        self.copy_prefix(src, dst, self.lengths[src])
+
+    def copy_prefix(self, src: int, dst: int, n: int) -> None:
+        """Make `dst` hold `src`'s state after its first `n` tokens: exact only where `src`
+        could go on from `n` itself (`can_restart_at`), else CacheError. Sliding rings
+        and recurrent states are copied whole (what lies beyond `n` in a ring is never
+        read: positions past a sequence's end are masked, and its next batch overwrites them)."""
         self._check_slot(src)
         self._check_slot(dst)
-        n = self.lengths[src]
-        for i, lc in enumerate(self.layers):
-            if lc.kind == "attention":
-                used = min(n, self.n_cells[i])
-                self.k[i][dst, :, :used].copy_(self.k[i][src, :, :used])
-                self.v[i][dst, :, :used].copy_(self.v[i][src, :, :used])
-            else:
-                self.conv[i][dst].copy_(self.conv[i][src])
-                self.state[i][dst].copy_(self.state[i][src])
+        if not self.can_restart_at(src, n):
+            raise CacheError(f"KV cache: slot {src} holds {self.lengths[src]} tokens; its state after {n} cannot "
+                             f"be copied exactly")
+        if n:
+            for i, lc in enumerate(self.layers):
+                if lc.kind == "attention":
+                    used = n if not lc.window else min(self.lengths[src], self.n_cells[i])
+                    self.k[i][dst, :, :used].copy_(self.k[i][src, :, :used])
+                    self.v[i][dst, :, :used].copy_(self.v[i][src, :, :used])
+                else:
+                    self.conv[i][dst].copy_(self.conv[i][src])
+                    self.state[i][dst].copy_(self.state[i][src])
         self.lengths[dst] = n
 
     def _check_slot(self, slot: int) -> None:

@@ -1,9 +1,9 @@
-"""The generation loop: token ids in, a stream of (token, text) steps out.
+"""Generation: token ids in, a stream of (token, text) steps out.
 
 Templating happens before it (engine.chat) and detokenization at its edge
-(`Detokenizer`): the loop itself works on ids, one sequence in one slot of the
-model's KV cache, through the batch forward (`LoadedModel.forward`), and checks its
-cancel flag before every forward pass."""
+(`Detokenizer`); stop strings are held back until they cannot match (`StopStrings`).
+The loop itself is the scheduler's (engine.scheduler): `generate()` runs one request
+through it, which checks its cancel flag before every forward pass."""
 
 from __future__ import annotations
 
@@ -11,11 +11,8 @@ import threading
 from dataclasses import dataclass
 from typing import Iterator
 
-import torch
-
 from ..gguf_io import Keys
-from .batch import Batch
-from .sampling import SamplingParams, apply_logit_bias, apply_penalties, sample
+from .sampling import SamplingParams
 
 END_OF_GENERATION_TEXTS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>",
                            "<|endoftext|>", "</s>", "<|end_of_text|>")
@@ -24,13 +21,18 @@ END_OF_GENERATION_TEXTS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|eom_i
 @dataclass
 class Step:
     """One streamed step. `text` is new, complete text (never half a UTF-8 character);
-    the last step carries `finish_reason` ("stop", "length" or "cancelled")."""
+    the last step carries `finish_reason` ("stop", "length" or "cancelled"). `index` is
+    the choice (of a request with several); `logprob` / `top_logprobs` come when the
+    sampling parameters ask for them."""
 
     token_id: int | None
     text: str
     finish_reason: str | None
     prompt_tokens: int
     completion_tokens: int
+    index: int = 0
+    logprob: float | None = None
+    top_logprobs: list[tuple[int, float]] | None = None
 
 
 class Detokenizer:
@@ -119,53 +121,10 @@ def prompt_ids_for(lm, prompt, **template_kwargs) -> list[int]:
 def generate(lm, prompt, params: SamplingParams | None = None,
              cancel: threading.Event | None = None, max_context: int | None = None,
              **template_kwargs) -> Iterator[Step]:
-    """Stream a completion of `prompt`: token ids, a text, or chat messages. One
-    sequence slot of the model's KV cache is held for the generation."""
+    """Stream a completion of `prompt`: token ids, a text, or chat messages. This is the
+    scheduler (engine.scheduler) with one request: one sequence slot of the model's KV
+    cache is held for the generation."""
+    from .scheduler import run_one
+
     prompt_ids = prompt_ids_for(lm, prompt, **template_kwargs)
-    params = params or SamplingParams()
-    n_prompt = len(prompt_ids)
-    limit = min(max_context or lm.n_ctx, lm.n_ctx)
-    budget = limit - n_prompt
-    if params.max_tokens is not None:
-        budget = min(budget, params.max_tokens)
-    if budget <= 0 or n_prompt == 0:
-        yield Step(None, "", "length", n_prompt, 0)
-        return
-    eog = set() if params.ignore_eos else end_of_generation_ids(lm)
-    stop_ids = eog | set(params.stop_token_ids)
-    generator = None
-    if params.seed is not None:
-        generator = torch.Generator(device="cpu").manual_seed(params.seed)
-    detok = Detokenizer(lm.tokenizer, prompt_ids)
-    stops = StopStrings(params.stop)
-    counts: dict[int, int] = {}
-    slot = lm.cache.allocate()
-    try:
-        batch = Batch.of([(slot, prompt_ids, 0)], device=lm.device)
-        pos, n_out = n_prompt, 0
-        while True:
-            if cancel is not None and cancel.is_set():
-                yield Step(None, stops.flush(), "cancelled", n_prompt, n_out)
-                return
-            logits = lm.forward(batch)[0].cpu()
-            logits = apply_logit_bias(logits, params.logit_bias)
-            logits = apply_penalties(logits, counts, repetition=params.repetition_penalty,
-                                     presence=params.presence_penalty, frequency=params.frequency_penalty)
-            token = sample(logits, params, generator)
-            n_out += 1
-            if token in stop_ids:
-                yield Step(token, stops.flush(), "stop", n_prompt, n_out)
-                return
-            counts[token] = counts.get(token, 0) + 1
-            text, hit = stops.feed(detok.push(token))
-            if hit:
-                yield Step(token, text, "stop", n_prompt, n_out)
-                return
-            if n_out >= budget:
-                yield Step(token, text + stops.flush(), "length", n_prompt, n_out)
-                return
-            yield Step(token, text, None, n_prompt, n_out)
-            batch = Batch.of([(slot, [token], pos)], device=lm.device)
-            pos += 1
-    finally:
-        lm.cache.free(slot)
+    return run_one(lm, prompt_ids, params or SamplingParams(), cancel, max_context)

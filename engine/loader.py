@@ -32,6 +32,8 @@ ModelLoadError = WeightError  # the name callers know
 
 MAX_BATCH = 512  # tokens per forward pass; longer prompts run in chunks of this size
 KV_MEMORY_SHARE = 0.25  # default KV cache: at most this share of the memory available at load
+DEFAULT_PARALLEL = 8  # sequence slots by default (running sequences and the prefix cache)...
+MIN_DEFAULT_CTX = 8192  # ...fewer where each would hold less context than this
 
 
 def pick_device(device: str | torch.device = "auto") -> torch.device:
@@ -116,20 +118,36 @@ def available_memory() -> int:
 
 def cache_size(specs, trained_ctx: int, n_ctx: int | None, n_seq: int | None, dtype: torch.dtype,
                max_batch: int) -> tuple[int, int, str]:
-    """(n_ctx, n_seq, why): what was asked, else the trained context for one sequence
-    as far as KV_MEMORY_SHARE of the available memory holds it."""
-    n_seq = n_seq or 1
-    if n_ctx:
-        return n_ctx, n_seq, "as asked"
+    """(n_ctx, n_seq, why): what was asked; by default DEFAULT_PARALLEL sequences with the
+    trained context, as far as KV_MEMORY_SHARE of the available memory holds them, fewer
+    sequences where each would get less than MIN_DEFAULT_CTX tokens."""
     budget = int(available_memory() * KV_MEMORY_SHARE)
     per_token = bytes_per_token(specs, dtype)
-    fixed = fixed_bytes(specs, trained_ctx, max_batch, dtype)
-    fits = (budget // n_seq - fixed) // per_token if per_token else trained_ctx
-    if fits >= trained_ctx:
-        return trained_ctx, n_seq, "the trained context"
-    fits = max(256, fits // 256 * 256)
-    return min(fits, trained_ctx), n_seq, (f"what {KV_MEMORY_SHARE:.0%} of the {budget / KV_MEMORY_SHARE / 2**30:.1f} "
-                                           f"GiB available holds (trained: {trained_ctx}; raise with n_ctx)")
+
+    def fits(seqs: int) -> int:  # tokens per sequence that `seqs` sequences can hold in the budget
+        if not per_token:
+            return trained_ctx
+        return max(0, (budget // seqs - fixed_bytes(specs, trained_ctx, max_batch, dtype)) // per_token)
+
+    if n_ctx and n_seq:
+        return n_ctx, n_seq, "as asked"
+    share = f"{KV_MEMORY_SHARE:.0%} of the {budget / KV_MEMORY_SHARE / 2**30:.1f} GiB available"
+    if n_ctx:
+        seqs = DEFAULT_PARALLEL
+        while seqs > 1 and fits(seqs) < n_ctx:
+            seqs //= 2
+        return n_ctx, seqs, f"context as asked; {seqs} sequence(s): what {share} holds (raise with n_seq)"
+    floor = min(trained_ctx, MIN_DEFAULT_CTX)
+    seqs = n_seq or DEFAULT_PARALLEL
+    if not n_seq:
+        while seqs > 1 and fits(seqs) < floor:
+            seqs //= 2
+    ctx = fits(seqs)
+    if ctx >= trained_ctx:
+        return trained_ctx, seqs, f"{seqs} sequence(s) with the trained context"
+    ctx = min(max(256, ctx // 256 * 256), trained_ctx)
+    return ctx, seqs, (f"{seqs} sequence(s) of what {share} holds (trained: {trained_ctx}; raise with n_ctx, "
+                       f"n_seq)")
 
 
 def _glibc_trim():
@@ -165,8 +183,9 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device = "auto
                dtype: torch.dtype | None = None, progress=None, *, n_ctx: int | None = None,
                n_seq: int | None = None, max_batch: int = MAX_BATCH) -> LoadedModel:
     """Load a GGUF model with its weights packed; see LoadedModel. `n_ctx` (tokens per
-    sequence) and `n_seq` (sequence slots) size the KV cache; by default one sequence
-    with the trained context, less if the memory available would not hold it.
+    sequence) and `n_seq` (sequence slots) size the KV cache; by default up to
+    DEFAULT_PARALLEL sequences with the trained context, less if the memory available
+    would not hold them (`cache_size`).
     `progress`, if given, is called with each of LOAD_STAGES as it starts."""
     step = progress or (lambda stage: None)
     path = resolve_path(path_or_id)
@@ -183,7 +202,7 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device = "auto
     specs = model.cache_specs()
     ctx, seqs, why = cache_size(specs, config.max_position_embeddings, n_ctx, n_seq, dtype, max_batch)
     cache = KVCache(specs, seqs, ctx, max_batch, dtype, dev)
-    log.info("%s (%s); context %d: %s", cache.describe(), dtype, ctx, why)
+    log.info("%s (%s): %s", cache.describe(), dtype, why)
     from .chat import chat_template_for
     from .tokenizer import load_tokenizer
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
+
+# (token ids generated so far, logits) -> logits; must not modify its input in place
+LogitsProcessor = Callable[[list[int], torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -24,6 +28,10 @@ class SamplingParams:
     max_tokens: int | None = None
     logit_bias: dict[int, float] = field(default_factory=dict)
     ignore_eos: bool = False
+    # None: no logprobs; k >= 0: the chosen token's log-probability and the k most likely
+    logprobs: int | None = None
+    # per sequence, after logit bias and penalties, before sampling (a constrained-decoding mask)
+    logits_processor: LogitsProcessor | None = None
 
     @property
     def greedy(self) -> bool:
@@ -99,3 +107,14 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     logits = min_p_filter(logits, params.min_p)
     probs = torch.softmax(logits, dim=-1)
     return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def token_logprobs(logits: torch.Tensor, token: int, k: int) -> tuple[float, list[tuple[int, float]]]:
+    """The log-probability of `token` under `logits` (the processed logits the sampler
+    saw, before temperature and filtering) and the `k` most likely (id, logprob), best first."""
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    top: list[tuple[int, float]] = []
+    if k > 0:
+        vals, ids = torch.topk(lp, min(k, lp.shape[-1]))
+        top = [(int(i), float(v)) for i, v in zip(ids, vals)]
+    return float(lp[token]), top

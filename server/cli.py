@@ -59,7 +59,10 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument("--api-key-file", help="read the API key from this file (e.g. a mounted secret)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], help="where to run (default auto)")
-    p.add_argument("--ctx-size", type=int, help="cap on prompt + completion tokens (default: the model's)")
+    p.add_argument("--ctx-size", type=int, help="tokens per sequence, prompt + completion (default: the trained "
+                                                "context, as far as a quarter of the memory available holds it)")
+    p.add_argument("--parallel", type=int, help="sequences decoded together in one batch, each with its KV cache slot "
+                                                "(default: 8, fewer if the memory would give each < 8192 tokens)")
     p.add_argument("--threads", type=int, help="CPU threads for torch and the kernels (default: torch's)")
     p.add_argument("--offline", action="store_true", default=None, help="never touch the network (HF_HUB_OFFLINE)")
     p.add_argument("--max-queue", type=int, help="requests that may wait per model before 429 (default 16)")

@@ -4,8 +4,12 @@ conventions: a `gguf_serve_` prefix, base units in the name, `_total` on counter
 | metric | type | labels | meaning |
 |---|---|---|---|
 | gguf_serve_requests_total | counter | endpoint, status | HTTP requests answered |
-| gguf_serve_queue_depth | gauge | model | requests waiting for the model's worker |
+| gguf_serve_queue_depth | gauge | model | requests waiting for sequence slots |
 | gguf_serve_requests_running | gauge | model | requests being generated now |
+| gguf_serve_sequences_running | gauge | model | sequences (choices) in the running batch |
+| gguf_serve_batch_tokens | histogram | model | tokens per forward step (decoding sequences + prompt chunks) |
+| gguf_serve_prefix_cache_hit_tokens_total | counter | model | prompt tokens taken from the prefix cache, not prefilled |
+| gguf_serve_kv_slots | gauge | model, state | KV cache sequence slots: running, cached (a finished prefix kept), free |
 | gguf_serve_prompt_tokens_total | counter | model | prompt tokens processed |
 | gguf_serve_generated_tokens_total | counter | model | tokens generated |
 | gguf_serve_time_to_first_token_seconds | histogram | model | submit → first token |
@@ -29,8 +33,16 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("gguf_serve_requests", "HTTP requests answered", ["endpoint", "status"], registry=r)
-        self.queue_depth = Gauge("gguf_serve_queue_depth", "Requests waiting for the model's worker", ["model"], registry=r)
+        self.queue_depth = Gauge("gguf_serve_queue_depth", "Requests waiting for sequence slots", ["model"], registry=r)
         self.running = Gauge("gguf_serve_requests_running", "Requests being generated now", ["model"], registry=r)
+        self.sequences_running = Gauge("gguf_serve_sequences_running", "Sequences in the running batch", ["model"],
+                                       registry=r)
+        self.batch_tokens = Histogram("gguf_serve_batch_tokens", "Tokens per forward step", ["model"],
+                                      buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=r)
+        self.prefix_hit_tokens = Counter("gguf_serve_prefix_cache_hit_tokens",
+                                         "Prompt tokens taken from the prefix cache", ["model"], registry=r)
+        self.kv_slots = Gauge("gguf_serve_kv_slots", "KV cache sequence slots by state", ["model", "state"],
+                              registry=r)
         self.prompt_tokens = Counter("gguf_serve_prompt_tokens", "Prompt tokens processed", ["model"], registry=r)
         self.generated_tokens = Counter("gguf_serve_generated_tokens", "Tokens generated", ["model"], registry=r)
         self.ttft = Histogram("gguf_serve_time_to_first_token_seconds", "From submission to the first token",

@@ -140,6 +140,7 @@ class ChatCompletionRequest(OpenAIRequest):
     top_k: Optional[int] = Field(default=None, ge=0)
     min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
     repetition_penalty: RepetitionPenalty = None
+    ignore_eos: Optional[bool] = None  # keep generating past end-of-generation tokens (benchmarks)
     chat_template_kwargs: Optional[dict[str, Any]] = None
 
 
@@ -221,6 +222,7 @@ class CompletionRequest(OpenAIRequest):
     top_k: Optional[int] = Field(default=None, ge=0)
     min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
     repetition_penalty: RepetitionPenalty = None
+    ignore_eos: Optional[bool] = None  # keep generating past end-of-generation tokens (benchmarks)
 
 
 class CompletionChoice(BaseModel):

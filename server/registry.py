@@ -1,6 +1,7 @@
 """Which models this server offers, loading them on demand, and one generation worker
-per loaded model. Generation runs on the worker's thread, never on the event loop;
-requests wait in a bounded queue and are served in arrival order."""
+per loaded model. Generation runs on the worker's thread (the model's scheduler),
+never on the event loop; requests wait in a bounded queue and join the running batch
+in arrival order."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine import load_model
-from ..engine.generate import generate
 from ..engine.sampling import SamplingParams
+from ..engine.scheduler import Request, Scheduler
 from ..gguf_io import GGUFError, GGUFReader, Keys
 from . import hub
 from .default_model import default_model_path
@@ -29,22 +30,35 @@ DEFAULT_MODEL_ID = "embedded:gemma-3-270m-q4_k_m.gguf"
 
 @dataclass
 class Job:
+    """A request on its way to the model's scheduler: its Steps (then None, or an
+    Exception) come back into `out` on the event loop."""
+
     prompt_ids: list[int]
-    params: SamplingParams
+    params: list[SamplingParams]  # one per choice
     loop: asyncio.AbstractEventLoop
     out: asyncio.Queue
     cancel: threading.Event = field(default_factory=threading.Event)
 
+    def emit(self, item) -> None:
+        self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+
+    def request(self, max_context: int | None) -> Request:
+        return Request(self.prompt_ids, self.params, self.emit, self.cancel, max_context)
+
 
 class Worker:
-    """One thread generating for one model, one request at a time."""
+    """One thread per loaded model, running its scheduler (engine.scheduler): requests
+    wait in a bounded queue (429 beyond it) and join the running batch, first come first
+    served, as sequence slots free up; each step is one forward over all of them."""
 
     def __init__(self, name: str, lm, max_queue: int, max_context: int | None, metrics=None):
         self.name = name
         self.metrics = metrics
         self.lm = lm
         self.max_context = max_context
+        self.scheduler = Scheduler(lm)
         self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
+        self._hits = 0
         self.thread = threading.Thread(target=self._run, name=f"gen-{name}", daemon=True)
         self.thread.start()
 
@@ -55,31 +69,65 @@ class Worker:
             raise Overloaded("the model's request queue is full; retry shortly",
                              headers={"Retry-After": "1"}) from None
         if self.metrics:
-            self.metrics.queue_depth.labels(self.name).set(self.jobs.qsize())
+            self.metrics.queue_depth.labels(self.name).set(self.jobs.qsize() + len(self.scheduler.waiting))
+
+    def _take(self) -> bool:
+        """Move queued jobs into the scheduler while it has slots for them (waiting for
+        one when it has nothing to do); False once told to stop."""
+        s = self.scheduler
+        block = not s.busy
+        while s.has_room():
+            try:
+                job = self.jobs.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if job is None:
+                return False
+            try:
+                s.add(job.request(self.max_context))
+            except Exception as e:  # refused by the scheduler (the service checks first): this job only
+                job.emit(e)
+        return True
 
     def _run(self) -> None:
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            if self.metrics:
-                self.metrics.queue_depth.labels(self.name).set(self.jobs.qsize())
-                self.metrics.running.labels(self.name).inc()
+        s = self.scheduler
+        going = True
+        while going or s.busy:
+            if going:
+                going = self._take()
             try:
-                if job.cancel.is_set():
-                    continue
-                for step in generate(self.lm, job.prompt_ids, job.params, cancel=job.cancel,
-                                     max_context=self.max_context):
-                    job.loop.call_soon_threadsafe(job.out.put_nowait, step)
-            except Exception as e:  # a failure ends this request, not the worker
-                log.exception("generation failed")
-                job.loop.call_soon_threadsafe(job.out.put_nowait, e)
-            finally:
-                if self.metrics:
-                    self.metrics.running.labels(self.name).dec()
-                job.loop.call_soon_threadsafe(job.out.put_nowait, None)
+                n = s.step()
+            except Exception:  # the requests in that step got the error; the others go on
+                log.exception("generation step failed")
+                n = 0
+            self._observe(n)
+        s.close()
+        while True:  # queued behind the stop: the model is gone, the client may retry
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                job.emit(Overloaded("the model was unloaded; retry shortly", headers={"Retry-After": "1"}))
+
+    def _observe(self, n_tokens: int) -> None:
+        m, s = self.metrics, self.scheduler
+        if not m:
+            return
+        m.queue_depth.labels(self.name).set(self.jobs.qsize() + len(s.waiting))
+        m.running.labels(self.name).set(len(s.running))
+        m.sequences_running.labels(self.name).set(s.n_running)
+        if n_tokens:
+            m.batch_tokens.labels(self.name).observe(n_tokens)
+        if s.prefix_hit_tokens != self._hits:
+            m.prefix_hit_tokens.labels(self.name).inc(s.prefix_hit_tokens - self._hits)
+            self._hits = s.prefix_hit_tokens
+        for state, count in s.slots().items():
+            m.kv_slots.labels(self.name, state).set(count)
 
     def stop(self) -> None:
+        """Finish what runs and waits in the scheduler, then end the thread."""
         self.jobs.put(None)
 
 
@@ -217,7 +265,7 @@ class Registry:
 
                 try:
                     entry.lm = load_model(entry.path, device=self.settings.device, progress=progress,
-                                          n_ctx=self.settings.ctx_size)
+                                          n_ctx=self.settings.ctx_size, n_seq=self.settings.parallel)
                 except Exception as e:
                     raise ModelLoadFailed(f"cannot load {entry.id}: {e}") from e
                 finally:

@@ -52,7 +52,7 @@ class Prepared:
     prompt_ids: list[int]
     params: list[SamplingParams]
     splitter_args: dict = field(default_factory=dict)
-    first_job: Job | None = None  # the first choice's, queued before a stream starts
+    job: Job | None = None  # queued before a stream starts
 
 
 def _stops(stop) -> list[str]:
@@ -84,6 +84,7 @@ def _sampling(req, max_tokens: int | None, vocab_size: int) -> SamplingParams:
         stop=_stops(req.stop),
         max_tokens=max_tokens,
         logit_bias=bias,
+        ignore_eos=bool(req.ignore_eos),
     )
 
 
@@ -96,8 +97,12 @@ def _refuse_unsupported(req) -> None:
 def _per_choice(req, max_tokens: int | None, lm) -> list[SamplingParams]:
     """One SamplingParams per requested choice (n); a seed advances by one per choice
     (within the 64 bits a generator takes)."""
+    n = req.n or 1
+    if n > lm.cache.n_seq:
+        raise BadRequest(f"n={n} choices need as many sequence slots; this server runs {lm.cache.n_seq} "
+                         f"(--parallel)", param="n")
     params = []
-    for i in range(req.n or 1):
+    for i in range(n):
         p = _sampling(req, max_tokens, lm.model.vocab_size)
         if p.seed is not None:
             p.seed = p.seed + i if p.seed + i < 2 ** 64 else p.seed + i - 2 ** 64
@@ -164,54 +169,55 @@ class Service:
                  "enabled": bool(vocab_thinks) and thinking is not False}
         return Prepared(entry, ids, _per_choice(req, max_tokens, lm), split)
 
-    def _submit(self, prep: Prepared, params: SamplingParams) -> Job:
-        job = Job(prep.prompt_ids, params, asyncio.get_running_loop(), asyncio.Queue())
+    def _submit(self, prep: Prepared) -> Job:
+        job = Job(prep.prompt_ids, prep.params, asyncio.get_running_loop(), asyncio.Queue())
         prep.entry.worker.submit(job)  # Overloaded (429) when the queue is full
         return job
 
     def queue_first(self, prep: Prepared) -> Prepared:
-        """Queue the first choice now, so that a refusal (429) is the response's status
-        and not an event inside a stream that already answered 200."""
-        prep.first_job = self._submit(prep, prep.params[0])
+        """Queue the request now, so that a refusal (429) is the response's status and
+        not an event inside a stream that already answered 200."""
+        prep.job = self._submit(prep)
         return prep
 
     async def pieces(self, prep: Prepared, tally: Tally) -> AsyncIterator[Piece]:
-        """Run each choice in turn, yielding its pieces; cancels generation if abandoned."""
+        """The choices' pieces as the scheduler makes them (one prefill, the choices
+        decoded side by side); cancels generation if abandoned."""
         tally.prompt_tokens = len(prep.prompt_ids)
         m, name = self.metrics, prep.entry.id
-        for index, params in enumerate(prep.params):
-            job = prep.first_job if index == 0 and prep.first_job else self._submit(prep, params)
-            splitter = ReasoningSplitter(**prep.splitter_args)
-            last = time.perf_counter()
-            first = True
-            if m:
-                m.prompt_tokens.labels(name).inc(len(prep.prompt_ids))
-            try:
-                while True:
-                    step = await job.out.get()
-                    if step is None:
-                        break
-                    if isinstance(step, Exception):
-                        raise step
-                    if step.token_id is not None:
-                        tally.completion_tokens += 1
-                        if m:
-                            t = time.perf_counter()
-                            (m.ttft if first else m.tpot).labels(name).observe(t - last)
-                            m.generated_tokens.labels(name).inc()
-                            last, first = t, False
-                        if splitter.in_reasoning:
-                            tally.reasoning_tokens += 1
-                    reasoning, content = splitter.feed(step.text)
-                    finish = step.finish_reason
-                    if finish is not None:
-                        r2, c2 = splitter.flush()
-                        reasoning, content = reasoning + r2, content + c2
-                        finish = "length" if finish == "cancelled" else finish
-                    if reasoning or content or finish:
-                        yield Piece(index, content, reasoning, finish)
-            finally:
-                job.cancel.set()
+        job = prep.job or self._submit(prep)
+        splitters = [ReasoningSplitter(**prep.splitter_args) for _ in prep.params]
+        last = [time.perf_counter()] * len(prep.params)
+        first = [True] * len(prep.params)
+        if m:
+            m.prompt_tokens.labels(name).inc(len(prep.prompt_ids))
+        try:
+            while True:
+                step = await job.out.get()
+                if step is None:
+                    break
+                if isinstance(step, Exception):
+                    raise step
+                i, splitter = step.index, splitters[step.index]
+                if step.token_id is not None:
+                    tally.completion_tokens += 1
+                    if m:
+                        t = time.perf_counter()
+                        (m.ttft if first[i] else m.tpot).labels(name).observe(t - last[i])
+                        m.generated_tokens.labels(name).inc()
+                        last[i], first[i] = t, False
+                    if splitter.in_reasoning:
+                        tally.reasoning_tokens += 1
+                reasoning, content = splitter.feed(step.text)
+                finish = step.finish_reason
+                if finish is not None:
+                    r2, c2 = splitter.flush()
+                    reasoning, content = reasoning + r2, content + c2
+                    finish = "length" if finish == "cancelled" else finish
+                if reasoning or content or finish:
+                    yield Piece(i, content, reasoning, finish)
+        finally:
+            job.cancel.set()
 
     async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[str]:
         prep = self.queue_first(await self.prepare_chat(req))

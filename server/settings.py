@@ -19,6 +19,7 @@ class ServerSettings(BaseSettings):
     api_key_file: Optional[str] = Field(default=None, description="read the API key from this file (a mounted secret)")
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     ctx_size: Optional[int] = None
+    parallel: Optional[int] = Field(default=None, ge=1, description="sequences decoded at once per model")
     threads: Optional[int] = None
     offline: bool = False
     max_queue: int = 16

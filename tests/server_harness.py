@@ -72,3 +72,17 @@ def server(*args: str, env: dict | None = None):
         log.close()
 
 
+def ids(tiny_path):
+    from gguf_serve.engine.tokenizer import load_tokenizer
+    from gguf_serve.gguf_io import GGUFReader
+
+    tok = load_tokenizer(GGUFReader(tiny_path))
+    return {t: tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>", "</think>", "<think>", "Ġthe")}
+
+
+def no_end(tiny_path, **extra):
+    """logit_bias that keeps the random model from ending, so lengths are exact."""
+    t = ids(tiny_path)
+    bias = {str(t["<|im_end|>"]): -100, str(t["<|endoftext|>"]): -100}
+    bias.update({str(k): v for k, v in extra.items()})
+    return bias

@@ -118,7 +118,8 @@ def test_default_context_comes_from_the_memory_available(tiny_models, monkeypatc
     from gguf_serve.engine.cache import fixed_bytes
 
     lm = load_model(tiny_models["gemma3"], device="cpu")
-    assert lm.n_ctx == 256 and lm.cache.n_seq == 1  # the tiny model's trained context fits easily
+    # the tiny model's trained context fits easily, for the default number of sequences
+    assert lm.n_ctx == 256 and lm.cache.n_seq == loader.DEFAULT_PARALLEL == 8
     specs = lm.model.cache_specs()
     per_token, fixed = bytes_per_token(specs, torch.float32), fixed_bytes(specs, 100_000, 512, torch.float32)
     budget = 2 * (fixed + 5000 * per_token)  # two sequences of 5000 tokens
@@ -127,8 +128,14 @@ def test_default_context_comes_from_the_memory_available(tiny_models, monkeypatc
     assert (ctx, seqs) == (4864, 2) and "raise with n_ctx" in why  # 5000 rounded down to 256s
     assert loader.cache_size(specs, 4000, None, 2, torch.float32, 512)[:2] == (4000, 2)  # trained fits
     assert loader.cache_size(specs, 100_000, 123, 3, torch.float32, 512) == (123, 3, "as asked")
+    # by default 8 sequences, halved until each holds MIN_DEFAULT_CTX (8192) tokens: 2 x 9984 here
+    budget = 2 * (fixed + 10_000 * per_token)
+    monkeypatch.setattr(loader, "available_memory", lambda: int(budget / loader.KV_MEMORY_SHARE))
+    assert loader.cache_size(specs, 100_000, None, None, torch.float32, 512)[:2] == (9984, 2)
+    assert loader.cache_size(specs, 100_000, 5000, None, torch.float32, 512)[:2] == (5000, 2)  # n_ctx asked
+    assert loader.cache_size(specs, 100_000, 40_000, None, torch.float32, 512)[:2] == (40_000, 1)
     monkeypatch.setattr(loader, "available_memory", lambda: 1000)
-    assert loader.cache_size(specs, 100_000, None, None, torch.float32, 512)[0] == 256  # never below 256
+    assert loader.cache_size(specs, 100_000, None, None, torch.float32, 512)[:2] == (256, 1)  # never below 256
     with caplog.at_level(logging.INFO, logger="gguf_serve.engine"):
         load_model(tiny_models["gemma3"], device="cpu", n_seq=2, n_ctx=64)
     line = [r.getMessage() for r in caplog.records if r.getMessage().startswith("KV cache")][-1]

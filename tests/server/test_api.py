@@ -11,33 +11,17 @@ import httpx
 import openai
 import pytest
 
-from server_harness import server
+from server_harness import ids, no_end, server
 
 @pytest.fixture(scope="module")
 def srv(tiny_path):
-    with server(tiny_path, "--max-queue", "2") as base:
+    with server(tiny_path, "--max-queue", "2", "--parallel", "2") as base:
         yield base
 
 
 @pytest.fixture
 def client(srv):
     return openai.OpenAI(base_url=f"{srv}/v1", api_key="unused", max_retries=0)
-
-
-def ids(tiny_path):
-    from gguf_serve.engine.tokenizer import load_tokenizer
-    from gguf_serve.gguf_io import GGUFReader
-
-    tok = load_tokenizer(GGUFReader(tiny_path))
-    return {t: tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>", "</think>", "<think>", "Ġthe")}
-
-
-def no_end(tiny_path, **extra):
-    """logit_bias that keeps the random model from ending, so lengths are exact."""
-    t = ids(tiny_path)
-    bias = {str(t["<|im_end|>"]): -100, str(t["<|endoftext|>"]): -100}
-    bias.update({str(k): v for k, v in extra.items()})
-    return bias
 
 
 def test_models_lists_the_file(client, srv, tiny_path):
@@ -131,6 +115,9 @@ def test_seed_and_n(client, tiny_path):
     b = client.chat.completions.create(**kw)
     assert [c.message.content for c in a.choices] == [c.message.content for c in b.choices]
     assert len(a.choices) == 2 and a.usage.completion_tokens == 12
+    with pytest.raises(openai.BadRequestError) as e:  # more choices than sequence slots (--parallel 2)
+        client.chat.completions.create(**{**kw, "n": 3})
+    assert e.value.body["param"] == "n" and "--parallel" in e.value.body["message"]
 
 
 def test_stop_strings(client, tiny_path):
@@ -247,13 +234,17 @@ def test_bad_json_and_oversized_body(srv, tiny_path):
 def test_health_and_models_answer_during_a_long_generation(srv, tiny_path):
     done = threading.Event()
 
-    def long_request():
-        httpx.post(f"{srv}/v1/chat/completions", timeout=120, json={
-            "model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 230, "n": 8,
-            "logit_bias": no_end(tiny_path)})
+    def long_requests():  # two requests of two choices: one runs in both slots, the other waits for them
+        ts = [threading.Thread(target=httpx.post, args=(f"{srv}/v1/chat/completions",), kwargs=dict(
+            timeout=120, json={"model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 230,
+                               "n": 2, "logit_bias": no_end(tiny_path)})) for _ in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
         done.set()
 
-    threading.Thread(target=long_request, daemon=True).start()
+    threading.Thread(target=long_requests, daemon=True).start()
     time.sleep(0.3)
     t = time.perf_counter()
     assert httpx.get(f"{srv}/health", timeout=5).status_code == 200
@@ -275,7 +266,7 @@ def test_disconnect_cancels_and_full_queue_is_429(srv, tiny_path):
     short = httpx.post(f"{srv}/v1/chat/completions", timeout=60, json={
         "model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 1})
     assert short.status_code == 200 and time.perf_counter() - t < 10
-    # --max-queue 2: one running, two waiting, the next is refused with Retry-After
+    # --parallel 2, --max-queue 2: two running, two waiting, the next is refused with Retry-After
     results = []
 
     def req():

@@ -1,0 +1,386 @@
+"""Continuous batching: one scheduler per loaded model runs every admitted request's
+sequences through one batch forward per step.
+
+A step holds the next token of every decoding sequence plus chunks of the prompts
+being prefilled (at most `prefill_chunk` prompt tokens while others decode, so a long
+prompt never stalls the running streams for its whole prefill; the whole `max_batch`
+when nothing decodes). After the forward, each sequence that got logits samples its
+next token (bias, penalties, its logits processor, then the sampler) and applies its
+stopping rules; finished or cancelled sequences leave between steps and new requests
+join. `generate()` is this scheduler with one request.
+
+Sequences live in the KV cache's slots. A request with `n` choices takes `n` slots:
+the prompt is prefilled once in the first, copied into the others, and the choices
+decode side by side.
+
+Prefix cache: a finished sequence's slot keeps what it holds (its token ids are
+remembered) until the slot is needed again, least recently used first. A new prompt
+that starts with tokens some slot holds goes on from there instead of prefilling
+them: in that slot when the prompt covers at least half of what the slot holds (or no
+slot is free), else copied into a free slot (from a finished or a running sequence).
+Reuse is exact or not at all (`KVCache.can_restart_at`): full-attention layers at any
+prefix; sliding-window layers (Gemma 3) while the window of the reuse point is still
+in the ring; recurrent layers (Qwen3.5's Gated DeltaNet) only at the end of what the
+slot holds, where their state is the state of that prefix (a multi-turn chat whose
+next prompt extends the last one)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .batch import Batch
+from .cache import CacheError
+from .generate import Detokenizer, Step, StopStrings, end_of_generation_ids
+from .sampling import SamplingParams, apply_logit_bias, apply_penalties, sample, token_logprobs
+
+PREFILL_CHUNK = 128  # prompt tokens per step while other sequences decode
+
+
+@dataclass(eq=False)
+class Request:
+    """What the scheduler runs: a prompt and one SamplingParams per choice. `emit` is
+    called on the scheduler's thread with each Step (its `index` is the choice), then
+    None once every choice has finished; or with an Exception, which ends the request."""
+
+    prompt_ids: list[int]
+    params: list[SamplingParams]
+    emit: Callable[[object], None]
+    cancel: threading.Event = field(default_factory=threading.Event)
+    max_context: int | None = None
+    done: bool = False
+
+
+class _Choice:
+    """One sequence's decoding state: sampler, penalties, stopping rules, text."""
+
+    def __init__(self, index: int, params: SamplingParams, lm, prompt_ids: list[int], budget: int, eog: set[int]):
+        self.index, self.params, self.budget = index, params, budget
+        self.stop_ids = (set() if params.ignore_eos else eog) | set(params.stop_token_ids)
+        self.generator = None
+        if params.seed is not None:
+            self.generator = torch.Generator(device="cpu").manual_seed(params.seed)
+        self.detok = Detokenizer(lm.tokenizer, prompt_ids)
+        self.stops = StopStrings(params.stop)
+        self.counts: dict[int, int] = {}
+        self.generated: list[int] = []
+        self.n_prompt = len(prompt_ids)
+        self.slot: int | None = None
+        self.next_token: int | None = None  # sampled, not yet fed
+        self.finished = False
+
+    def take(self, logits: torch.Tensor) -> Step:
+        """Sample from this sequence's logits row and apply the stopping rules."""
+        p = self.params
+        logits = apply_logit_bias(logits, p.logit_bias)
+        logits = apply_penalties(logits, self.counts, repetition=p.repetition_penalty, presence=p.presence_penalty,
+                                 frequency=p.frequency_penalty)
+        if p.logits_processor is not None:
+            logits = p.logits_processor(self.generated, logits)
+        token = sample(logits, p, self.generator)
+        logprob = top = None
+        if p.logprobs is not None:
+            logprob, top = token_logprobs(logits, token, p.logprobs)
+        self.generated.append(token)
+        n_out = len(self.generated)
+        finish, text = None, ""
+        if token in self.stop_ids:
+            finish, text = "stop", self.stops.flush()
+        else:
+            self.counts[token] = self.counts.get(token, 0) + 1
+            text, hit = self.stops.feed(self.detok.push(token))
+            if hit:
+                finish = "stop"
+            elif n_out >= self.budget:
+                finish, text = "length", text + self.stops.flush()
+        self.finished = finish is not None
+        self.next_token = None if self.finished else token
+        return Step(token, text, finish, self.n_prompt, n_out, index=self.index, logprob=logprob, top_logprobs=top)
+
+    def cancelled(self) -> Step:
+        self.finished = True
+        return Step(None, self.stops.flush(), "cancelled", self.n_prompt, len(self.generated), index=self.index)
+
+
+class _Running:
+    """An admitted request: its prompt (fed up to `fed` into the first choice's slot),
+    then its choices decoding."""
+
+    def __init__(self, req: Request, choices: list[_Choice], fed: int):
+        self.req, self.choices, self.fed = req, choices, fed
+        self.prompt = req.prompt_ids
+
+    @property
+    def prefilling(self) -> bool:
+        return self.fed < len(self.prompt)
+
+
+class Scheduler:
+    def __init__(self, lm, prefill_chunk: int = PREFILL_CHUNK, prefix_cache: bool = True):
+        self.lm, self.cache = lm, lm.cache
+        self.prefill_chunk = max(1, min(prefill_chunk, self.cache.max_batch))
+        self.prefix_cache = prefix_cache
+        self.eog = end_of_generation_ids(lm)
+        self.waiting: deque[Request] = deque()
+        self.running: list[_Running] = []
+        self.held: dict[int, list[int]] = {}  # slot → the token ids whose state it holds
+        self.idle: OrderedDict[int, None] = OrderedDict()  # finished slots kept for reuse, least recent first
+        self.prefix_hit_tokens = 0  # prompt tokens not prefilled thanks to the prefix cache
+        self.last_batch_tokens = 0
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    @property
+    def n_running(self) -> int:
+        return sum(1 for r in self.running for c in r.choices if not c.finished)
+
+    def slots(self) -> dict[str, int]:
+        """KV cache slots: running sequences, finished ones kept for reuse, free."""
+        cached = len(self.idle)
+        free = self.cache.free_slots
+        return {"running": self.cache.n_seq - cached - free, "cached": cached, "free": free}
+
+    def room_for(self, req: Request) -> bool:
+        return len(req.params) <= self.cache.free_slots + len(self.idle)
+
+    def has_room(self) -> bool:
+        """Whether a slot would be left after admitting every waiting request."""
+        return sum(len(r.params) for r in self.waiting) < self.cache.free_slots + len(self.idle)
+
+    # ------------------------------------------------------- requests
+
+    def add(self, req: Request) -> None:
+        """Queue a request; it is admitted, first come first served, once its choices
+        have slots. A request that cannot start (no prompt, no room in the context)
+        finishes at once with "length"."""
+        if not req.params:
+            raise ValueError("a request needs at least one SamplingParams")
+        if len(req.params) > self.cache.n_seq:
+            raise CacheError(f"{len(req.params)} choices need as many sequence slots; the cache has {self.cache.n_seq}")
+        if self._budget(req) <= 0 or not req.prompt_ids:
+            for i in range(len(req.params)):
+                req.emit(Step(None, "", "length", len(req.prompt_ids), 0, index=i))
+            self._finish(req)
+            return
+        self.waiting.append(req)
+
+    def _budget(self, req: Request) -> int:
+        limit = min(req.max_context or self.cache.n_ctx, self.cache.n_ctx)
+        return limit - len(req.prompt_ids)
+
+    def _budget_for(self, req: Request, p: SamplingParams) -> int:
+        b = self._budget(req)
+        return b if p.max_tokens is None else min(b, p.max_tokens)
+
+    def _finish(self, req: Request) -> None:
+        req.done = True
+        req.emit(None)
+
+    def _admit(self) -> None:
+        while self.waiting and self.room_for(self.waiting[0]):
+            req = self.waiting.popleft()
+            if req.cancel.is_set():
+                for i in range(len(req.params)):
+                    req.emit(Step(None, "", "cancelled", len(req.prompt_ids), 0, index=i))
+                self._finish(req)
+                continue
+            choices = [_Choice(i, p, self.lm, req.prompt_ids, self._budget_for(req, p), self.eog)
+                       for i, p in enumerate(req.params)]
+            slot, reused = self._prefill_slot(req.prompt_ids)
+            choices[0].slot = slot
+            for c in choices[1:]:
+                c.slot = self._take_slot()
+            self.prefix_hit_tokens += reused
+            self.running.append(_Running(req, choices, reused))
+
+    # ---------------------------------------------------------- slots
+
+    def _usable(self, slot: int, prompt: list[int]) -> int:
+        """How much of `prompt` the slot's state can stand for, exactly (one prompt
+        token is always left to feed: its logits start the completion)."""
+        held = self.held.get(slot)
+        if not held:
+            return 0
+        n, limit = 0, min(len(held), len(prompt) - 1)
+        while n < limit and held[n] == prompt[n]:
+            n += 1
+        return n if n and self.cache.can_restart_at(slot, n) else 0
+
+    def _prefill_slot(self, prompt: list[int]) -> tuple[int, int]:
+        """A slot for a new prompt and how many of its tokens it already holds."""
+        best, best_n = None, 0
+        if self.prefix_cache:
+            for slot in list(self.idle) + [c.slot for r in self.running for c in r.choices if not r.prefilling]:
+                n = self._usable(slot, prompt)
+                if n > best_n:
+                    best, best_n = slot, n
+        if best is not None and best in self.idle and (2 * best_n >= len(self.held[best])
+                                                        or not self.cache.free_slots):
+            del self.idle[best]
+            self.held[best] = self.held[best][:best_n]
+            return best, best_n
+        slot = self._take_slot(keep=best)
+        if best is not None:
+            self.cache.copy_prefix(best, slot, best_n)
+            self.held[slot] = self.held[best][:best_n]
+            return slot, best_n
+        return slot, 0
+
+    def _take_slot(self, keep: int | None = None) -> int:
+        """A free slot, else the least recently used finished one (never `keep`)."""
+        if not self.cache.free_slots:
+            victim = next(s for s in self.idle if s != keep)
+            del self.idle[victim]
+            self._release(victim)
+        slot = self.cache.allocate()
+        self.held[slot] = []
+        return slot
+
+    def _release(self, slot: int) -> None:
+        self.held.pop(slot, None)
+        self.cache.free(slot)
+
+    def _retire(self, c: _Choice) -> None:
+        """A finished sequence's slot: kept for reuse, or freed."""
+        if c.slot is None:
+            return
+        if self.prefix_cache and self.held.get(c.slot):
+            self.idle[c.slot] = None
+        else:
+            self._release(c.slot)
+        c.slot = None
+
+    def close(self) -> None:
+        """Cancel what runs, drop what waits, and give every slot back to the cache."""
+        for r in self.running:
+            self._cancel(r)
+        for req in self.waiting:
+            self._finish(req)
+        self.running, self.waiting = [], deque()
+        for slot in list(self.idle):
+            self._release(slot)
+        self.idle.clear()
+
+    def _cancel(self, r: _Running) -> None:
+        for c in r.choices:
+            if not c.finished:
+                r.req.emit(c.cancelled())
+            self._retire(c)
+        self._finish(r.req)
+
+    # ----------------------------------------------------------- steps
+
+    def step(self) -> int:
+        """One batch forward over every running sequence; returns its tokens (0: nothing to do)."""
+        for r in [r for r in self.running if r.req.cancel.is_set()]:
+            self.running.remove(r)
+            self._cancel(r)
+        self._admit()
+        items, wants, owners = [], [], []  # owners: (request, choice, "decode" | "chunk" | "last")
+        for r in self.running:
+            if not r.prefilling:
+                for c in r.choices:
+                    if not c.finished:
+                        items.append((c.slot, [c.next_token], len(self.held[c.slot])))
+                        wants.append("last")
+                        owners.append((r, c, "decode"))
+        budget = self.cache.max_batch - len(items)
+        chunk = self.prefill_chunk if items else budget
+        for r in self.running:
+            if r.prefilling and budget > 0:
+                n = min(len(r.prompt) - r.fed, chunk, budget)
+                items.append((r.choices[0].slot, r.prompt[r.fed:r.fed + n], r.fed))
+                last = r.fed + n == len(r.prompt)
+                wants.append("last" if last else "none")
+                owners.append((r, r.choices[0], "last" if last else "chunk"))
+                budget -= n
+        if not items:
+            self.last_batch_tokens = 0
+            return 0
+        batch = Batch.of(items, wants, device=self.lm.device)
+        try:
+            logits = self.lm.forward(batch)
+        except Exception as e:  # a failed forward ends the requests in it; the scheduler goes on
+            self._fail({id(r): r for r, _, _ in owners}.values(), e)
+            raise
+        if logits.device.type != "cpu":
+            logits = logits.cpu()
+        for slot, ids, pos in items:
+            held = self.held[slot]
+            del held[pos:]
+            held.extend(ids)
+        row = 0
+        for (r, c, kind), (_, ids, _) in zip(owners, items):
+            if kind != "decode":
+                r.fed += len(ids)
+            if kind == "chunk":
+                continue
+            try:
+                if kind == "last":
+                    self._fork(r, logits[row])
+                else:
+                    self._emit(r, c, c.take(logits[row]))
+            except Exception as e:  # a sampler or logits processor failing ends its request only
+                if not r.req.done:
+                    self._fail([r], e)
+            row += 1
+        self.running = [r for r in self.running if not r.req.done]
+        self.last_batch_tokens = batch.n_tokens
+        return batch.n_tokens
+
+    def _fork(self, r: _Running, logits: torch.Tensor) -> None:
+        """The prompt is in: copy it into the other choices' slots; each samples its first token."""
+        first = r.choices[0]
+        for c in r.choices[1:]:
+            self.cache.copy_prefix(first.slot, c.slot, len(r.prompt))
+            self.held[c.slot] = list(r.prompt)
+        for c in r.choices:
+            self._emit(r, c, c.take(logits))
+
+    def _emit(self, r: _Running, c: _Choice, step: Step) -> None:
+        r.req.emit(step)
+        if c.finished:
+            self._retire(c)
+            if all(x.finished for x in r.choices):
+                self._finish(r.req)
+
+    def _fail(self, runs, e: Exception) -> None:
+        for r in runs:
+            for c in r.choices:
+                c.finished = True
+                if c.slot is not None:  # its state may be half-written: not kept
+                    self._release(c.slot)
+                    c.slot = None
+            r.req.done = True
+            r.req.emit(e)
+        self.running = [r for r in self.running if not r.req.done]
+
+
+def run_one(lm, prompt_ids: list[int], params: SamplingParams, cancel: threading.Event | None = None,
+            max_context: int | None = None):
+    """A scheduler with one request, its Steps as they come (generate()'s loop)."""
+    out: deque = deque()
+    req = Request(list(prompt_ids), [params], out.append, cancel or threading.Event(), max_context)
+    sched = Scheduler(lm, prefix_cache=False)
+    try:
+        sched.add(req)
+        while True:
+            while out:
+                item = out.popleft()
+                if item is None:
+                    return
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+            if not sched.step() and not out:
+                raise CacheError(f"no free sequence slot: all {sched.cache.n_seq} are held by another scheduler")
+    finally:
+        sched.close()

@@ -52,6 +52,96 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
+class Guard:
+    """ASGI middleware in front of everything: the API key (every path but /health:
+    `/metrics` and the docs name models and traffic), a Content-Length over the body
+    limit refused before the body is read, and the request counter by route and status.
+    Plain ASGI, so that `receive` reaches the routes untouched (a route watching for the
+    client's `http.disconnect` sees it)."""
+
+    def __init__(self, app, settings: ServerSettings, metrics: Metrics):
+        self.app, self.settings, self.metrics = app, settings, metrics
+
+    def _authorized(self, headers: dict) -> bool:
+        """`Authorization: Bearer <key>` (the scheme in any case, RFC 9110), compared in
+        constant time."""
+        scheme, _, key = headers.get("authorization", "").strip().partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(),
+                                                                  self.settings.api_key.encode())
+
+    def _refusal(self, scope) -> APIError | None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        path, limit = scope.get("path", ""), self.settings.max_body_bytes
+        if self.settings.api_key and path != "/health" and not self._authorized(headers):
+            return Unauthorized("Incorrect or missing API key")
+        length = headers.get("content-length")
+        if path.startswith("/v1/") and length is not None and length.isdigit() and int(length) > limit:
+            return PayloadTooLarge(f"request body of {length} bytes is over the {limit}-byte limit")
+        return None
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        status = [500]
+
+        async def counted(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                await refusal.response()(scope, receive, counted)
+            else:
+                await self.app(scope, receive, counted)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            self.metrics.requests.labels(route, str(status[0])).inc()
+
+
+class CancellingStream(StreamingResponse):
+    """A streamed reply that cancels its generation however it ends: also when the
+    client hangs up before the first line is sent (the body's own `finally` never runs
+    for a generator that was never started)."""
+
+    def __init__(self, content, cancel: threading.Event, **kwargs):
+        super().__init__(content, **kwargs)
+        self.cancel = cancel
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.cancel.set()
+
+
+async def until_disconnected(request: Request) -> None:
+    """Returns once the client has gone (the body is read by then: what `receive` gives
+    next is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_disconnected(request: Request, work):
+    """Await `work` (a coroutine); if the client hangs up first, cancel it (its
+    generation leaves the batch at the next step) and return None."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(until_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if task in done:
+        return task.result()
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, Exception):
+        pass
+    return None
+
+
 def create_app(settings: ServerSettings) -> FastAPI:
     metrics = Metrics()
     registry = Registry(settings, metrics)
@@ -82,34 +172,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     app = FastAPI(title="gguf-serve", lifespan=lifespan)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(Guard, settings=settings, metrics=metrics)  # outermost: before the body is read
     app.state.registry = registry
     app.state.startup = state
-
-    def endpoint_of(request: Request) -> str:
-        route = request.scope.get("route")
-        return getattr(route, "path", None) or "unmatched"
-
-    def authorized(request: Request) -> bool:
-        """`Authorization: Bearer <key>` (the scheme in any case, RFC 9110), compared in
-        constant time."""
-        scheme, _, key = (request.headers.get("authorization") or "").strip().partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), settings.api_key.encode())
-
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        response = None
-        path = request.url.path
-        if settings.api_key and path != "/health" and not authorized(request):  # /metrics and the docs too
-            response = Unauthorized("Incorrect or missing API key").response()
-        if response is None and path.startswith("/v1/"):  # refused before reading; BodyLimit counts the rest
-            length = request.headers.get("content-length")
-            if length is not None and length.isdigit() and int(length) > settings.max_body_bytes:
-                response = PayloadTooLarge(
-                    f"request body of {length} bytes is over the {settings.max_body_bytes}-byte limit").response()
-        if response is None:
-            response = await call_next(request)
-        metrics.requests.labels(endpoint_of(request), str(response.status_code)).inc()
-        return response
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError):
@@ -155,7 +220,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
     async def get_model(model_id: str) -> Model:
         return describe(registry.get(model_id))
 
-    async def stream(gen) -> StreamingResponse:
+    async def stream(gen_and_cancel) -> StreamingResponse:
+        gen, cancel = gen_and_cancel
+
         async def body():
             try:
                 async for line in gen:
@@ -167,18 +234,21 @@ def create_app(settings: ServerSettings) -> FastAPI:
             except Exception as e:
                 log.exception("stream failed")
                 yield sse_error(InternalError(str(e)).body())
-        return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        return CancellingStream(body(), cancel, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    def gone() -> Response:  # nobody reads it: the client has hung up
+        return Response(status_code=499)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(req: ChatCompletionRequest):
+    async def chat_completions(req: ChatCompletionRequest, request: Request):
         if req.stream:
             return await stream(await service.chat_stream(req))
-        return await service.chat(req)
+        return await unless_disconnected(request, service.chat(req)) or gone()
 
     @app.post("/v1/completions")
-    async def completions(req: CompletionRequest):
+    async def completions(req: CompletionRequest, request: Request):
         if req.stream:
             return await stream(await service.completion_stream(req))
-        return await service.completion(req)
+        return await unless_disconnected(request, service.completion(req)) or gone()
 
     return app

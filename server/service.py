@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator
@@ -219,9 +220,10 @@ class Service:
         finally:
             job.cancel.set()
 
-    async def chat_stream(self, req: ChatCompletionRequest) -> AsyncIterator[str]:
+    async def chat_stream(self, req: ChatCompletionRequest) -> tuple[AsyncIterator[str], threading.Event]:
+        """The SSE lines, and the job's cancel flag (for the response to set on hang-up)."""
         prep = self.queue_first(await self.prepare_chat(req))
-        return self._chat_sse(req, prep)
+        return self._chat_sse(req, prep), prep.job.cancel
 
     async def _chat_sse(self, req, prep) -> AsyncIterator[str]:
         cid, created, tally = new_id("chatcmpl"), now(), Tally()
@@ -274,9 +276,9 @@ class Service:
         return Prepared(entry, ids, _per_choice(req, req.max_tokens, entry.lm),
                         {"in_reasoning": False, "enabled": False})
 
-    async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[str]:
+    async def completion_stream(self, req: CompletionRequest) -> tuple[AsyncIterator[str], threading.Event]:
         prep = self.queue_first(await self.prepare_completion(req))
-        return self._completion_sse(req, prep)
+        return self._completion_sse(req, prep), prep.job.cancel
 
     async def _completion_sse(self, req, prep) -> AsyncIterator[str]:
         cid, created, tally = new_id("cmpl"), now(), Tally()

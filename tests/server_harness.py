@@ -12,6 +12,7 @@ import tempfile
 import time
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 OUTPUTS: dict[str, object] = {}  # base URL -> function returning the server's output so far
 
@@ -86,3 +87,17 @@ def no_end(tiny_path, **extra):
     bias = {str(t["<|im_end|>"]): -100, str(t["<|endoftext|>"]): -100}
     bias.update({str(k): v for k, v in extra.items()})
     return bias
+
+
+def scrape(base) -> dict:
+    r = httpx.get(f"{base}/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    out = {}
+    for fam in text_string_to_metric_families(r.text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(samples, name, **labels):
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from server_harness import ids, no_end, server
+from server_harness import ids, no_end, scrape, server, value
 
 @pytest.fixture(scope="module")
 def srv(tiny_path):
@@ -297,6 +297,38 @@ def test_disconnect_cancels_and_full_queue_is_429(srv, tiny_path):
         else:
             assert r.status_code == 200 and "rate_limit_error" not in r.text
     assert any(r.status_code == 429 and "event-stream" not in r.headers.get("content-type", "") for r in streams)
+
+
+def test_non_streaming_clients_that_hang_up_are_cancelled(gemma_path):
+    """Four clients give up after half a second: the two running leave the batch, the two
+    waiting never start (the real Gemma file, slow enough to tell)."""
+    with server(gemma_path, "--parallel", "2") as base:
+        outcomes = []
+
+        def impatient():
+            try:
+                httpx.post(f"{base}/v1/completions", timeout=httpx.Timeout(60, read=0.5), json={
+                    "model": gemma_path, "prompt": "The history of Paris", "max_tokens": 200, "ignore_eos": True})
+                outcomes.append("answered")
+            except httpx.ReadTimeout:
+                outcomes.append("gave up")
+
+        threads = [threading.Thread(target=impatient) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        time.sleep(3)  # generating all four would take ~10 s
+        m = scrape(base)
+        assert outcomes == ["gave up"] * 4
+        forwarded = value(m, "gguf_serve_batch_tokens_sum", model=gemma_path)
+        assert 0 < forwarded < 300  # not 4 x 200
+        assert value(m, "gguf_serve_sequences_running", model=gemma_path) == 0
+        assert value(m, "gguf_serve_kv_slots", model=gemma_path, state="running") == 0
+        assert value(m, "gguf_serve_requests_total", endpoint="/v1/completions", status="499") == 4
+        ok = httpx.post(f"{base}/v1/completions", timeout=60, json={"model": gemma_path, "prompt": "Hi",
+                                                                   "max_tokens": 3})
+        assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3
 
 
 def test_api_key(tiny_path):

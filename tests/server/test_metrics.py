@@ -2,23 +2,8 @@
 
 import httpx
 import openai
-from prometheus_client.parser import text_string_to_metric_families
 
-from server_harness import no_end, server
-
-
-def scrape(base) -> dict:
-    r = httpx.get(f"{base}/metrics")
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
-    out = {}
-    for fam in text_string_to_metric_families(r.text):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def value(samples, name, **labels):
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+from server_harness import no_end, scrape, server, value
 
 
 def test_metrics_move(tiny_path):

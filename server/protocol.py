@@ -120,7 +120,7 @@ class ChatCompletionRequest(OpenAIRequest):
     frequency_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)
     logit_bias: LogitBias = None
     logprobs: Optional[bool] = None
-    top_logprobs: Optional[int] = None
+    top_logprobs: Optional[int] = Field(default=None, ge=0, le=20)
     max_completion_tokens: Optional[int] = Field(default=None, ge=1)
     max_tokens: Optional[int] = Field(default=None, ge=1)
     n: Optional[int] = Field(default=1, ge=1, le=8)
@@ -158,10 +158,24 @@ class ResponseMessage(BaseModel):
     reasoning_content: Optional[str] = None
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: Optional[list[int]] = None
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(BaseModel):
+    content: Optional[list[TokenLogprob]] = None
+
+
 class Choice(BaseModel):
     index: int
     message: ResponseMessage
-    logprobs: None = None
+    logprobs: Optional[ChoiceLogprobs] = None
     finish_reason: Optional[str] = None
 
 
@@ -185,7 +199,7 @@ class Delta(BaseModel):
 class ChunkChoice(BaseModel):
     index: int
     delta: Delta
-    logprobs: None = None
+    logprobs: Optional[ChoiceLogprobs] = None
     finish_reason: Optional[str] = None
 
 
@@ -207,7 +221,7 @@ class CompletionRequest(OpenAIRequest):
     prompt: Union[str, list[str]]
     frequency_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)
     logit_bias: LogitBias = None
-    logprobs: Optional[int] = None
+    logprobs: Optional[int] = Field(default=None, ge=0, le=20)
     max_tokens: Optional[int] = Field(default=16, ge=1)
     n: Optional[int] = Field(default=1, ge=1, le=8)
     presence_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)
@@ -225,10 +239,19 @@ class CompletionRequest(OpenAIRequest):
     ignore_eos: Optional[bool] = None  # keep generating past end-of-generation tokens (benchmarks)
 
 
+class CompletionLogprobs(BaseModel):
+    """The legacy completions shape: parallel lists, one entry per token."""
+
+    tokens: list[str] = Field(default_factory=list)
+    token_logprobs: list[float] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float]] = Field(default_factory=list)
+    text_offset: list[int] = Field(default_factory=list)
+
+
 class CompletionChoice(BaseModel):
     text: str
     index: int
-    logprobs: None = None
+    logprobs: Optional[CompletionLogprobs] = None
     finish_reason: Optional[str] = None
 
 
@@ -258,11 +281,6 @@ def unsupported_fields(req: BaseModel) -> list[str]:
     if getattr(req, "tool_choice", None) not in (None, "none"):
         bad.append("tool_choice")
     rf = getattr(req, "response_format", None)
-    if rf and rf.get("type") not in (None, "text"):
+    if rf and rf.get("type") not in (None, "text", "json_object", "json_schema"):
         bad.append("response_format")
-    lp = getattr(req, "logprobs", None)
-    if lp:
-        bad.append("logprobs")
-    if getattr(req, "top_logprobs", None):
-        bad.append("top_logprobs")
     return bad

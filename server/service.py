@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 from ..engine.chat import render
+from ..engine.grammar import GrammarError, GrammarMask, json_grammar, schema_of
 from ..engine.sampling import SamplingParams
 from ..engine.tokenizer import encode
 from .errors import BadRequest, ContextLengthExceeded
-from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Completion,
-                       CompletionChoice, CompletionRequest, Delta, ResponseMessage, Usage, new_id, now,
-                       unsupported_fields)
-from .reasoning import THINK_OPEN, ReasoningSplitter, enable_thinking, starts_in_reasoning, template_has_switch
+from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChoiceLogprobs, ChunkChoice,
+                       Completion, CompletionChoice, CompletionLogprobs, CompletionRequest, Delta, ResponseMessage,
+                       TokenLogprob, TopLogprob, Usage, new_id, now, unsupported_fields)
+from .reasoning import THINK_CLOSE, THINK_OPEN, ReasoningSplitter, enable_thinking, starts_in_reasoning, template_has_switch
 from .registry import Job, Registry
 
 log = logging.getLogger("gguf_serve.server")
@@ -33,6 +34,7 @@ class Piece:
     content: str = ""
     reasoning: str = ""
     finish_reason: str | None = None
+    logprobs: list = field(default_factory=list)  # (token id, logprob, [(id, logprob)...]) of its tokens
 
 
 @dataclass
@@ -168,7 +170,30 @@ class Service:
                         or (lm.chat_template and THINK_OPEN in lm.chat_template))
         split = {"in_reasoning": starts_in_reasoning(prompt) and thinking is not False,
                  "enabled": bool(vocab_thinks) and thinking is not False}
-        return Prepared(entry, ids, _per_choice(req, max_tokens, lm), split)
+        params = _per_choice(req, max_tokens, lm)
+        if req.logprobs:
+            for p in params:
+                p.logprobs = req.top_logprobs or 0
+        if req.response_format and req.response_format.get("type") in ("json_object", "json_schema"):
+            await asyncio.to_thread(self._constrain, lm, req.response_format, params, split)
+        return Prepared(entry, ids, params, split)
+
+    @staticmethod
+    def _constrain(lm, response_format: dict, params: list[SamplingParams], split: dict) -> None:
+        """A JSON mask per choice (llguidance); for a thinking model it starts once the
+        reasoning block closes. Off the event loop: the first one builds the grammar
+        vocabulary (~3 s for a 262k-token one)."""
+        try:
+            grammar = json_grammar(schema_of(response_format))
+            tok = lm.tokenizer.backend_tokenizer
+            think = {}
+            if split["enabled"]:
+                think = {"after": tok.token_to_id(THINK_CLOSE), "optional": tok.token_to_id(THINK_OPEN),
+                         "waiting": split["in_reasoning"]}
+            for p in params:
+                p.logits_processor = GrammarMask(lm, grammar, **think)
+        except (GrammarError, json.JSONDecodeError) as e:
+            raise BadRequest(f"response_format: {e}", param="response_format") from None
 
     def _submit(self, prep: Prepared) -> Job:
         job = Job(prep.prompt_ids, prep.params, asyncio.get_running_loop(), asyncio.Queue())
@@ -188,6 +213,7 @@ class Service:
         m, name = self.metrics, prep.entry.id
         job = prep.job or self._submit(prep)
         splitters = [ReasoningSplitter(**prep.splitter_args) for _ in prep.params]
+        pending: list[list] = [[] for _ in prep.params]  # logprobs of tokens whose text is held back
         last = [time.perf_counter()] * len(prep.params)
         first = [True] * len(prep.params)
         if m:
@@ -211,12 +237,15 @@ class Service:
                         tally.reasoning_tokens += 1
                 reasoning, content = splitter.feed(step.text)
                 finish = step.finish_reason
+                if step.logprob is not None and finish != "stop":  # the token that stopped is not output
+                    pending[i].append((step.token_id, step.logprob, step.top_logprobs or []))
                 if finish is not None:
                     r2, c2 = splitter.flush()
                     reasoning, content = reasoning + r2, content + c2
                     finish = "length" if finish == "cancelled" else finish
                 if reasoning or content or finish:
-                    yield Piece(i, content, reasoning, finish)
+                    yield Piece(i, content, reasoning, finish, pending[i])
+                    pending[i] = []
         finally:
             job.cancel.set()
 
@@ -233,14 +262,17 @@ class Service:
             c = ChatCompletionChunk(id=cid, created=created, model=req.model, choices=choices, usage=usage)
             return f"data: {c.model_dump_json(exclude_none=True)}\n\n"
 
+        tok = prep.entry.lm.tokenizer
         for i in range(len(prep.params)):
             yield chunk([ChunkChoice(index=i, delta=Delta(role="assistant", content=""))])
         async for p in self.pieces(prep, tally):
             delta = Delta(content=p.content or None, reasoning_content=p.reasoning or None)
+            lp = chat_logprobs(tok, p.logprobs) if req.logprobs and p.logprobs else None
             if p.content or p.reasoning:
-                yield chunk([ChunkChoice(index=p.index, delta=delta)])
+                yield chunk([ChunkChoice(index=p.index, delta=delta, logprobs=lp)])
+                lp = None
             if p.finish_reason:
-                yield chunk([ChunkChoice(index=p.index, delta=Delta(), finish_reason=p.finish_reason)])
+                yield chunk([ChunkChoice(index=p.index, delta=Delta(), logprobs=lp, finish_reason=p.finish_reason)])
         if include_usage:
             yield chunk([], usage=tally.usage())
         yield "data: [DONE]\n\n"
@@ -248,14 +280,17 @@ class Service:
     async def chat(self, req: ChatCompletionRequest) -> ChatCompletion:
         prep = await self.prepare_chat(req)
         tally = Tally()
-        texts = [{"content": [], "reasoning": [], "finish": None} for _ in prep.params]
+        texts = [{"content": [], "reasoning": [], "finish": None, "logprobs": []} for _ in prep.params]
         async for p in self.pieces(prep, tally):
             t = texts[p.index]
             t["content"].append(p.content)
             t["reasoning"].append(p.reasoning)
             t["finish"] = p.finish_reason or t["finish"]
+            t["logprobs"] += p.logprobs
+        tok = prep.entry.lm.tokenizer
         choices = [Choice(index=i, message=ResponseMessage(content="".join(t["content"]),
                                                            reasoning_content="".join(t["reasoning"]) or None),
+                          logprobs=chat_logprobs(tok, t["logprobs"]) if req.logprobs else None,
                           finish_reason=t["finish"]) for i, t in enumerate(texts)]
         return ChatCompletion(id=new_id("chatcmpl"), created=now(), model=req.model, choices=choices,
                               usage=tally.usage())
@@ -273,8 +308,11 @@ class Service:
         entry = await self._entry(req.model)
         ids = encode(entry.lm.tokenizer, prompt)
         self._check_length(entry, len(ids), req.max_tokens, "prompt")
-        return Prepared(entry, ids, _per_choice(req, req.max_tokens, entry.lm),
-                        {"in_reasoning": False, "enabled": False})
+        params = _per_choice(req, req.max_tokens, entry.lm)
+        if req.logprobs is not None:
+            for p in params:
+                p.logprobs = req.logprobs
+        return Prepared(entry, ids, params, {"in_reasoning": False, "enabled": False})
 
     async def completion_stream(self, req: CompletionRequest) -> tuple[AsyncIterator[str], threading.Event]:
         prep = self.queue_first(await self.prepare_completion(req))
@@ -282,9 +320,15 @@ class Service:
 
     async def _completion_sse(self, req, prep) -> AsyncIterator[str]:
         cid, created, tally = new_id("cmpl"), now(), Tally()
+        tok, offsets = prep.entry.lm.tokenizer, [0] * len(prep.params)
         async for p in self.pieces(prep, tally):
+            lp = None
+            if req.logprobs is not None:
+                lp = completion_logprobs(tok, p.logprobs, offsets[p.index])
+                offsets[p.index] += sum(len(t) for t in lp.tokens)
             c = Completion(id=cid, created=created, model=req.model,
-                           choices=[CompletionChoice(text=p.content, index=p.index, finish_reason=p.finish_reason)])
+                           choices=[CompletionChoice(text=p.content, index=p.index, logprobs=lp,
+                                                     finish_reason=p.finish_reason)])
             yield f"data: {c.model_dump_json(exclude_none=True)}\n\n"
         if req.stream_options and req.stream_options.include_usage:
             c = Completion(id=cid, created=created, model=req.model, choices=[], usage=tally.usage())
@@ -294,13 +338,44 @@ class Service:
     async def completion(self, req: CompletionRequest) -> Completion:
         prep = await self.prepare_completion(req)
         tally = Tally()
-        texts = [{"text": [], "finish": None} for _ in prep.params]
+        texts = [{"text": [], "finish": None, "logprobs": []} for _ in prep.params]
         async for p in self.pieces(prep, tally):
             texts[p.index]["text"].append(p.content)
             texts[p.index]["finish"] = p.finish_reason or texts[p.index]["finish"]
+            texts[p.index]["logprobs"] += p.logprobs
+        tok = prep.entry.lm.tokenizer
         return Completion(id=new_id("cmpl"), created=now(), model=req.model,
-                          choices=[CompletionChoice(text="".join(t["text"]), index=i, finish_reason=t["finish"])
+                          choices=[CompletionChoice(text="".join(t["text"]), index=i, finish_reason=t["finish"],
+                                                    logprobs=completion_logprobs(tok, t["logprobs"])
+                                                    if req.logprobs is not None else None)
                                    for i, t in enumerate(texts)], usage=tally.usage())
+
+
+def _token_text(tok, token_id: int) -> str:
+    return tok.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def chat_logprobs(tok, entries: list) -> ChoiceLogprobs:
+    """OpenAI's chat logprobs from (token id, logprob, top [(id, logprob)]) entries."""
+    def top(token_id: int, logprob: float) -> TopLogprob:
+        text = _token_text(tok, token_id)
+        return TopLogprob(token=text, logprob=logprob, bytes=list(text.encode()))
+
+    return ChoiceLogprobs(content=[TokenLogprob(**top(t, lp).model_dump(), top_logprobs=[top(a, b) for a, b in alts])
+                                   for t, lp, alts in entries])
+
+
+def completion_logprobs(tok, entries: list, offset: int = 0) -> CompletionLogprobs:
+    """The completions endpoint's parallel lists; text offsets count from the completion's start."""
+    out = CompletionLogprobs()
+    for t, lp, alts in entries:
+        text = _token_text(tok, t)
+        out.tokens.append(text)
+        out.token_logprobs.append(lp)
+        out.top_logprobs.append({_token_text(tok, a): b for a, b in alts})
+        out.text_offset.append(offset)
+        offset += len(text)
+    return out
 
 
 def sse_error(body: dict) -> str:

@@ -40,6 +40,8 @@ def _bind(lib) -> None:
     lib.gc_moe_route.argtypes = [P, I64, I64, INT, INT, P, P]
     lib.gc_moe_combine.restype = None
     lib.gc_moe_combine.argtypes = [P, P, I64, INT, I64, P]
+    lib.gc_mask_logits.restype = None
+    lib.gc_mask_logits.argtypes = [P, I64, P, I64]
     lib.gc_causal_conv.restype = INT
     lib.gc_causal_conv.argtypes = [P, I64, P, I64, P, INT, P, INT, P, P, P, INT]
     lib.gc_gated_delta.restype = INT
@@ -139,6 +141,14 @@ class CpuOps(TorchOps):
             _LIB.gc_moe_combine(y.data_ptr(), weights.data_ptr(), y.shape[0], y.shape[1], y.shape[2], out.data_ptr())
             return out
         return super().moe_combine(y, weights)
+
+    def mask_logits(self, logits, allowed, n_allowed):
+        if logits.dtype is not F32 or logits.dim() != 1 or logits.device.type != "cpu":
+            return super().mask_logits(logits, allowed, n_allowed)
+        out = logits.clone()
+        buf = (ctypes.c_char * len(allowed)).from_buffer_copy(allowed)
+        _LIB.gc_mask_logits(out.data_ptr(), out.shape[0], ctypes.addressof(buf), min(n_allowed, 8 * len(allowed)))
+        return out
 
     def gated_mul(self, y, n, act):
         if y.dtype is F32 and y.is_contiguous() and y.dim() == 2:

@@ -171,6 +171,20 @@ class TorchOps:
         """Σ_k weights[t, k] · y[t, k, :]: the chosen experts' outputs, weighted."""
         return (y * weights.unsqueeze(-1).to(y.dtype)).sum(dim=1)
 
+    # ---------------------------------------------------------- sampling
+
+    def mask_logits(self, logits: torch.Tensor, allowed: bytes, n_allowed: int) -> torch.Tensor:
+        """A copy of the 1-D `logits` with -inf wherever the token's bit in `allowed` (a
+        bitmask in 32-bit little-endian words: bit i of byte i // 8) is clear, and past
+        its first `n_allowed` bits."""
+        bits = torch.frombuffer(bytearray(allowed), dtype=torch.uint8)
+        ok = ((bits[:, None] >> torch.arange(8, dtype=torch.uint8)) & 1).flatten()[:n_allowed].bool()
+        n = logits.shape[0]
+        keep = torch.zeros(n, dtype=torch.bool, device=logits.device)
+        m = min(n, ok.shape[0])
+        keep[:m] = ok[:m].to(logits.device)
+        return logits.masked_fill(~keep, float("-inf"))
+
     # ------------------------------------------- Qwen3.5 linear attention
 
     def causal_conv(self, x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, batch: Batch) -> torch.Tensor:

@@ -22,7 +22,8 @@ END_OF_GENERATION_TEXTS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|eom_i
 class Step:
     """One streamed step. `text` is new, complete text (never half a UTF-8 character);
     the last step carries `finish_reason` ("stop", "length" or "cancelled"). `index` is
-    the choice (of a request with several); `logprob` / `top_logprobs` come when the
+    the choice (of a request with several); `cached_tokens` the prompt tokens taken from
+    the prefix cache; `logprob` / `top_logprobs` come when the
     sampling parameters ask for them."""
 
     token_id: int | None
@@ -31,6 +32,7 @@ class Step:
     prompt_tokens: int
     completion_tokens: int
     index: int = 0
+    cached_tokens: int = 0  # prompt tokens the prefix cache supplied (not prefilled)
     logprob: float | None = None
     top_logprobs: list[tuple[int, float]] | None = None
 

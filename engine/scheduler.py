@@ -70,6 +70,7 @@ class _Choice:
         self.generated: list[int] = []
         self.n_prompt = len(prompt_ids)
         self.slot: int | None = None
+        self.cached = 0  # prompt tokens the prefix cache supplied
         self.next_token: int | None = None  # sampled, not yet fed
         self.finished = False
 
@@ -99,11 +100,13 @@ class _Choice:
                 finish, text = "length", text + self.stops.flush()
         self.finished = finish is not None
         self.next_token = None if self.finished else token
-        return Step(token, text, finish, self.n_prompt, n_out, index=self.index, logprob=logprob, top_logprobs=top)
+        return Step(token, text, finish, self.n_prompt, n_out, index=self.index, cached_tokens=self.cached,
+                    logprob=logprob, top_logprobs=top)
 
     def cancelled(self) -> Step:
         self.finished = True
-        return Step(None, self.stops.flush(), "cancelled", self.n_prompt, len(self.generated), index=self.index)
+        return Step(None, self.stops.flush(), "cancelled", self.n_prompt, len(self.generated), index=self.index,
+                    cached_tokens=self.cached)
 
 
 class _Running:
@@ -199,6 +202,8 @@ class Scheduler:
             for c in choices[1:]:
                 c.slot = self._take_slot()
             self.prefix_hit_tokens += reused
+            for c in choices:
+                c.cached = reused
             self.running.append(_Running(req, choices, reused))
 
     # ---------------------------------------------------------- slots

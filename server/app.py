@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import sys
 import threading
 from contextlib import asynccontextmanager
 
@@ -146,17 +147,37 @@ def create_app(settings: ServerSettings) -> FastAPI:
     metrics = Metrics()
     registry = Registry(settings, metrics)
     service = Service(registry, settings, metrics)
-    state = {"ready": False, "error": None}
+    state = {"ready": False, "error": None, "failed": {}, "fatal": False}
 
     def startup() -> None:
+        """Register and load the named models; one that fails is reported and the others
+        served. If every named model fails, the process exits non-zero with the reasons."""
         try:
-            for spec in settings.models:  # named models are fetched and loaded now
-                registry.ensure_loaded(registry.add(spec))
+            for i, spec in enumerate(settings.models):  # named models are fetched and loaded now
+                alias = settings.alias[i] if i < len(settings.alias) else None
+                try:
+                    added = registry.add(spec, alias)
+                    if not isinstance(added, list):  # a directory's models load on first request
+                        registry.ensure_loaded(added)
+                except Exception as e:  # this model only
+                    reason = str(e.message if isinstance(e, APIError) else e)
+                    state["failed"][spec] = reason
+                    registry.add_failed(spec, reason)
+                    log.error("%s: %s", spec, reason)
+            if settings.models and len(state["failed"]) == len(settings.models):
+                state["fatal"] = True
+                reasons = "; ".join(state["failed"].values())
+                print(f"gguf-serve: no model could be served: {reasons}", file=sys.stderr, flush=True)
+                shutdown = getattr(app.state, "shutdown", None)  # set by the CLI: it then exits with status 1
+                if shutdown is not None:
+                    shutdown()
+                return
             registry.add_cached()  # the Hub cache's GGUF models, loaded on first request
             if not settings.models:  # and with none named, the embedded default
                 registry.add("default")
             state["ready"] = True
-            print(f"gguf-serve: ready, {len(registry.entries)} model(s); OpenAI API at "
+            bad = f" ({len(state['failed'])} failed: see /health)" if state["failed"] else ""
+            print(f"gguf-serve: ready, {len(registry.entries) - len(state['failed'])} model(s){bad}; OpenAI API at "
                   f"http://{settings.host}:{settings.port}/v1", flush=True)
         except Exception as e:
             state["error"] = e
@@ -174,7 +195,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(Guard, settings=settings, metrics=metrics)  # outermost: before the body is read
     app.state.registry = registry
-    app.state.startup = state
+    app.state.startup = state  # the CLI reads "fatal" once uvicorn returns
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError):
@@ -207,10 +228,10 @@ def create_app(settings: ServerSettings) -> FastAPI:
             return JSONResponse({"status": "error", "error": str(state["error"])}, status_code=503)
         if not state["ready"]:
             return JSONResponse({"status": "loading"}, status_code=503)
-        return {"status": "ok"}
+        return {"status": "ok", **({"failed": state["failed"]} if state["failed"] else {})}
 
     def describe(e) -> Model:
-        return Model(id=e.id, loaded=e.lm is not None, **(e.info or {}))
+        return Model(id=e.id, loaded=e.lm is not None, error=e.error, **(e.info or {}))
 
     @app.get("/v1/models")
     async def list_models() -> ModelList:

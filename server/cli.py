@@ -52,6 +52,8 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("models", nargs="*", help="local .gguf paths or Hub IDs (<repo>:<file>.gguf, <repo>@<rev>:<file>.gguf, "
                                              "<repo>:<QUANT>, <repo>); none: the Hub cache's models and the "
                                              "embedded Gemma 3 270M, loaded on first request")
+    p.add_argument("--alias", action="append", help="the id a named model is listed as (repeat for each model, in "
+                                                    "order); default: a local file's name, a Hub file's <repo>:<file>")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000)")
     p.add_argument("--reasoning", choices=["on", "off", "auto"],
@@ -93,8 +95,13 @@ def _serve(argv: list[str]) -> int:
     app = create_app(settings)
     print(f"gguf-serve: loading {', '.join(settings.models) or 'the embedded default model'} "
           f"(/health answers 503 until ready)", flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
-    return 0
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))
+    app.state.shutdown = lambda: setattr(server, "should_exit", True)  # startup's way out when nothing loads
+    try:
+        server.run()
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down cleanly
+        pass
+    return 1 if app.state.startup["fatal"] else 0
 
 
 def main(argv: list[str] | None = None) -> int:

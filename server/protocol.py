@@ -80,6 +80,7 @@ class Model(BaseModel):
     context_length: Optional[int] = None
     quantization: Optional[str] = None
     size_bytes: Optional[int] = None
+    error: Optional[str] = None  # set when the model cannot be served (its file failed to read or load)
 
 
 class ModelList(BaseModel):
@@ -99,6 +100,8 @@ class ChatMessage(OpenAIModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Optional[Union[str, list[ContentPart]]] = None
     name: Optional[str] = None
+    tool_calls: Optional[list[dict[str, Any]]] = None
+    tool_call_id: Optional[str] = None
     # --- extension (DeepSeek/vLLM convention): earlier reasoning sent back ---
     reasoning_content: Optional[str] = None
 
@@ -148,7 +151,8 @@ class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
-    completion_tokens_details: Optional[dict[str, int]] = None
+    prompt_tokens_details: Optional[dict[str, int]] = None  # cached_tokens: from the prefix cache
+    completion_tokens_details: Optional[dict[str, int]] = None  # reasoning_tokens
 
 
 class ResponseMessage(BaseModel):

@@ -139,6 +139,7 @@ class Entry:
     hub_ref: tuple | None = None
     worker: Worker | None = None
     info: dict = field(default_factory=dict)
+    error: str | None = None  # why it cannot be served (a file that failed to read or load)
 
 
 class Registry:
@@ -151,13 +152,24 @@ class Registry:
 
     # ------------------------------------------------------------ naming
 
-    def add(self, spec: str) -> Entry:
+    def add(self, spec: str, alias: str | None = None) -> Entry:
         """Register a model by local path, Hub id (see server.hub), or `default`; a Hub
-        repo's other .gguf files are registered too (listed, fetched on first use)."""
+        repo's other .gguf files are registered too (listed, fetched on first use). A
+        local file is listed as `alias`, else its file name (the path as typed, should
+        two files share a name); the path is accepted as well."""
         if spec in ("default", DEFAULT_MODEL_ID):
             return self._put(Entry(DEFAULT_MODEL_ID, default_model_path()))
+        if os.path.isdir(spec):
+            return self.add_directory(spec)
         if os.path.exists(spec):
-            return self._put(Entry(spec, os.path.abspath(spec)))
+            path = os.path.abspath(spec)
+            mid = alias or os.path.basename(spec)
+            if mid in self.entries and self.entries[mid].path != path:
+                mid = spec
+            entry = self._put(Entry(mid, path))
+            for name in {spec, path} - {mid}:
+                self.aliases[name] = mid
+            return entry
         ref = hub.parse(spec)
         if ref is None:
             raise ModelNotFound(spec)
@@ -178,8 +190,43 @@ class Registry:
                 self.entries[mid] = Entry(mid, None, hub_ref=(ref.repo, f, ref.revision))
         entry = self.entries[hub.model_id(ref.repo, chosen, ref.revision)]
         self._fetch(entry)
-        if spec != entry.id:
-            self.aliases[spec] = entry.id
+        for name in (spec, alias):
+            if name and name != entry.id:
+                self.aliases[name] = entry.id
+        return entry
+
+    def add_directory(self, root: str) -> list[Entry]:
+        """Every .gguf file under `root` (recursively; a split model once, by its first
+        shard), listed by its path relative to `root` and loaded on first request. A file
+        that cannot be read is listed with its error."""
+        found = []
+        for d, dirs, files in os.walk(root):
+            dirs.sort()
+            for f in sorted(files):
+                if f.lower().endswith(".gguf") and not hub.is_follow_on_shard(f):
+                    found.append(os.path.join(d, f))
+        if not found:
+            raise ModelLoadFailed(f"no .gguf files under {root}")
+        entries = []
+        for path in found:
+            mid = os.path.relpath(path, root)
+            entry = Entry(mid, os.path.abspath(path))
+            try:
+                self._describe(entry)
+            except ModelLoadFailed as e:
+                entry.error = str(e)
+            self.entries[mid] = entry
+            self.aliases.setdefault(path, mid)
+            entries.append(entry)
+        return entries
+
+    def add_failed(self, spec: str, error: str) -> Entry:
+        """A model named at startup that could not be registered or loaded: listed with
+        its error, refused with it."""
+        entry = self.entries.get(spec) or self.entries.get(self.aliases.get(spec, ""))
+        if entry is None:
+            entry = self.entries[spec] = Entry(spec, None)
+        entry.error = error
         return entry
 
     def add_cached(self) -> None:
@@ -224,6 +271,7 @@ class Registry:
                 by_type[t.ggml_type.name] = by_type.get(t.ggml_type.name, 0) + t.nbytes
             quant = max(by_type, key=by_type.get) if by_type else None
         entry.info = {
+            "created": int(os.path.getmtime(entry.path)),
             "context_length": r.get(Keys.CONTEXT_LENGTH),
             "quantization": quant,
             "size_bytes": sum(os.path.getsize(f.path) for f in r.files),
@@ -240,6 +288,8 @@ class Registry:
     # ----------------------------------------------------------- loading
 
     def ensure_loaded(self, entry: Entry) -> Entry:
+        if entry.error is not None:
+            raise ModelLoadFailed(entry.error)
         with self.lock:
             self._fetch(entry)
             if entry.lm is None:
@@ -267,7 +317,8 @@ class Registry:
                     entry.lm = load_model(entry.path, device=self.settings.device, progress=progress,
                                           n_ctx=self.settings.ctx_size, n_seq=self.settings.parallel)
                 except Exception as e:
-                    raise ModelLoadFailed(f"cannot load {entry.id}: {e}") from e
+                    entry.error = f"cannot load {entry.id}: {e}"  # the file will not get better by retrying
+                    raise ModelLoadFailed(entry.error) from e
                 finally:
                     bar.close()
                 entry.worker = Worker(entry.id, entry.lm, self.settings.max_queue, self.settings.ctx_size, self.metrics)

@@ -25,6 +25,8 @@ from .registry import Job, Registry
 
 log = logging.getLogger("gguf_serve.server")
 
+SYSTEM_FINGERPRINT = "gguf-serve"  # OpenAI's backend-configuration tag, in every chunk and reply
+
 
 @dataclass
 class Piece:
@@ -42,11 +44,13 @@ class Tally:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0
+    cached_tokens: int = 0
 
     def usage(self) -> Usage:
-        details = {"reasoning_tokens": self.reasoning_tokens} if self.reasoning_tokens else None
         return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-                     total_tokens=self.prompt_tokens + self.completion_tokens, completion_tokens_details=details)
+                     total_tokens=self.prompt_tokens + self.completion_tokens,
+                     prompt_tokens_details={"cached_tokens": self.cached_tokens},
+                     completion_tokens_details={"reasoning_tokens": self.reasoning_tokens})
 
 
 @dataclass
@@ -89,6 +93,19 @@ def _sampling(req, max_tokens: int | None, vocab_size: int) -> SamplingParams:
         logit_bias=bias,
         ignore_eos=bool(req.ignore_eos),
     )
+
+
+def _refuse_parts(m, i: int) -> None:
+    """Content this server cannot use is refused, never dropped: non-text parts (images,
+    audio, files) and, until tools are supported, tool calls and tool results."""
+    if m.role == "tool" or getattr(m, "tool_calls", None):
+        raise BadRequest("tool calls and tool messages are not supported by this server yet",
+                         param=f"messages.{i}", code="unsupported_parameter")
+    if isinstance(m.content, list):
+        for j, part in enumerate(m.content):
+            if part.type != "text":
+                raise BadRequest(f"content parts of type {part.type!r} are not supported (text only)",
+                                 param=f"messages.{i}.content.{j}", code="unsupported_parameter")
 
 
 def _refuse_unsupported(req) -> None:
@@ -145,7 +162,8 @@ class Service:
         entry = await self._entry(req.model)
         lm = entry.lm
         messages = []
-        for m in req.messages:
+        for i, m in enumerate(req.messages):
+            _refuse_parts(m, i)
             msg = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
             if m.reasoning_content:
                 msg["reasoning_content"] = m.reasoning_content
@@ -226,6 +244,7 @@ class Service:
                 if isinstance(step, Exception):
                     raise step
                 i, splitter = step.index, splitters[step.index]
+                tally.cached_tokens = step.cached_tokens
                 if step.token_id is not None:
                     tally.completion_tokens += 1
                     if m:
@@ -259,8 +278,13 @@ class Service:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
         def chunk(choices, usage=None) -> str:
-            c = ChatCompletionChunk(id=cid, created=created, model=req.model, choices=choices, usage=usage)
-            return f"data: {c.model_dump_json(exclude_none=True)}\n\n"
+            c = ChatCompletionChunk(id=cid, created=created, model=req.model, choices=choices, usage=usage,
+                                    system_fingerprint=SYSTEM_FINGERPRINT)
+            data = c.model_dump(exclude_none=True)
+            for ch in data["choices"]:  # OpenAI's chunks say these are null until they are not
+                ch.setdefault("logprobs", None)
+                ch.setdefault("finish_reason", None)
+            return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
         tok = prep.entry.lm.tokenizer
         for i in range(len(prep.params)):
@@ -293,7 +317,7 @@ class Service:
                           logprobs=chat_logprobs(tok, t["logprobs"]) if req.logprobs else None,
                           finish_reason=t["finish"]) for i, t in enumerate(texts)]
         return ChatCompletion(id=new_id("chatcmpl"), created=now(), model=req.model, choices=choices,
-                              usage=tally.usage())
+                              usage=tally.usage(), system_fingerprint=SYSTEM_FINGERPRINT)
 
     # ------------------------------------------------------- completions
 

@@ -12,6 +12,7 @@ class ServerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GGUF_SERVE_", extra="ignore", protected_namespaces=())
 
     models: list[str] = Field(default_factory=list, description="model ids or local .gguf paths to serve")
+    alias: list[str] = Field(default_factory=list, description="the id each named model is listed as, in order")
     host: str = "127.0.0.1"
     port: int = 8000
     reasoning: Literal["on", "off", "auto"] = "auto"

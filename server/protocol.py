@@ -138,6 +138,7 @@ class ChatCompletionRequest(OpenAIRequest):
     top_p: Optional[float] = Field(default=1.0, gt=0.0, le=1.0)
     tools: Optional[list[dict[str, Any]]] = None
     tool_choice: Optional[Any] = None
+    parallel_tool_calls: Optional[bool] = None
     user: Optional[str] = None
     # --- extensions (vLLM / llama.cpp server conventions) ---
     top_k: Optional[int] = Field(default=None, ge=0)
@@ -158,6 +159,7 @@ class Usage(BaseModel):
 class ResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: Optional[str] = None
+    tool_calls: Optional[list[dict[str, Any]]] = None
     # --- extension ---
     reasoning_content: Optional[str] = None
 
@@ -196,6 +198,7 @@ class ChatCompletion(BaseModel):
 class Delta(BaseModel):
     role: Optional[Literal["assistant"]] = None
     content: Optional[str] = None
+    tool_calls: Optional[list[dict[str, Any]]] = None
     # --- extension ---
     reasoning_content: Optional[str] = None
 
@@ -280,10 +283,6 @@ def now() -> int:
 def unsupported_fields(req: BaseModel) -> list[str]:
     """Fields set in the request that this server cannot honour (yet): refused, never ignored."""
     bad = []
-    if getattr(req, "tools", None):
-        bad.append("tools")
-    if getattr(req, "tool_choice", None) not in (None, "none"):
-        bad.append("tool_choice")
     rf = getattr(req, "response_format", None)
     if rf and rf.get("type") not in (None, "text", "json_object", "json_schema"):
         bad.append("response_format")

@@ -28,7 +28,7 @@ log = logging.getLogger("gguf_serve.server")
 DEFAULT_MODEL_ID = "embedded:gemma-3-270m-q4_k_m.gguf"
 
 
-@dataclass
+@dataclass(eq=False)
 class Job:
     """A request on its way to the model's scheduler: its Steps (then None, or an
     Exception) come back into `out` on the event loop."""
@@ -38,9 +38,13 @@ class Job:
     loop: asyncio.AbstractEventLoop
     out: asyncio.Queue
     cancel: threading.Event = field(default_factory=threading.Event)
+    done_callbacks: list = field(default_factory=list)  # called on the worker's thread once it has ended
 
     def emit(self, item) -> None:
         self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        if item is None or isinstance(item, Exception):
+            for f in self.done_callbacks:
+                f()
 
     def request(self, max_context: int | None) -> Request:
         return Request(self.prompt_ids, self.params, self.emit, self.cancel, max_context)
@@ -59,13 +63,23 @@ class Worker:
         self.scheduler = Scheduler(lm)
         self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self._hits = 0
+        self.live: set[Job] = set()  # submitted and not finished
         self.thread = threading.Thread(target=self._run, name=f"gen-{name}", daemon=True)
         self.thread.start()
 
+    def cancel_all(self) -> None:
+        """Cancel every request queued or running (shutdown): each leaves at the next step,
+        its stream closed with a finish reason. Callable from any thread."""
+        for job in list(self.live):
+            job.cancel.set()
+
     def submit(self, job: Job) -> None:
+        self.live.add(job)
+        job.done_callbacks.append(lambda: self.live.discard(job))
         try:
             self.jobs.put_nowait(job)
         except queue.Full:
+            self.live.discard(job)
             raise Overloaded("the model's request queue is full; retry shortly",
                              headers={"Retry-After": "1"}) from None
         if self.metrics:

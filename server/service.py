@@ -22,6 +22,7 @@ from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionReques
                        TokenLogprob, TopLogprob, Usage, new_id, now, unsupported_fields)
 from .reasoning import THINK_CLOSE, THINK_OPEN, ReasoningSplitter, enable_thinking, starts_in_reasoning, template_has_switch
 from .registry import Job, Registry
+from .tools import TOOL_CLOSE, TOOL_OPEN, ToolCallSplitter, fallback_system, required_grammar, template_renders_tools
 
 log = logging.getLogger("gguf_serve.server")
 
@@ -37,6 +38,7 @@ class Piece:
     reasoning: str = ""
     finish_reason: str | None = None
     logprobs: list = field(default_factory=list)  # (token id, logprob, [(id, logprob)...]) of its tokens
+    tool_calls: list = field(default_factory=list)  # ToolCall, whole
 
 
 @dataclass
@@ -60,6 +62,7 @@ class Prepared:
     params: list[SamplingParams]
     splitter_args: dict = field(default_factory=dict)
     job: Job | None = None  # queued before a stream starts
+    tools: list = field(default_factory=list)  # the tools the reply may call (their calls parsed out)
 
 
 def _stops(stop) -> list[str]:
@@ -95,12 +98,27 @@ def _sampling(req, max_tokens: int | None, vocab_size: int) -> SamplingParams:
     )
 
 
+def _template_tool_calls(calls: list[dict], i: int) -> list[dict]:
+    """An assistant message's tool_calls as chat templates read them: arguments as a mapping."""
+    out = []
+    for j, c in enumerate(calls):
+        f = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+            raise BadRequest("a tool call needs function.name", param=f"messages.{i}.tool_calls.{j}")
+        args = f.get("arguments") or "{}"
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                raise BadRequest("tool call arguments must be a JSON object",
+                                 param=f"messages.{i}.tool_calls.{j}.function.arguments") from None
+        out.append({"id": c.get("id"), "type": "function", "function": {"name": f["name"], "arguments": args}})
+    return out
+
+
 def _refuse_parts(m, i: int) -> None:
     """Content this server cannot use is refused, never dropped: non-text parts (images,
-    audio, files) and, until tools are supported, tool calls and tool results."""
-    if m.role == "tool" or getattr(m, "tool_calls", None):
-        raise BadRequest("tool calls and tool messages are not supported by this server yet",
-                         param=f"messages.{i}", code="unsupported_parameter")
+    audio, files)."""
     if isinstance(m.content, list):
         for j, part in enumerate(m.content):
             if part.type != "text":
@@ -165,6 +183,10 @@ class Service:
         for i, m in enumerate(req.messages):
             _refuse_parts(m, i)
             msg = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+            if m.tool_calls:
+                msg["tool_calls"] = _template_tool_calls(m.tool_calls, i)
+            if m.tool_call_id:
+                msg["tool_call_id"] = m.tool_call_id
             if m.reasoning_content:
                 msg["reasoning_content"] = m.reasoning_content
             messages.append(msg)
@@ -177,6 +199,7 @@ class Service:
             elif entry.id not in self._warned_no_switch:
                 self._warned_no_switch.add(entry.id)
                 log.info("%s: its chat template has no thinking switch; the reasoning setting is ignored", entry.id)
+        tools, grammar_for_tools = self._tools(req, lm, messages, kwargs)
         try:
             prompt = render(lm.tokenizer, lm.chat_template, messages, **kwargs)
         except Exception as e:  # a template raising on these messages (e.g. role order)
@@ -192,17 +215,62 @@ class Service:
         if req.logprobs:
             for p in params:
                 p.logprobs = req.top_logprobs or 0
-        if req.response_format and req.response_format.get("type") in ("json_object", "json_schema"):
+        if grammar_for_tools is not None:
+            await asyncio.to_thread(self._constrain, lm, grammar_for_tools, params, split)
+        elif req.response_format and req.response_format.get("type") in ("json_object", "json_schema"):
             await asyncio.to_thread(self._constrain, lm, req.response_format, params, split)
-        return Prepared(entry, ids, params, split)
+        return Prepared(entry, ids, params, split, tools=tools)
 
     @staticmethod
-    def _constrain(lm, response_format: dict, params: list[SamplingParams], split: dict) -> None:
-        """A JSON mask per choice (llguidance); for a thinking model it starts once the
-        reasoning block closes. Off the event loop: the first one builds the grammar
-        vocabulary (~3 s for a 262k-token one)."""
+    def _tools(req, lm, messages: list[dict], kwargs: dict) -> tuple[list[dict], str | None]:
+        """The tools the reply may call (empty: none) and, for `tool_choice` required or a
+        named function, the grammar its reply must follow. Renders them: through the
+        template when it knows tools, else as a system message (the generic fallback)."""
+        choice = req.tool_choice
+        if not req.tools or choice == "none":
+            return [], None
+        for j, t in enumerate(req.tools):
+            f = t.get("function") if t.get("type") == "function" else None
+            if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+                raise BadRequest("each tool must be {'type': 'function', 'function': {'name': ..., ...}}",
+                                 param=f"tools.{j}")
+        if template_renders_tools(lm.chat_template):
+            kwargs["tools"] = req.tools
+        else:
+            system = fallback_system(req.tools)
+            if messages and messages[0]["role"] == "system":
+                messages[0] = {**messages[0], "content": messages[0]["content"] + "\n\n" + system}
+            else:
+                messages.insert(0, {"role": "system", "content": system})
+            for m in messages:  # what the template cannot render, as text
+                if m.get("tool_calls"):
+                    calls = "\n".join(f"{TOOL_OPEN}\n{json.dumps(c['function'])}\n{TOOL_CLOSE}" for c in m.pop("tool_calls"))
+                    m["content"] = (m["content"] + "\n" if m["content"] else "") + calls
+                if m["role"] == "tool":
+                    m.pop("tool_call_id", None)
+                    m.update(role="user", content=f"<tool_response>\n{m['content']}\n</tool_response>")
+        name = None
+        if isinstance(choice, dict):
+            name = (choice.get("function") or {}).get("name")
+            if not isinstance(name, str):
+                raise BadRequest("tool_choice must be 'none', 'auto', 'required' or "
+                                 "{'type': 'function', 'function': {'name': ...}}", param="tool_choice")
+        elif choice not in (None, "auto", "required"):
+            raise BadRequest(f"tool_choice {choice!r} is not 'none', 'auto' or 'required'", param="tool_choice")
+        if choice == "required" or name is not None:
+            try:
+                return req.tools, required_grammar(req.tools, name, req.parallel_tool_calls is not False)
+            except ValueError as e:
+                raise BadRequest(str(e), param="tool_choice") from None
+        return req.tools, None
+
+    @staticmethod
+    def _constrain(lm, constraint: dict | str, params: list[SamplingParams], split: dict) -> None:
+        """A grammar mask per choice (llguidance): a response_format's JSON, or a grammar;
+        for a thinking model it starts once the reasoning block closes. Off the event
+        loop: the first one builds the grammar vocabulary (~3 s for a 262k-token one)."""
         try:
-            grammar = json_grammar(schema_of(response_format))
+            grammar = constraint if isinstance(constraint, str) else json_grammar(schema_of(constraint))
             tok = lm.tokenizer.backend_tokenizer
             think = {}
             if split["enabled"]:
@@ -232,6 +300,8 @@ class Service:
         job = prep.job or self._submit(prep)
         splitters = [ReasoningSplitter(**prep.splitter_args) for _ in prep.params]
         pending: list[list] = [[] for _ in prep.params]  # logprobs of tokens whose text is held back
+        tools = [ToolCallSplitter(prep.tools) if prep.tools else None for _ in prep.params]
+        called = [False] * len(prep.params)
         last = [time.perf_counter()] * len(prep.params)
         first = [True] * len(prep.params)
         if m:
@@ -262,8 +332,17 @@ class Service:
                     r2, c2 = splitter.flush()
                     reasoning, content = reasoning + r2, content + c2
                     finish = "length" if finish == "cancelled" else finish
-                if reasoning or content or finish:
-                    yield Piece(i, content, reasoning, finish, pending[i])
+                calls = []
+                if tools[i] is not None:
+                    content, calls = tools[i].feed(content)
+                    if finish is not None:
+                        c3, more = tools[i].flush()
+                        content, calls = content + c3, calls + more
+                    called[i] = called[i] or bool(calls)
+                    if finish == "stop" and called[i]:
+                        finish = "tool_calls"
+                if reasoning or content or finish or calls:
+                    yield Piece(i, content, reasoning, finish, pending[i], calls)
                     pending[i] = []
         finally:
             job.cancel.set()
@@ -287,6 +366,7 @@ class Service:
             return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
         tok = prep.entry.lm.tokenizer
+        n_calls = [0] * len(prep.params)
         for i in range(len(prep.params)):
             yield chunk([ChunkChoice(index=i, delta=Delta(role="assistant", content=""))])
         async for p in self.pieces(prep, tally):
@@ -295,6 +375,13 @@ class Service:
             if p.content or p.reasoning:
                 yield chunk([ChunkChoice(index=p.index, delta=delta, logprobs=lp)])
                 lp = None
+            for call in p.tool_calls:  # the name first, then the arguments
+                k = n_calls[p.index]
+                n_calls[p.index] += 1
+                first = {"index": k, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+                yield chunk([ChunkChoice(index=p.index, delta=Delta(tool_calls=[first]))])
+                rest = {"index": k, "function": {"arguments": call.arguments}}
+                yield chunk([ChunkChoice(index=p.index, delta=Delta(tool_calls=[rest]))])
             if p.finish_reason:
                 yield chunk([ChunkChoice(index=p.index, delta=Delta(), logprobs=lp, finish_reason=p.finish_reason)])
         if include_usage:
@@ -304,16 +391,18 @@ class Service:
     async def chat(self, req: ChatCompletionRequest) -> ChatCompletion:
         prep = await self.prepare_chat(req)
         tally = Tally()
-        texts = [{"content": [], "reasoning": [], "finish": None, "logprobs": []} for _ in prep.params]
+        texts = [{"content": [], "reasoning": [], "finish": None, "logprobs": [], "calls": []} for _ in prep.params]
         async for p in self.pieces(prep, tally):
             t = texts[p.index]
+            t["calls"] += p.tool_calls
             t["content"].append(p.content)
             t["reasoning"].append(p.reasoning)
             t["finish"] = p.finish_reason or t["finish"]
             t["logprobs"] += p.logprobs
         tok = prep.entry.lm.tokenizer
-        choices = [Choice(index=i, message=ResponseMessage(content="".join(t["content"]),
-                                                           reasoning_content="".join(t["reasoning"]) or None),
+        choices = [Choice(index=i, message=ResponseMessage(content=_content(t),
+                                                           reasoning_content="".join(t["reasoning"]) or None,
+                                                           tool_calls=[c.openai() for c in t["calls"]] or None),
                           logprobs=chat_logprobs(tok, t["logprobs"]) if req.logprobs else None,
                           finish_reason=t["finish"]) for i, t in enumerate(texts)]
         return ChatCompletion(id=new_id("chatcmpl"), created=now(), model=req.model, choices=choices,
@@ -373,6 +462,14 @@ class Service:
                                                     logprobs=completion_logprobs(tok, t["logprobs"])
                                                     if req.logprobs is not None else None)
                                    for i, t in enumerate(texts)], usage=tally.usage())
+
+
+def _content(t: dict) -> str | None:
+    """A reply's content; with tool calls, what is left around them (None if only whitespace)."""
+    text = "".join(t["content"])
+    if t["calls"]:
+        return text.strip() or None
+    return text
 
 
 def _token_text(tok, token_id: int) -> str:

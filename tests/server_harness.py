@@ -34,6 +34,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def spawn(*args: str) -> tuple[subprocess.Popen, str]:
+    """A `gguf-serve` process of the test's own (to signal, or to watch exit), once healthy:
+    (process, base URL). Its output is piped; the caller ends it."""
+    port = free_port()
+    exe = shutil.which("gguf-serve")
+    cmd = ([exe] if exe else [sys.executable, "-m", "gguf_serve.server.cli"]) + [*args, "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    return proc, base
+
+
 @contextlib.contextmanager
 def server(*args: str, env: dict | None = None):
     port = free_port()

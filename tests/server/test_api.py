@@ -160,8 +160,9 @@ def test_completions_endpoint(client, tiny_path):
 
 
 @pytest.mark.parametrize("body,status,param,code", [
-    ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]},
-     400, "tools", "unsupported_parameter"),
+    ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, 400, "tools.0", None),
+    ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": "sometimes"}, 400, "tool_choice", None),
     ({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {}}},
      400, "response_format", None),
     ({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {
@@ -175,8 +176,9 @@ def test_completions_endpoint(client, tiny_path):
         "type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}, 400, "messages.0.content.1",
      "unsupported_parameter"),
     ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "42"}]}, 400, "messages.1", "unsupported_parameter"),
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"}]}, 400, "messages.1.tool_calls.0.function.arguments",
+     None),
     ({"messages": []}, 400, "messages", None),
     ({"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role", None),
     ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1000}, 400, "messages", "context_length_exceeded"),
@@ -418,26 +420,47 @@ def test_hub_model_id_downloads_then_resolves_offline(tiny_path, tmp_path):
         assert httpx.get(f"{base}/v1/models").json()["data"][0]["id"] == model_id
 
 
+def test_ctrl_c_during_a_generation_ends_it_and_exits(gemma_path):
+    """A 2,000-token stream (~30 s) is running: Ctrl-C ends it at its next step, closes the
+    stream with a finish reason, and the process exits within seconds."""
+    import signal
+
+    from server_harness import spawn
+
+    proc, base = spawn(gemma_path)
+    try:
+        chunks, started = [], threading.Event()
+
+        def stream():
+            body = {"model": gemma_path, "prompt": "Once upon a time", "max_tokens": 2000, "ignore_eos": True,
+                    "stream": True}
+            with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=120) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: {"):
+                        chunks.append(json.loads(line[6:]))
+                        if len(chunks) >= 5:
+                            started.set()
+
+        t = threading.Thread(target=stream)
+        t.start()
+        assert started.wait(60)
+        t0 = time.perf_counter()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        assert time.perf_counter() - t0 < 10 and proc.returncode == 0
+        t.join(10)
+        assert len(chunks) < 1000 and chunks[-1]["choices"][0]["finish_reason"] == "length"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_ctrl_c_shuts_down_cleanly(tiny_path):
     import signal
 
-    import server_harness
+    from server_harness import spawn
 
-    port = server_harness.free_port()
-    import shutil
-    import subprocess
-    import sys
-
-    exe = shutil.which("gguf-serve")
-    cmd = ([exe] if exe else [sys.executable, "-m", "gguf_serve.server.cli"]) + [tiny_path, "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
+    proc, _ = spawn(tiny_path)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0

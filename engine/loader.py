@@ -209,6 +209,11 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device = "auto
     step(LOAD_STAGES[2])
     tokenizer = load_tokenizer(reader)
     template = chat_template_for(reader, arch)
+    if not reader.get(Keys.CHAT_TEMPLATE):
+        from .chat import fallback_name
+
+        log.info("%s has no chat template (a base model?); chat requests use the %r fallback", path,
+                 fallback_name(reader, arch))
     for key in VOCABULARY_KEYS:
         reader.metadata.pop(key, None)
     _return_freed_memory()  # the tokenizer build's transient Python objects (~35 MB for Gemma's 262k vocabulary)

@@ -65,6 +65,8 @@ def serve_parser() -> argparse.ArgumentParser:
                                                 "context, as far as a quarter of the memory available holds it)")
     p.add_argument("--parallel", type=int, help="sequences decoded together in one batch, each with its KV cache slot "
                                                 "(default: 8, fewer if the memory would give each < 8192 tokens)")
+    p.add_argument("--max-tokens", type=int, help="completion tokens for a chat request that sets no max_tokens "
+                                                  "(default 4096; /v1/completions keeps OpenAI's 16)")
     p.add_argument("--threads", type=int, help="CPU threads for torch and the kernels (default: torch's)")
     p.add_argument("--offline", action="store_true", default=None, help="never touch the network (HF_HUB_OFFLINE)")
     p.add_argument("--max-queue", type=int, help="requests that may wait per model before 429 (default 16)")

@@ -80,6 +80,7 @@ class Model(BaseModel):
     context_length: Optional[int] = None
     quantization: Optional[str] = None
     size_bytes: Optional[int] = None
+    chat_template: Optional[bool] = None  # False: the file has none (a base model); chat uses a fallback
     error: Optional[str] = None  # set when the model cannot be served (its file failed to read or load)
 
 

@@ -286,6 +286,7 @@ class Registry:
             quant = max(by_type, key=by_type.get) if by_type else None
         entry.info = {
             "created": int(os.path.getmtime(entry.path)),
+            "chat_template": bool(r.get(Keys.CHAT_TEMPLATE)),  # False: a base model, chat uses a fallback
             "context_length": r.get(Keys.CONTEXT_LENGTH),
             "quantization": quant,
             "size_bytes": sum(os.path.getsize(f.path) for f in r.files),

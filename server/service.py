@@ -207,6 +207,8 @@ class Service:
         ids = lm.tokenizer.backend_tokenizer.encode(prompt, add_special_tokens=False).ids
         max_tokens = req.max_completion_tokens or req.max_tokens
         self._check_length(entry, len(ids), max_tokens, "messages")
+        if max_tokens is None:  # the server's cap for requests that set none, within the context left
+            max_tokens = min(self.settings.max_tokens, self._context(entry) - len(ids))
         vocab_thinks = (lm.tokenizer.backend_tokenizer.token_to_id(THINK_OPEN) is not None
                         or (lm.chat_template and THINK_OPEN in lm.chat_template))
         split = {"in_reasoning": starts_in_reasoning(prompt) and thinking is not False,

@@ -21,6 +21,7 @@ class ServerSettings(BaseSettings):
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     ctx_size: Optional[int] = None
     parallel: Optional[int] = Field(default=None, ge=1, description="sequences decoded at once per model")
+    max_tokens: int = Field(default=4096, ge=1, description="completion tokens for chat requests that set no limit")
     threads: Optional[int] = None
     offline: bool = False
     max_queue: int = 16

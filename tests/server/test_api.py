@@ -467,6 +467,20 @@ def test_ctrl_c_shuts_down_cleanly(tiny_path):
     assert "Traceback" not in out
 
 
+def test_a_server_cap_for_chat_requests_without_max_tokens(tiny_path):
+    with server(tiny_path, "--max-tokens", "5") as base:
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+        r = c.chat.completions.create(model=tiny_path, messages=[{"role": "user", "content": "go"}],
+                                      logit_bias=no_end(tiny_path), extra_body={"chat_template_kwargs": {
+                                          "enable_thinking": False}})
+        assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 5
+        r = c.chat.completions.create(model=tiny_path, messages=[{"role": "user", "content": "go"}], max_tokens=9,
+                                      logit_bias=no_end(tiny_path), extra_body={"chat_template_kwargs": {
+                                          "enable_thinking": False}})
+        assert r.usage.completion_tokens == 9  # a request's own limit wins
+        assert httpx.get(f"{base}/v1/models").json()["data"][0]["chat_template"] is True
+
+
 def test_local_files_are_listed_by_name_or_alias(tiny_path, tmp_path):
     import shutil as _sh
 

@@ -19,9 +19,9 @@ from fastapi.responses import Response
 
 from .errors import APIError, BadRequest, HTTPStatus, InternalError, PayloadTooLarge, Unauthorized
 from .metrics import Metrics
-from .protocol import ChatCompletionRequest, CompletionRequest, Model, ModelList
+from .protocol import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, Model, ModelList, TokenizeRequest
 from .registry import Registry
-from .service import Service, sse_error
+from .service import Service, detokenize, sse_error, tokenize
 from .settings import ServerSettings
 
 log = logging.getLogger("gguf_serve.server")
@@ -256,6 +256,16 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 log.exception("stream failed")
                 yield sse_error(InternalError(str(e)).body())
         return CancellingStream(body(), cancel, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    @app.post("/tokenize")
+    async def tokenize_route(req: TokenizeRequest):
+        entry = await service.entry_for(req.model)
+        return await asyncio.to_thread(tokenize, entry.lm, req.content, req.add_special, req.with_pieces)
+
+    @app.post("/detokenize")
+    async def detokenize_route(req: DetokenizeRequest):
+        entry = await service.entry_for(req.model)
+        return await asyncio.to_thread(detokenize, entry.lm, req.tokens)
 
     def gone() -> Response:  # nobody reads it: the client has hung up
         return Response(status_code=499)

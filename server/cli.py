@@ -95,8 +95,11 @@ def _serve(argv: list[str]) -> int:
     from .app import create_app
 
     app = create_app(settings)
-    print(f"gguf-serve: loading {', '.join(settings.models) or 'the embedded default model'} "
-          f"(/health answers 503 until ready)", flush=True)
+    if settings.models:
+        print(f"gguf-serve: loading {', '.join(settings.models)} (/health answers 503 until ready)", flush=True)
+    else:
+        print("gguf-serve: serving the embedded default model and the Hub cache's GGUF models, each loaded on "
+              "its first request", flush=True)
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:  # Ctrl-C / SIGTERM: running generations end at their next step
             for entry in app.state.registry.entries.values():

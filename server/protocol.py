@@ -281,6 +281,20 @@ def now() -> int:
     return int(time.time())
 
 
+class TokenizeRequest(OpenAIRequest):
+    """llama-server's /tokenize: text to the model's token ids."""
+
+    model: Optional[str] = None  # default: the only model served
+    content: str
+    add_special: bool = False  # BOS (and EOS) as the file asks
+    with_pieces: bool = False  # each id with its text
+
+
+class DetokenizeRequest(OpenAIRequest):
+    model: Optional[str] = None
+    tokens: list[int]
+
+
 def unsupported_fields(req: BaseModel) -> list[str]:
     """Fields set in the request that this server cannot honour (yet): refused, never ignored."""
     bad = []

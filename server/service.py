@@ -39,6 +39,7 @@ class Piece:
     finish_reason: str | None = None
     logprobs: list = field(default_factory=list)  # (token id, logprob, [(id, logprob)...]) of its tokens
     tool_calls: list = field(default_factory=list)  # ToolCall, whole
+    tool_deltas: list = field(default_factory=list)  # the calls as OpenAI stream deltas, as they form
 
 
 @dataclass
@@ -172,6 +173,15 @@ class Service:
             raise ContextLengthExceeded(
                 f"This model's maximum context length is {ctx} tokens. However, you requested {want} tokens "
                 f"({n_prompt} in the {param}, {max_tokens or 0} in the completion).", param=param)
+
+    async def entry_for(self, model: str | None):
+        """A loaded model by id; with none named, the only one served (else a 400)."""
+        if model is None:
+            ids = list(self.registry.entries)
+            if len(ids) != 1:
+                raise BadRequest(f"name the model: this server has {len(ids)}", param="model")
+            model = ids[0]
+        return await self._entry(model)
 
     # ------------------------------------------------------------- chat
 
@@ -334,17 +344,18 @@ class Service:
                     r2, c2 = splitter.flush()
                     reasoning, content = reasoning + r2, content + c2
                     finish = "length" if finish == "cancelled" else finish
-                calls = []
+                calls, deltas = [], []
                 if tools[i] is not None:
                     content, calls = tools[i].feed(content)
                     if finish is not None:
                         c3, more = tools[i].flush()
                         content, calls = content + c3, calls + more
+                    deltas = tools[i].take_deltas()
                     called[i] = called[i] or bool(calls)
                     if finish == "stop" and called[i]:
                         finish = "tool_calls"
-                if reasoning or content or finish or calls:
-                    yield Piece(i, content, reasoning, finish, pending[i], calls)
+                if reasoning or content or finish or calls or deltas:
+                    yield Piece(i, content, reasoning, finish, pending[i], calls, deltas)
                     pending[i] = []
         finally:
             job.cancel.set()
@@ -368,7 +379,6 @@ class Service:
             return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
         tok = prep.entry.lm.tokenizer
-        n_calls = [0] * len(prep.params)
         for i in range(len(prep.params)):
             yield chunk([ChunkChoice(index=i, delta=Delta(role="assistant", content=""))])
         async for p in self.pieces(prep, tally):
@@ -377,13 +387,8 @@ class Service:
             if p.content or p.reasoning:
                 yield chunk([ChunkChoice(index=p.index, delta=delta, logprobs=lp)])
                 lp = None
-            for call in p.tool_calls:  # the name first, then the arguments
-                k = n_calls[p.index]
-                n_calls[p.index] += 1
-                first = {"index": k, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
-                yield chunk([ChunkChoice(index=p.index, delta=Delta(tool_calls=[first]))])
-                rest = {"index": k, "function": {"arguments": call.arguments}}
-                yield chunk([ChunkChoice(index=p.index, delta=Delta(tool_calls=[rest]))])
+            if p.tool_deltas:  # names first, then argument fragments as they are generated
+                yield chunk([ChunkChoice(index=p.index, delta=Delta(tool_calls=p.tool_deltas))])
             if p.finish_reason:
                 yield chunk([ChunkChoice(index=p.index, delta=Delta(), logprobs=lp, finish_reason=p.finish_reason)])
         if include_usage:
@@ -472,6 +477,21 @@ def _content(t: dict) -> str | None:
     if t["calls"]:
         return text.strip() or None
     return text
+
+
+def tokenize(lm, text: str, add_special: bool, with_pieces: bool) -> dict:
+    ids = encode(lm.tokenizer, text, add_special=add_special)
+    if not with_pieces:
+        return {"tokens": ids}
+    return {"tokens": [{"id": t, "piece": _token_text(lm.tokenizer, t)} for t in ids]}
+
+
+def detokenize(lm, ids: list[int]) -> dict:
+    n = lm.model.vocab_size
+    bad = next((i for i, t in enumerate(ids) if not 0 <= t < n), None)
+    if bad is not None:
+        raise BadRequest(f"token id {ids[bad]} is outside the vocabulary (0..{n - 1})", param=f"tokens.{bad}")
+    return {"content": lm.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)}
 
 
 def _token_text(tok, token_id: int) -> str:

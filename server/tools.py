@@ -86,15 +86,97 @@ def parse_call(body: str, tools: list[dict]) -> ToolCall | None:
     return ToolCall(obj["name"], args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
 
 
+_JSON_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*(?=[{\[])')
+_XML_HEAD = re.compile(r"\s*<function=([^>\s]+)>")
+
+
+class _CallStream:
+    """An open block's call as it is generated, as OpenAI stream deltas: the id, type
+    and name once the name is out, then the JSON arguments in fragments as they come
+    (the Hermes form with `name` first and an object or array value; otherwise, or in
+    the XML form, the arguments whole once the block closes)."""
+
+    def __init__(self, index: int):
+        self.index, self.id = index, f"call_{uuid.uuid4().hex[:24]}"
+        self.name: str | None = None
+        self.args_at = -1  # where the arguments start in the body; -1: sent whole at the end
+        self.sent = 0  # characters of the arguments sent
+        self.depth, self.in_str, self.esc, self.closed = 0, False, False, False
+
+    def _start(self, name: str) -> dict:
+        self.name = name
+        return {"index": self.index, "id": self.id, "type": "function", "function": {"name": name, "arguments": ""}}
+
+    def update(self, body: str) -> list[dict]:
+        out = []
+        if self.name is None:
+            m = _JSON_HEAD.match(body)
+            if m:
+                try:
+                    out.append(self._start(json.loads(f'"{m.group(1)}"')))
+                    self.args_at = m.end()
+                except ValueError:
+                    return out
+            else:
+                m = _XML_HEAD.match(body)
+                if not m:
+                    return out
+                out.append(self._start(m.group(1)))
+        if self.args_at < 0 or self.closed:
+            return out
+        text, end = body[self.args_at:], self.sent
+        for ch in text[self.sent:]:  # up to the end of the arguments' value (brackets outside strings)
+            end += 1
+            if self.in_str:
+                self.esc, self.in_str = (False, True) if self.esc else (ch == "\\", ch != '"')
+            elif ch == '"':
+                self.in_str = True
+            elif ch in "{[":
+                self.depth += 1
+            elif ch in "}]":
+                self.depth -= 1
+                if self.depth == 0:
+                    self.closed = True
+                    break
+        if end > self.sent:
+            out.append({"index": self.index, "function": {"arguments": text[self.sent:end]}})
+            self.sent = end
+        return out
+
+    def finish(self, call: ToolCall) -> list[dict]:
+        """The block closed as `call`: what its stream has not said yet."""
+        call.id = self.id
+        out = [] if self.name is not None else [self._start(call.name)]
+        if self.args_at < 0 or not self.sent:
+            out.append({"index": self.index, "function": {"arguments": call.arguments}})
+        return out
+
+
 class ToolCallSplitter:
     """Streamed content in, (content, calls) out: text outside the markers is content
     (held back while it may be the start of a marker), each closed block a call. A
-    block that does not parse stays content."""
+    block that does not parse stays content. `take_deltas()` gives the calls as OpenAI
+    stream deltas as they form (names first, then argument fragments)."""
 
     def __init__(self, tools: list[dict]):
         self.tools = tools
         self.pending = ""
         self.in_call = False
+        self.n_calls = 0
+        self.stream: _CallStream | None = None
+        self.deltas: list[dict] = []
+
+    def take_deltas(self) -> list[dict]:
+        out, self.deltas = self.deltas, []
+        return out
+
+    def _close(self, body: str) -> ToolCall | None:
+        call = parse_call(body, self.tools)
+        if call is not None:
+            self.deltas += self.stream.finish(call)
+            self.n_calls += 1
+        self.stream = None
+        return call
 
     def feed(self, text: str) -> tuple[str, list[ToolCall]]:
         self.pending += text
@@ -109,16 +191,21 @@ class ToolCallSplitter:
                     break
                 out.append(self.pending[:i])
                 self.pending, self.in_call = self.pending[i + len(TOOL_OPEN):], True
+                self.stream = _CallStream(self.n_calls)
             j = self.pending.find(TOOL_CLOSE)
             if j < 0:
+                # the body so far, less what may be the start of the closing marker
+                self.deltas += self.stream.update(self.pending[:len(self.pending) - held_back(self.pending,
+                                                                                               [TOOL_CLOSE])])
                 break
             body, self.pending, self.in_call = self.pending[:j], self.pending[j + len(TOOL_CLOSE):], False
-            call = parse_call(body, self.tools)
+            self.deltas += self.stream.update(body)
+            call = self._close(body)
             if call is None:
                 out.append(TOOL_OPEN + body + TOOL_CLOSE)
             else:
                 calls.append(call)
-                self.pending = self.pending.lstrip("\n") if calls else self.pending
+                self.pending = self.pending.lstrip("\n")
         return "".join(out), calls
 
     def flush(self) -> tuple[str, list[ToolCall]]:
@@ -126,7 +213,8 @@ class ToolCallSplitter:
         text, self.pending = self.pending, ""
         if self.in_call:
             self.in_call = False
-            call = parse_call(text, self.tools)
+            self.deltas += self.stream.update(text)
+            call = self._close(text)
             return ("", [call]) if call is not None else (TOOL_OPEN + text, [])
         return text, []
 

@@ -151,6 +151,20 @@ def test_stream_chunks_have_openai_nulls_and_a_fingerprint(srv, tiny_path):
     assert set(usage["completion_tokens_details"]) == {"reasoning_tokens"}
 
 
+def test_tokenize_and_detokenize(srv, tiny_path):
+    r = httpx.post(f"{srv}/tokenize", json={"model": tiny_path, "content": "the cat sat"}).json()
+    ids_ = r["tokens"]
+    assert ids_ and all(isinstance(t, int) for t in ids_)
+    back = httpx.post(f"{srv}/detokenize", json={"model": tiny_path, "tokens": ids_}).json()
+    assert back["content"] == "the cat sat"
+    pieces = httpx.post(f"{srv}/tokenize", json={"model": tiny_path, "content": "the cat sat",
+                                                  "with_pieces": True}).json()["tokens"]
+    assert [p["id"] for p in pieces] == ids_ and "".join(p["piece"] for p in pieces) == "the cat sat"
+    bad = httpx.post(f"{srv}/detokenize", json={"model": tiny_path, "tokens": [1, 10 ** 9]})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens.1"
+    assert httpx.post(f"{srv}/tokenize", json={"model": "nope", "content": "x"}).status_code == 404
+
+
 def test_completions_endpoint(client, tiny_path):
     r = client.completions.create(model=tiny_path, prompt="the", max_tokens=4, temperature=0, logit_bias=no_end(tiny_path))
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 4

@@ -61,13 +61,28 @@ RECORDED = [  # (generated text, content, calls) as the families write them
 
 
 def run_splitter(pieces):
+    """(content, calls) fed in these pieces; the stream deltas are checked against the calls."""
     sp = ToolCallSplitter(TOOLS)
-    content, calls = "", []
+    content, calls, deltas = "", [], []
     for p in pieces:
         c, k = sp.feed(p)
-        content, calls = content + c, calls + k
+        content, calls, deltas = content + c, calls + k, deltas + sp.take_deltas()
     c, k = sp.flush()
-    return content + c, [(x.name, json.loads(x.arguments)) for x in calls + k]
+    calls, deltas = calls + k, deltas + sp.take_deltas()
+    streamed: dict[int, dict] = {}
+    for d in deltas:
+        if d["index"] not in streamed:  # the first delta of a call names it
+            assert d["type"] == "function" and d["function"]["arguments"] == ""
+            streamed[d["index"]] = {"id": d["id"], "name": d["function"]["name"], "args": "", "parts": 0}
+        else:
+            streamed[d["index"]]["args"] += d["function"]["arguments"]
+            streamed[d["index"]]["parts"] += 1
+    assert len(streamed) == len(calls)
+    for i, call in enumerate(calls):
+        st = streamed[i]
+        assert (st["id"], st["name"]) == (call.id, call.name)
+        assert json.loads(st["args"]) == json.loads(call.arguments)
+    return content + c, [(x.name, json.loads(x.arguments)) for x in calls], [st["parts"] for st in streamed.values()]
 
 
 @pytest.mark.parametrize("text,content,calls", RECORDED)
@@ -75,9 +90,11 @@ def test_the_parser_in_every_chunking(text, content, calls):
     chunkings = [[text], list(text)] + [[text[:i], text[i:]] for i in range(1, len(text))]
     chunkings += [[text[:i], text[i:j], text[j:]] for i in range(1, len(text), 7) for j in range(i + 1, len(text), 5)]
     for pieces in chunkings:
-        got_content, got_calls = run_splitter(pieces)
+        got_content, got_calls, _ = run_splitter(pieces)
         assert got_calls == calls, pieces
         assert got_content.strip() == content.strip(), pieces
+    parts = run_splitter(list(text))[2]  # fed a character at a time: JSON arguments come in many fragments
+    assert all(n > 5 for n in parts) if "<function=" not in text else all(n == 1 for n in parts)
     assert parse_call('{"name": 3}', TOOLS) is None and parse_call("[]", TOOLS) is None
 
 
@@ -137,7 +154,7 @@ def test_streamed_calls_name_first_then_arguments(base):
     stream = c.chat.completions.create(model="tiny-tools.gguf", messages=[{"role": "user", "content": "add"}],
                                        tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}},
                                        max_tokens=400, stream=True, seed=2, parallel_tool_calls=False)
-    calls, finish = {}, None
+    calls, finish, fragments = {}, None, 0
     for chunk in stream:
         if not chunk.choices:
             continue
@@ -148,8 +165,9 @@ def test_streamed_calls_name_first_then_arguments(base):
                 assert d.id and d.type == "function" and d.function.name == "add"  # the first fragment names it
                 calls[d.index] = ""
             calls[d.index] += d.function.arguments or ""
+            fragments += bool(d.function.arguments)
         assert not (ch.delta.content or "").strip().startswith("<tool_call>")
-    assert finish == "tool_calls" and calls
+    assert finish == "tool_calls" and calls and fragments > 3  # the arguments came as they were generated
     for args in calls.values():
         jsonschema.validate(json.loads(args), PARAMS["add"])
 

@@ -81,6 +81,7 @@ def _serve(argv: list[str]) -> int:
     overrides = {k: v for k, v in vars(args).items() if v not in (None, [])}
     settings = ServerSettings(**overrides)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("huggingface_hub").propagate = False  # it prints its own warnings; not each twice
     if settings.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
     if settings.threads:

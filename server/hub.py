@@ -33,7 +33,7 @@ def gguf_files(repo: str, revision: str | None = None) -> list[str]:
         files = HfApi().list_repo_files(repo, revision=revision)
     except RepositoryNotFoundError:
         raise ModelNotFound(repo) from None
-    except (HfHubHTTPError, OSError, ValueError, TypeError, KeyError) as e:  # offline, unreachable or garbled
+    except Exception as e:  # offline, unreachable (requests' or httpx's errors) or garbled
         raise ModelNotFound(f"{repo} (the Hub could not be listed: {e})") from None
     return sorted(f for f in files if f.lower().endswith(".gguf") and not is_follow_on_shard(f))
 

@@ -265,7 +265,9 @@ class Registry:
             try:
                 entry.path = hub.download(repo, f, rev)
             except Exception as e:
-                raise ModelLoadFailed(f"cannot download {entry.id}: {e}") from e
+                endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+                raise ModelLoadFailed(f"cannot download {entry.id} from {endpoint}: {e} (if the Hub is unreachable, "
+                                      f"--offline serves the files already in the cache)") from e
         if not entry.info:
             self._describe(entry)
 

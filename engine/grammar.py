@@ -101,10 +101,6 @@ class GrammarMask:
             allowed = bytes(allowed)
         return self.ops.mask_logits(logits, allowed, self.n_vocab)
 
-    @property
-    def done(self) -> bool:
-        return self.matcher.is_accepting()
-
 
 def schema_of(response_format: dict) -> dict | None:
     """The JSON schema of an OpenAI `response_format` (json_object: None, any object)."""

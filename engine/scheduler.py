@@ -133,7 +133,6 @@ class Scheduler:
         self.held: dict[int, list[int]] = {}  # slot → the token ids whose state it holds
         self.idle: OrderedDict[int, None] = OrderedDict()  # finished slots kept for reuse, least recent first
         self.prefix_hit_tokens = 0  # prompt tokens not prefilled thanks to the prefix cache
-        self.last_batch_tokens = 0
 
     # ------------------------------------------------------------ state
 
@@ -308,7 +307,6 @@ class Scheduler:
                 owners.append((r, r.choices[0], "last" if last else "chunk"))
                 budget -= n
         if not items:
-            self.last_batch_tokens = 0
             return 0
         batch = Batch.of(items, wants, device=self.lm.device)
         try:
@@ -338,7 +336,6 @@ class Scheduler:
                     self._fail([r], e)
             row += 1
         self.running = [r for r in self.running if not r.req.done]
-        self.last_batch_tokens = batch.n_tokens
         return batch.n_tokens
 
     def _fork(self, r: _Running, logits: torch.Tensor) -> None:

@@ -9,7 +9,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import AsyncIterator
 
 from ..engine.chat import render
@@ -133,20 +133,19 @@ def _refuse_unsupported(req) -> None:
         raise BadRequest(f"'{bad[0]}' is not supported by this server yet", param=bad[0], code="unsupported_parameter")
 
 
-def _per_choice(req, max_tokens: int | None, lm) -> list[SamplingParams]:
-    """One SamplingParams per requested choice (n); a seed advances by one per choice
-    (within the 64 bits a generator takes)."""
+def _per_choice(req, max_tokens: int | None, lm, logprobs: int | None) -> list[SamplingParams]:
+    """One SamplingParams per requested choice (n), built and checked once; a seed
+    advances by one per choice (within the 64 bits a generator takes)."""
     n = req.n or 1
     if n > lm.cache.n_seq:
         raise BadRequest(f"n={n} choices need as many sequence slots; this server runs {lm.cache.n_seq} "
                          f"(--parallel)", param="n")
-    params = []
-    for i in range(n):
-        p = _sampling(req, max_tokens, lm.model.vocab_size)
-        if p.seed is not None:
-            p.seed = p.seed + i if p.seed + i < 2 ** 64 else p.seed + i - 2 ** 64
-        params.append(p)
-    return params
+    base = _sampling(req, max_tokens, lm.model.vocab_size)
+    base.logprobs = logprobs
+    if base.seed is None:
+        return [replace(base) for _ in range(n)]
+    return [replace(base, seed=base.seed + i if base.seed + i < 2 ** 64 else base.seed + i - 2 ** 64)
+            for i in range(n)]
 
 
 class Service:
@@ -223,10 +222,7 @@ class Service:
                         or (lm.chat_template and THINK_OPEN in lm.chat_template))
         split = {"in_reasoning": starts_in_reasoning(prompt) and thinking is not False,
                  "enabled": bool(vocab_thinks) and thinking is not False}
-        params = _per_choice(req, max_tokens, lm)
-        if req.logprobs:
-            for p in params:
-                p.logprobs = req.top_logprobs or 0
+        params = _per_choice(req, max_tokens, lm, (req.top_logprobs or 0) if req.logprobs else None)
         if grammar_for_tools is not None:
             await asyncio.to_thread(self._constrain, lm, grammar_for_tools, params, split)
         elif req.response_format and req.response_format.get("type") in ("json_object", "json_schema"):
@@ -428,10 +424,7 @@ class Service:
         entry = await self._entry(req.model)
         ids = encode(entry.lm.tokenizer, prompt)
         self._check_length(entry, len(ids), req.max_tokens, "prompt")
-        params = _per_choice(req, req.max_tokens, entry.lm)
-        if req.logprobs is not None:
-            for p in params:
-                p.logprobs = req.logprobs
+        params = _per_choice(req, req.max_tokens, entry.lm, req.logprobs)
         return Prepared(entry, ids, params, {"in_reasoning": False, "enabled": False})
 
     async def completion_stream(self, req: CompletionRequest) -> tuple[AsyncIterator[str], threading.Event]:

@@ -36,9 +36,8 @@ class ToolCall:
     def __post_init__(self):
         self.id = self.id or f"call_{uuid.uuid4().hex[:24]}"
 
-    def openai(self, index: int | None = None) -> dict:
-        d = {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
-        return d if index is None else {"index": index, **d}
+    def openai(self) -> dict:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
 def template_renders_tools(template: str | None) -> bool:

@@ -7,7 +7,8 @@ xgrammar needs triton and tvm-ffi, llguidance nothing).
 it feeds the matcher each token the sequence generated and masks every token the
 grammar does not allow next. When the grammar is complete only the end-of-generation
 tokens are allowed, so the sequence stops there. For thinking models the mask can wait
-for the reasoning block to close (`after`), or let one open first (`optional`).
+for the reasoning block to close (`after`), or let one open first (`optional`); while
+it waits, only the end-of-generation tokens are masked (the answer must still come).
 
 The matcher needs the vocabulary as llguidance sees it (`grammar_tokenizer`): built
 once per model, ~3 s for a 262k vocabulary (holding the GIL most of it), so the server
@@ -78,6 +79,7 @@ class GrammarMask:
         self.after, self.optional = after, optional
         self.waiting = waiting and after is not None  # inside a reasoning block until `after`
         self.fed = 0
+        self.ends = torch.tensor(sorted(end_of_generation_ids(lm)), dtype=torch.long)
 
     def _feed(self, generated: list[int]) -> None:
         for i in range(self.fed, len(generated)):
@@ -93,7 +95,7 @@ class GrammarMask:
     def __call__(self, generated: list[int], logits: torch.Tensor) -> torch.Tensor:
         self._feed(generated)
         if self.waiting:
-            return logits
+            return logits.index_fill(-1, self.ends.to(logits.device), float("-inf"))
         allowed = self.matcher.compute_bitmask()
         if self.fed == 0 and self.optional is not None:  # the reasoning block may open instead
             allowed = bytearray(allowed)

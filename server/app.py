@@ -19,8 +19,10 @@ from fastapi.responses import Response
 
 from .errors import APIError, BadRequest, HTTPStatus, InternalError, PayloadTooLarge, Unauthorized
 from .metrics import Metrics
-from .protocol import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, Model, ModelList, TokenizeRequest
+from .protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, Model, ModelList, ResponsesRequest,
+                       TokenizeRequest)
 from .registry import Registry
+from .responses import Responses
 from .service import Service, detokenize, sse_error, tokenize
 from .settings import ServerSettings
 
@@ -147,6 +149,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     metrics = Metrics()
     registry = Registry(settings, metrics)
     service = Service(registry, settings, metrics)
+    responses = Responses(service)
     state = {"ready": False, "error": None, "failed": {}, "fatal": False}
 
     def startup() -> None:
@@ -281,5 +284,11 @@ def create_app(settings: ServerSettings) -> FastAPI:
         if req.stream:
             return await stream(await service.completion_stream(req))
         return await unless_disconnected(request, service.completion(req)) or gone()
+
+    @app.post("/v1/responses")
+    async def create_response(req: ResponsesRequest, request: Request):
+        if req.stream:
+            return await stream(await responses.stream(req))
+        return await unless_disconnected(request, responses.create(req)) or gone()
 
     return app

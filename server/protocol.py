@@ -273,6 +273,57 @@ class Completion(BaseModel):
     system_fingerprint: Optional[str] = None
 
 
+# -------------------------------------------------------------- responses
+
+
+class ResponsesTextConfig(OpenAIModel):
+    format: Optional[dict[str, Any]] = None  # {"type": "text" | "json_object" | "json_schema", ...}
+
+
+class ResponsesReasoning(OpenAIModel):
+    effort: Optional[str] = None  # "none" turns thinking off; any other effort turns it on
+    summary: Optional[str] = None  # accepted; the reasoning comes back whole, not summarized
+
+
+class ResponsesRequest(OpenAIRequest):
+    """POST /v1/responses, stateless: nothing is stored, so `previous_response_id`,
+    `conversation`, `prompt` and `background` are refused."""
+
+    model: str
+    input: Union[str, list[dict[str, Any]]]
+    instructions: Optional[str] = None
+    include: Optional[list[str]] = None  # "message.output_text.logprobs" adds logprobs
+    max_output_tokens: Optional[int] = Field(default=None, ge=1)
+    metadata: Optional[dict[str, str]] = None
+    parallel_tool_calls: Optional[bool] = None
+    previous_response_id: Optional[str] = None
+    conversation: Optional[Any] = None
+    prompt: Optional[Any] = None
+    background: Optional[bool] = None
+    reasoning: Optional[ResponsesReasoning] = None
+    store: Optional[bool] = None  # accepted; nothing is ever stored (the reply says store: false)
+    stream: Optional[bool] = False
+    temperature: Optional[float] = Field(default=None, ge=0.0, le=2.0)
+    text: Optional[ResponsesTextConfig] = None
+    tool_choice: Optional[Any] = None
+    tools: Optional[list[dict[str, Any]]] = None
+    top_logprobs: Optional[int] = Field(default=None, ge=0, le=20)
+    top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
+    truncation: Optional[Literal["disabled", "auto"]] = None
+    user: Optional[str] = None
+    # --- extensions, as on chat completions ---
+    logit_bias: LogitBias = None
+    seed: Seed = None
+    stop: Optional[Union[str, list[str]]] = None
+    top_k: Optional[int] = Field(default=None, ge=0)
+    min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+    repetition_penalty: RepetitionPenalty = None
+    presence_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
+    chat_template_kwargs: Optional[dict[str, Any]] = None
+    ignore_eos: Optional[bool] = None
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
 

@@ -37,9 +37,12 @@ def starts_in_reasoning(prompt: str) -> bool:
 
 
 class ReasoningSplitter:
-    """Routes streamed text to (reasoning, content), holding back a partial tag."""
+    """Routes streamed text to (reasoning, content), holding back a partial tag. A marker
+    in `breaks` (a tool call's opening) also ends the reasoning, and starts the content:
+    a model that calls a tool without closing its reasoning block still calls it."""
 
-    def __init__(self, in_reasoning: bool, enabled: bool = True):
+    def __init__(self, in_reasoning: bool, enabled: bool = True, breaks: tuple[str, ...] = ()):
+        self.breaks = breaks
         self.enabled = enabled
         self.in_reasoning = in_reasoning and enabled
         self.pending = ""
@@ -59,6 +62,15 @@ class ReasoningSplitter:
                 self.strip_newlines = False
             tag = THINK_CLOSE if self.in_reasoning else THINK_OPEN
             i = self.pending.find(tag)
+            if self.in_reasoning:
+                for b in self.breaks:
+                    j = self.pending.find(b)
+                    if j >= 0 and (i < 0 or j < i):
+                        reasoning.append(self.pending[:j])
+                        self.in_reasoning, self.pending = False, self.pending[j:]
+                        break
+                if not self.in_reasoning:
+                    continue
             if i >= 0:
                 before = self.pending[:i]
                 if self.in_reasoning:
@@ -74,7 +86,8 @@ class ReasoningSplitter:
                     content.append(self.pending)
                     self.pending = ""
                 continue
-            out = self.pending[: len(self.pending) - held_back(self.pending, [tag])]
+            out = self.pending[: len(self.pending) - held_back(self.pending, [tag, *self.breaks]
+                                                                 if self.in_reasoning else [tag])]
             self.pending = self.pending[len(out):]
             (reasoning if self.in_reasoning else content).append(out)
             break

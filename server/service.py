@@ -22,7 +22,8 @@ from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionReques
                        TokenLogprob, TopLogprob, Usage, new_id, now, unsupported_fields)
 from .reasoning import THINK_CLOSE, THINK_OPEN, ReasoningSplitter, enable_thinking, starts_in_reasoning, template_has_switch
 from .registry import Job, Registry
-from .tools import TOOL_CLOSE, TOOL_OPEN, ToolCallSplitter, fallback_system, required_grammar, template_renders_tools
+from .tools import (TOOL_CLOSE, TOOL_OPEN, ToolCallSplitter, fallback_system, required_grammar, template_renders_tools,
+                    template_writes_xml)
 
 log = logging.getLogger("gguf_serve.server")
 
@@ -267,7 +268,8 @@ class Service:
             raise BadRequest(f"tool_choice {choice!r} is not 'none', 'auto' or 'required'", param="tool_choice")
         if choice == "required" or name is not None:
             try:
-                return req.tools, required_grammar(req.tools, name, req.parallel_tool_calls is not False)
+                xml = template_renders_tools(lm.chat_template) and template_writes_xml(lm.chat_template)
+                return req.tools, required_grammar(req.tools, name, req.parallel_tool_calls is not False, xml)
             except ValueError as e:
                 raise BadRequest(str(e), param="tool_choice") from None
         return req.tools, None
@@ -306,7 +308,8 @@ class Service:
         tally.prompt_tokens = len(prep.prompt_ids)
         m, name = self.metrics, prep.entry.id
         job = prep.job or self._submit(prep)
-        splitters = [ReasoningSplitter(**prep.splitter_args) for _ in prep.params]
+        breaks = (TOOL_OPEN,) if prep.tools else ()  # a call ends an unclosed reasoning block
+        splitters = [ReasoningSplitter(**prep.splitter_args, breaks=breaks) for _ in prep.params]
         pending: list[list] = [[] for _ in prep.params]  # logprobs of tokens whose text is held back
         tools = [ToolCallSplitter(prep.tools) if prep.tools else None for _ in prep.params]
         called = [False] * len(prep.params)

@@ -17,9 +17,9 @@ import uuid
 from dataclasses import dataclass
 
 from ..engine.generate import held_back
-from ..engine.grammar import JSON_WHITESPACE
 
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
+CALL_WHITESPACE = r"\x20?"  # in forced calls' JSON: at most a space between tokens (calls stay one line)
 
 FALLBACK_SYSTEM = (
     "You can call these functions. To call one, reply with nothing but\n"
@@ -218,24 +218,74 @@ class ToolCallSplitter:
         return text, []
 
 
-def required_grammar(tools: list[dict], name: str | None, parallel: bool) -> str:
+def template_writes_xml(template: str | None) -> bool:
+    """Whether the template's calls are the Qwen3.5 / Qwen3-Coder XML body."""
+    return bool(template) and "<function=" in template
+
+
+NL = "\n"
+
+
+def _lark_str(text: str) -> str:
+    return json.dumps(text)  # a JSON string literal is a lark string literal
+
+
+def _is_text(schema: dict) -> bool:
+    """A parameter written as raw text in the XML form (a string, or an enum of strings)."""
+    values = schema.get("enum", [schema["const"]] if "const" in schema else None)
+    if values is not None:
+        return all(isinstance(v, str) for v in values)
+    return schema.get("type") == "string"
+
+
+def _xml_value(rule: str, schema: dict) -> str:
+    """The lark rule of one XML parameter's value: raw text for strings, else JSON."""
+    values = schema.get("enum", [schema["const"]] if "const" in schema else None)
+    if values is not None and _is_text(schema):
+        return f"{rule}: " + " | ".join(_lark_str(v) for v in values)
+    if _is_text(schema):
+        most = schema.get("maxLength")
+        return f"{rule}: /[^<\\n]{{{schema.get('minLength', 1)},{most if most is not None else 200}}}/"
+    return f"{rule}: %json {json.dumps({**schema, 'x-guidance': {'whitespace_pattern': CALL_WHITESPACE}})}"
+
+
+def _xml_call(k: int, f: dict) -> list[str]:
+    """Rules for one function's XML call: its parameters in schema order, the required ones
+    always, the others optionally."""
+    params = f.get("parameters") or {}
+    required = set(params.get("required") or [])
+    rules, parts = [], []
+    for j, (p, schema) in enumerate((params.get("properties") or {}).items()):
+        value = f"v{k}_{j}"
+        rules.append(_xml_value(value, schema if isinstance(schema, dict) else {}))
+        part = f"{_lark_str(f'<parameter={p}>' + NL)} {value} {_lark_str(NL + '</parameter>' + NL)}"
+        parts.append(part if p in required else f"({part})?")
+    head, tail = _lark_str(f"{TOOL_OPEN}{NL}<function={f['name']}>{NL}"), _lark_str(f"</function>{NL}{TOOL_CLOSE}")
+    return [f"c{k}: {head} {' '.join(parts)} {tail}"] + rules
+
+
+def required_grammar(tools: list[dict], name: str | None, parallel: bool, xml: bool = False) -> str:
     """A grammar for replies that are tool calls only: one (or, with `parallel`, several)
-    Hermes blocks whose JSON names one of the tools (or `name`) with arguments matching its
-    parameters."""
+    blocks naming one of the tools (or `name`) with arguments matching its parameters:
+    Hermes JSON blocks, or with `xml` the Qwen3.5 form."""
     from llguidance import LLMatcher
 
+    chosen = [f for f in functions(tools) if name is None or f.get("name") == name]
+    if not chosen:
+        raise ValueError(f"tool_choice names {name!r}, which is not among the tools")
+    repeat = ' ("\\n" call)*' if parallel else ""
+    if xml:
+        rules = [f"start: call{repeat}", "call: " + " | ".join(f"c{k}" for k in range(len(chosen)))]
+        for k, f in enumerate(chosen):
+            rules += _xml_call(k, f)
+        return LLMatcher.grammar_from_lark("\n".join(rules) + "\n")
     options = []
-    for f in functions(tools):
-        if name is not None and f.get("name") != name:
-            continue
+    for f in chosen:
         params = f.get("parameters") or {"type": "object"}
         options.append({"type": "object", "properties": {"name": {"const": f["name"]}, "arguments": params},
                         "required": ["name", "arguments"], "additionalProperties": False})
-    if not options:
-        raise ValueError(f"tool_choice names {name!r}, which is not among the tools")
     schema = options[0] if len(options) == 1 else {"anyOf": options}
-    schema = {**schema, "x-guidance": {"whitespace_pattern": JSON_WHITESPACE}}
-    repeat = ' ("\\n" call)*' if parallel else ""
+    schema = {**schema, "x-guidance": {"whitespace_pattern": CALL_WHITESPACE}}
     lark = (f"start: call{repeat}\n"
             f'call: "{TOOL_OPEN}\\n" body "\\n{TOOL_CLOSE}"\n'
             f"body: %json {json.dumps(schema)}\n")

@@ -28,6 +28,43 @@ THINKING_TEMPLATE = (
 )
 
 
+# Hermes / Qwen3: the tools as JSON lines in the system turn, calls as JSON in <tool_call>
+TOOL_TEMPLATE = (
+    "{%- if tools %}{{ '<|im_start|>system\\n# Tools\\n<tools>\\n' }}"
+    "{%- for t in tools %}{{ t | tojson }}{{ '\\n' }}{%- endfor %}"
+    "{{ '</tools>\\nCall one as <tool_call>\\n{\"name\": ..., \"arguments\": ...}\\n</tool_call><|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' and m.tool_calls %}{{ '<|im_start|>assistant\\n' + (m.content or '') }}"
+    "{%- for c in m.tool_calls %}{{ '<tool_call>\\n{\"name\": \"' + c.function.name + '\", \"arguments\": ' }}"
+    "{{ c.function.arguments | tojson }}{{ '}\\n</tool_call>' }}{%- endfor %}{{ '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}{{ '<|im_start|>user\\n<tool_response>\\n' + m.content + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+# Qwen3.5 / Qwen3-Coder: calls as <function=NAME><parameter=P>value</parameter>, thinking open
+XML_TOOL_TEMPLATE = (
+    "{%- if tools %}{{ '<|im_start|>system\\n# Tools\\n<tools>\\n' }}"
+    "{%- for t in tools %}{{ t | tojson }}{{ '\\n' }}{%- endfor %}"
+    "{{ '</tools>\\nCall one as <tool_call>\\n<function=NAME>\\n<parameter=P>\\nvalue\\n</parameter>\\n"
+    "</function>\\n</tool_call><|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' and m.tool_calls %}{{ '<|im_start|>assistant\\n' + (m.content or '') }}"
+    "{%- for c in m.tool_calls %}{{ '<tool_call>\\n<function=' + c.function.name + '>\\n' }}"
+    "{%- for k, v in c.function.arguments.items() %}{{ '<parameter=' + k + '>\\n' }}"
+    "{{ v if v is string else v | tojson }}{{ '\\n</parameter>\\n' }}{%- endfor %}"
+    "{{ '</function>\\n</tool_call>' }}{%- endfor %}{{ '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}{{ '<|im_start|>user\\n<tool_response>\\n' + m.content + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- else %}{{ '<think>\\n' }}{%- endif %}{%- endif %}"
+)
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -12,25 +12,9 @@ import jsonschema
 import openai
 import pytest
 
-from gguf_serve.server.tools import ToolCallSplitter, parse_call
+from gguf_serve.server.tools import ToolCallSplitter, parse_call, required_grammar
 
-from server_harness import server
-from tiny_models import random_model, spec, write_gguf
-
-TOOL_TEMPLATE = (
-    "{%- if tools %}{{ '<|im_start|>system\\n# Tools\\n<tools>\\n' }}"
-    "{%- for t in tools %}{{ t | tojson }}{{ '\\n' }}{%- endfor %}"
-    "{{ '</tools>\\nCall one as <tool_call>\\n{\"name\": ..., \"arguments\": ...}\\n</tool_call><|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- for m in messages %}"
-    "{%- if m.role == 'assistant' and m.tool_calls %}{{ '<|im_start|>assistant\\n' + (m.content or '') }}"
-    "{%- for c in m.tool_calls %}{{ '<tool_call>\\n{\"name\": \"' + c.function.name + '\", \"arguments\": ' }}"
-    "{{ c.function.arguments | tojson }}{{ '}\\n</tool_call>' }}{%- endfor %}{{ '<|im_end|>\\n' }}"
-    "{%- elif m.role == 'tool' %}{{ '<|im_start|>user\\n<tool_response>\\n' + m.content + '\\n</tool_response><|im_end|>\\n' }}"
-    "{%- else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}"
-)
+from server_harness import TOOL_TEMPLATE, server
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
     "type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
@@ -98,17 +82,69 @@ def test_the_parser_in_every_chunking(text, content, calls):
     assert parse_call('{"name": 3}', TOOLS) is None and parse_call("[]", TOOLS) is None
 
 
-@pytest.fixture(scope="module")
-def tools_path(tmp_path_factory):
-    s = spec("qwen3")
-    path = tmp_path_factory.mktemp("tools") / "tiny-tools.gguf"
-    write_gguf(s, random_model(s, seed=7), path, "Q8_0", chat_template=TOOL_TEMPLATE)
-    return str(path)
+@pytest.mark.parametrize("closed", [False, True])
+def test_a_call_inside_an_unclosed_reasoning_block_is_a_call(closed):
+    """Qwen3.5 sometimes opens a call while still thinking: the call still counts."""
+    from gguf_serve.server.reasoning import ReasoningSplitter
+    from gguf_serve.server.tools import TOOL_OPEN
+
+    think = "I should look it up.\n" + ("</think>\n\n" if closed else "")
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}\n</tool_call>'
+    text = think + call
+    for pieces in [[text], list(text)] + [[text[:i], text[i:]] for i in range(1, len(text))]:
+        rs, ts = ReasoningSplitter(in_reasoning=True, breaks=(TOOL_OPEN,)), ToolCallSplitter(TOOLS)
+        reasoning, content, calls = "", "", []
+        for p in pieces:
+            r, c = rs.feed(p)
+            c, k = ts.feed(c)
+            reasoning, content, calls = reasoning + r, content + c, calls + k
+        r, c = rs.flush()
+        c, k = ts.feed(c)
+        c2, k2 = ts.flush()
+        reasoning, content, calls = reasoning + r, content + c + c2, calls + k + k2
+        assert reasoning.strip() == "I should look it up." and not content.strip(), pieces
+        assert [(x.name, json.loads(x.arguments)) for x in calls] == [("get_weather", {"city": "Paris", "unit": "c"})]
+    r, c = ReasoningSplitter(in_reasoning=True).feed(text)  # without tools, only </think> ends it
+    assert (call in c and call not in r) if closed else (call in r and not c)
+
+
+def accepts(grammar: str, text: str, tok) -> bool:
+    from llguidance import LLMatcher, LLTokenizer
+
+    m = LLMatcher(LLTokenizer(tok.backend_tokenizer.to_str()), grammar, log_level=0)
+    ids = tok.backend_tokenizer.encode(text, add_special_tokens=False).ids
+    return all(m.consume_token(t) for t in ids) and m.is_accepting()
+
+
+WEATHER_XML = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=unit>\nc\n" \
+              "</parameter>\n</function>\n</tool_call>"
+WEATHER_JSON = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}\n</tool_call>'
+
+
+def test_forced_calls_follow_the_templates_form(tools_path):
+    from gguf_serve.engine.tokenizer import load_tokenizer
+    from gguf_serve.gguf_io import GGUFReader
+
+    tok = load_tokenizer(GGUFReader(tools_path))
+    xml, hermes = required_grammar(TOOLS, None, False, xml=True), required_grammar(TOOLS, None, False)
+    assert accepts(xml, WEATHER_XML, tok) and not accepts(xml, WEATHER_JSON, tok)
+    assert accepts(hermes, WEATHER_JSON, tok) and not accepts(hermes, WEATHER_XML, tok)
+    for bad in (WEATHER_XML.replace("Paris", "Paris is far too long"), WEATHER_XML.replace("\nc\n", "\nk\n"),
+                WEATHER_XML.replace("get_weather", "get_time"),
+                WEATHER_XML.replace("<parameter=unit>\nc\n</parameter>\n", "")):  # a required one left out
+        assert not accepts(xml, bad, tok)
+    add = "<tool_call>\n<function=add>\n<parameter=a>\n12\n</parameter>\n<parameter=b>\n30\n</parameter>\n" \
+          "</function>\n</tool_call>"
+    assert accepts(xml, add, tok) and not accepts(xml, add.replace("12", '"12"'), tok)  # integers stay integers
+    two = required_grammar(TOOLS, None, True, xml=True)
+    assert accepts(two, WEATHER_XML + "\n" + add, tok) and not accepts(xml, WEATHER_XML + "\n" + add, tok)
+    assert parse_call(WEATHER_XML[len("<tool_call>"):-len("</tool_call>")], TOOLS).arguments == \
+        json.dumps({"city": "Paris", "unit": "c"})
 
 
 @pytest.fixture(scope="module")
-def base(tools_path, tiny_path):
-    with server(tools_path, tiny_path, "--ctx-size", "2048") as b:  # the tools take ~600 prompt tokens
+def base(tools_path, tiny_path, xml_tools_path):
+    with server(tools_path, tiny_path, xml_tools_path, "--ctx-size", "2048") as b:  # the tools take ~600 prompt tokens
         yield b
 
 
@@ -123,7 +159,8 @@ def check_calls(calls, names):
         jsonschema.validate(json.loads(c.function.arguments), PARAMS[c.function.name])
 
 
-@pytest.mark.parametrize("model", ["tiny-tools.gguf", "tiny-qwen3.gguf"])  # its template; the fallback
+# Hermes and XML templates, and one without tools (the fallback)
+@pytest.mark.parametrize("model", ["tiny-tools.gguf", "tiny-xml-tools.gguf", "tiny-qwen3.gguf"])
 def test_required_tool_choice_gives_valid_calls(base, model):
     c = client(base)
     for seed in range(3):

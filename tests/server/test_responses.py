@@ -1,0 +1,178 @@
+"""POST /v1/responses through the official openai client (`responses.create`,
+`responses.stream`, `responses.parse`) on tiny random models: the thinking model
+(reasoning items), the Hermes tool template and the Qwen3.5-style XML one (function
+calls forced by `tool_choice`, so valid only through the grammar), and what a stateless
+server must refuse."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import httpx
+import jsonschema
+import openai
+import pytest
+from pydantic import BaseModel, Field
+
+from server_harness import ids, no_end, server
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "Weather in a city", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 10}, "unit": {"enum": ["c", "f"]}},
+    "required": ["city", "unit"], "additionalProperties": False}, "strict": True}
+ADD = {"type": "function", "name": "add", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 999},
+                                     "b": {"type": "integer", "minimum": 0, "maximum": 999}},
+    "required": ["a", "b"], "additionalProperties": False}}
+TOOLS = [WEATHER, ADD]
+PARAMS = {t["name"]: t["parameters"] for t in TOOLS}
+NO_THINK = {"chat_template_kwargs": {"enable_thinking": False}}
+
+
+class Pet(BaseModel):
+    name: str = Field(max_length=8)
+    legs: int = Field(ge=0, le=8)
+    kind: Literal["cat", "dog"]
+
+
+@pytest.fixture(scope="module")
+def base(tiny_path, tools_path, xml_tools_path):
+    with server(tiny_path, tools_path, xml_tools_path, "--ctx-size", "2048") as b:
+        yield b
+
+
+@pytest.fixture
+def client(base):
+    return openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+
+
+def test_a_string_input_gives_reasoning_then_a_message(client, tiny_path):
+    r = client.responses.create(model="tiny-qwen3.gguf", input="hello", instructions="Be brief.",
+                                max_output_tokens=6, extra_body={"logit_bias": no_end(tiny_path)})
+    # thinking is on by default in this template: six tokens of reasoning, cut short
+    assert r.id.startswith("resp_") and r.object == "response" and r.status == "incomplete"
+    assert r.incomplete_details.reason == "max_output_tokens"
+    assert [o.type for o in r.output] == ["reasoning"] and r.output[0].id.startswith("rs_")
+    assert r.output[0].content[0].text and r.output_text == ""
+    assert r.usage.output_tokens == 6 and r.usage.output_tokens_details.reasoning_tokens == 6
+    assert r.instructions == "Be brief." and r.store is False
+    r = client.responses.create(model="tiny-qwen3.gguf", input=[{"role": "user", "content": "hello"}],
+                                reasoning={"effort": "none"}, max_output_tokens=6,
+                                extra_body={"logit_bias": no_end(tiny_path)})
+    assert [o.type for o in r.output] == ["message"] and r.output[0].role == "assistant"
+    assert r.output_text and r.output[0].content[0].type == "output_text"
+    assert r.usage.output_tokens_details.reasoning_tokens == 0
+    assert r.usage.input_tokens > 0 and r.usage.total_tokens == r.usage.input_tokens + 6
+
+
+def test_the_stream_is_the_reply_event_by_event(client, tiny_path):
+    bias = no_end(tiny_path, **{str(ids(tiny_path)["</think>"]): 4})
+    kwargs = dict(model="tiny-qwen3.gguf", input="hi", max_output_tokens=12, extra_body={"logit_bias": bias, "seed": 3})
+    with client.responses.stream(**kwargs) as stream:
+        events = list(stream)
+    final = events[-1].response  # incomplete (max_output_tokens): the SDK's get_final_response wants completed
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[0].type == "response.created" and events[1].type == "response.in_progress"
+    assert events[-1].type in ("response.completed", "response.incomplete")
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    reasoning = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    kinds = [o.type for o in final.output]
+    assert kinds == ["reasoning", "message"]  # the bias on </think> closes the block within 12 tokens
+    assert final.output_text == text and final.output[0].content[0].text == reasoning
+    added = [e.item.id for e in events if e.type == "response.output_item.added"]
+    done = [e.item.id for e in events if e.type == "response.output_item.done"]
+    assert added == done == [o.id for o in final.output]
+    same = client.responses.create(**kwargs)  # not streamed, same seed: the same reply
+    assert same.output_text == final.output_text and same.output[0].content[0].text == reasoning
+
+
+@pytest.mark.parametrize("model", ["tiny-tools.gguf", "tiny-xml-tools.gguf"])
+def test_a_required_function_call_then_its_output(client, model):
+    r = client.responses.create(model=model, input="weather in Paris?", tools=TOOLS, tool_choice="required",
+                                parallel_tool_calls=False, max_output_tokens=300, extra_body=NO_THINK)
+    calls = [o for o in r.output if o.type == "function_call"]
+    assert r.status == "completed" and len(calls) == 1 and r.output_text == ""
+    call = calls[0]
+    assert call.id.startswith("fc_") and call.call_id.startswith("call_") and call.status == "completed"
+    jsonschema.validate(json.loads(call.arguments), PARAMS[call.name])
+    # the call and its output go back as items; the next turn's prompt holds both
+    items = [{"role": "user", "content": "weather in Paris?"}, call.model_dump(exclude_none=True),
+             {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21 degrees"}]
+    again = client.responses.create(model=model, input=items, tools=TOOLS, max_output_tokens=3, extra_body=NO_THINK)
+    assert again.usage.input_tokens > r.usage.input_tokens + 10
+    named = client.responses.create(model=model, input="1 + 2", tools=TOOLS, max_output_tokens=300,
+                                    tool_choice={"type": "function", "name": "add"}, extra_body=NO_THINK)
+    calls = [o for o in named.output if o.type == "function_call"]
+    assert calls and all(c.name == "add" for c in calls)
+    for c in calls:
+        jsonschema.validate(json.loads(c.arguments), PARAMS["add"])
+
+
+def test_streamed_arguments_come_in_fragments(client):
+    with client.responses.stream(model="tiny-tools.gguf", input="add", tools=TOOLS, parallel_tool_calls=False,
+                                 tool_choice={"type": "function", "name": "add"}, max_output_tokens=300) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert len(deltas) > 3 and len(done) == 1 and "".join(deltas) == done[0].arguments
+    jsonschema.validate(json.loads(done[0].arguments), PARAMS["add"])
+    added = next(e for e in events if e.type == "response.output_item.added")
+    assert added.item.type == "function_call" and added.item.name == "add"  # the name before the arguments
+    assert [o.type for o in final.output] == ["function_call"] and final.output[0].arguments == done[0].arguments
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_parse_gives_the_schema(client, tiny_path, stream):
+    kwargs = dict(model="tiny-qwen3.gguf", input="a pet", text_format=Pet, max_output_tokens=200,
+                  extra_body={**NO_THINK, "seed": 1})
+    if stream:
+        with client.responses.stream(**kwargs) as s:
+            r = s.get_final_response()
+    else:
+        r = client.responses.parse(**kwargs)
+    assert isinstance(r.output_parsed, Pet)
+    jsonschema.validate(json.loads(r.output_text), Pet.model_json_schema())
+    # with thinking on, the JSON follows the reasoning (which cannot end the reply)
+    bias = {str(ids(tiny_path)["</think>"]): 3}
+    r = client.responses.parse(model="tiny-qwen3.gguf", input="a pet", text_format=Pet, max_output_tokens=300,
+                               extra_body={"logit_bias": bias, "seed": 4})
+    assert r.status == "completed" and [o.type for o in r.output] == ["reasoning", "message"]
+    assert isinstance(r.output_parsed, Pet)
+
+
+def test_logprobs_on_the_answer(client, tiny_path):
+    r = client.responses.create(model="tiny-qwen3.gguf", input="hi", max_output_tokens=5, top_logprobs=2,
+                                include=["message.output_text.logprobs"],
+                                extra_body={**NO_THINK, "logit_bias": no_end(tiny_path)})
+    part = r.output[0].content[0]
+    assert len(part.logprobs) == 5  # one per token, leading whitespace (not in the text) included
+    assert all(len(lp.top_logprobs) == 2 and lp.logprob <= 0 for lp in part.logprobs)
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
+    ({"input": "x", "conversation": "conv_1"}, "conversation"),
+    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input.0"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]},
+     "input.0.content.0"),
+    ({"input": [{"type": "web_search_call", "id": "x"}]}, "input.0.type"),
+    ({"input": "x", "tools": [{"type": "web_search"}]}, "tools.0"),
+    ({"input": "x", "tools": TOOLS, "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "name": "x", "schema": "{"}}}, "text.format"),
+    ({"input": []}, "input"),
+    ({"input": [{"role": "tool", "content": "x"}]}, "input.0.role"),
+    ({"input": "x", "truncation": "auto"}, "truncation"),
+])
+def test_what_a_stateless_server_refuses(base, body, param):
+    for stream in (False, True):
+        r = httpx.post(f"{base}/v1/responses", json={"model": "tiny-tools.gguf", "stream": stream, **body}, timeout=30)
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == param
+
+
+def test_a_long_input_is_refused_before_the_stream(base):
+    r = httpx.post(f"{base}/v1/responses", json={"model": "tiny-tools.gguf", "input": "word " * 3000,
+                                                 "stream": True}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert r.json()["error"]["param"] == "input"

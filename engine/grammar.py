@@ -116,3 +116,34 @@ def schema_of(response_format: dict) -> dict | None:
     if not isinstance(schema, dict):
         raise GrammarError("response_format.json_schema.schema must be a JSON schema object")
     return schema
+
+
+class ThinkingBudget:
+    """Per-sequence logits processor that ends a reasoning block after `budget` tokens:
+    once the sequence has spent them inside the block (opened by the prompt, `in_reasoning`,
+    or by the model's first token, `open`), the next token is forced to `close`, and the
+    answer follows. `inner` (a grammar mask, say) runs on every step not forced."""
+
+    def __init__(self, budget: int, close: int, open: int | None = None, in_reasoning: bool = False,
+                 inner=None):
+        self.budget, self.close, self.open = budget, close, open
+        self.in_reasoning, self.inner = in_reasoning, inner
+        self.spent, self.fed = 0, 0
+
+    def _feed(self, generated: list[int]) -> None:
+        for i in range(self.fed, len(generated)):
+            t = generated[i]
+            if self.in_reasoning:
+                self.in_reasoning = t != self.close
+                self.spent += self.in_reasoning
+            elif i == 0 and t == self.open:
+                self.in_reasoning = True
+        self.fed = len(generated)
+
+    def __call__(self, generated: list[int], logits: torch.Tensor) -> torch.Tensor:
+        self._feed(generated)
+        if self.in_reasoning and self.spent >= self.budget:
+            forced = torch.full_like(logits, float("-inf"))
+            forced[..., self.close] = 0.0
+            return forced
+        return logits if self.inner is None else self.inner(generated, logits)

@@ -58,6 +58,9 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="port (default 8000)")
     p.add_argument("--reasoning", choices=["on", "off", "auto"],
                    help="thinking for models whose template has the switch: on, off, or the template's default (auto)")
+    p.add_argument("--reasoning-budget", type=int, help="thinking tokens a reply may spend before the server closes "
+                                                       "its reasoning block (default: no limit; a request's "
+                                                       "thinking_budget_tokens overrides it)")
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument("--api-key-file", help="read the API key from this file (e.g. a mounted secret)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], help="where to run (default auto)")

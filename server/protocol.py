@@ -147,6 +147,7 @@ class ChatCompletionRequest(OpenAIRequest):
     repetition_penalty: RepetitionPenalty = None
     ignore_eos: Optional[bool] = None  # keep generating past end-of-generation tokens (benchmarks)
     chat_template_kwargs: Optional[dict[str, Any]] = None
+    thinking_budget_tokens: Optional[int] = Field(default=None, ge=0)  # then the think block is closed
 
 
 class Usage(BaseModel):
@@ -283,6 +284,7 @@ class ResponsesTextConfig(OpenAIModel):
 class ResponsesReasoning(OpenAIModel):
     effort: Optional[str] = None  # "none" turns thinking off; any other effort turns it on
     summary: Optional[str] = None  # accepted; the reasoning comes back whole, not summarized
+    max_tokens: Optional[int] = Field(default=None, ge=0)  # extension (OpenRouter's): the thinking budget
 
 
 class ResponsesRequest(OpenAIRequest):

@@ -154,6 +154,7 @@ def to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
                   parallel_tool_calls=req.parallel_tool_calls, response_format=_response_format(req),
                   max_completion_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p,
                   reasoning_effort=req.reasoning.effort if req.reasoning else None,
+                  thinking_budget_tokens=req.reasoning.max_tokens if req.reasoning else None,
                   logprobs=logprobs or None, top_logprobs=req.top_logprobs if logprobs else None,
                   logit_bias=req.logit_bias, seed=req.seed, stop=req.stop, top_k=req.top_k, min_p=req.min_p,
                   repetition_penalty=req.repetition_penalty, presence_penalty=req.presence_penalty,
@@ -168,7 +169,7 @@ def _param(param: str | None) -> str | None:
         return None
     head = param.split(".")[0]
     return {"messages": "input", "response_format": "text.format", "max_completion_tokens": "max_output_tokens",
-            "reasoning_effort": "reasoning.effort"}.get(head, param) if head != "tools" else param
+            "reasoning_effort": "reasoning.effort", "thinking_budget_tokens": "reasoning.max_tokens"}.get(head, param) if head != "tools" else param
 
 
 class _Items:
@@ -270,11 +271,6 @@ class _Items:
                 self.items[i]["arguments"] += f["arguments"]
                 events.append({"type": "response.function_call_arguments.delta", "item_id": self.items[i]["id"],
                                "output_index": i, "delta": f["arguments"]})
-        if p.finish_reason and self.held_logprobs and self.open is not None and \
-                self.items[self.open]["type"] == "message":  # tokens that never made a whole character
-            self.items[self.open]["content"][0]["logprobs"] += [
-                e.model_dump() for e in chat_logprobs(self.tok, self.held_logprobs).content]
-            self.held_logprobs = []
         for call in p.tool_calls:  # closed: the arguments as streamed (else as parsed)
             i = next((i for i in self.calls.values() if self.items[i]["call_id"] == call.id), None)
             if i is None:
@@ -288,10 +284,14 @@ class _Items:
 
     def finish(self, status: str) -> list[dict]:
         events: list[dict] = []
-        self.close(events, status)
         if not self.items:  # an empty answer is still a message
             self._open("message", events)
-            self.close(events, status)
+        # the logprobs of tokens that made no text (whitespace only, or never a whole character)
+        left = self.blank_logprobs + self.held_logprobs
+        if left and self.open is not None and self.items[self.open]["type"] == "message":
+            self.items[self.open]["content"][0]["logprobs"] += [e.model_dump()
+                                                                for e in chat_logprobs(self.tok, left).content]
+        self.close(events, status)
         return events
 
 

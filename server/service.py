@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import AsyncIterator
 
 from ..engine.chat import render
-from ..engine.grammar import GrammarError, GrammarMask, json_grammar, schema_of
+from ..engine.grammar import GrammarError, GrammarMask, ThinkingBudget, json_grammar, schema_of
 from ..engine.sampling import SamplingParams
 from ..engine.tokenizer import encode
 from .errors import BadRequest, ContextLengthExceeded
@@ -22,8 +22,8 @@ from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionReques
                        TokenLogprob, TopLogprob, Usage, new_id, now, unsupported_fields)
 from .reasoning import THINK_CLOSE, THINK_OPEN, ReasoningSplitter, enable_thinking, starts_in_reasoning, template_has_switch
 from .registry import Job, Registry
-from .tools import (TOOL_CLOSE, TOOL_OPEN, ToolCallSplitter, fallback_system, required_grammar, template_renders_tools,
-                    template_writes_xml)
+from .tools import (HERMES, Family, ToolCallSplitter, call_format, for_template, render_fallback, required_grammar,
+                    template_renders_tools)
 
 log = logging.getLogger("gguf_serve.server")
 
@@ -65,6 +65,7 @@ class Prepared:
     splitter_args: dict = field(default_factory=dict)
     job: Job | None = None  # queued before a stream starts
     tools: list = field(default_factory=list)  # the tools the reply may call (their calls parsed out)
+    family: Family = HERMES  # how the model writes them
 
 
 def _stops(stop) -> list[str]:
@@ -209,7 +210,7 @@ class Service:
             elif entry.id not in self._warned_no_switch:
                 self._warned_no_switch.add(entry.id)
                 log.info("%s: its chat template has no thinking switch; the reasoning setting is ignored", entry.id)
-        tools, grammar_for_tools = self._tools(req, lm, messages, kwargs)
+        tools, grammar_for_tools, family = self._tools(req, lm, messages, kwargs)
         try:
             prompt = render(lm.tokenizer, lm.chat_template, messages, **kwargs)
         except Exception as e:  # a template raising on these messages (e.g. role order)
@@ -228,36 +229,35 @@ class Service:
             await asyncio.to_thread(self._constrain, lm, grammar_for_tools, params, split)
         elif req.response_format and req.response_format.get("type") in ("json_object", "json_schema"):
             await asyncio.to_thread(self._constrain, lm, req.response_format, params, split)
-        return Prepared(entry, ids, params, split, tools=tools)
+        budget = req.thinking_budget_tokens
+        budget = self.settings.reasoning_budget if budget is None else budget
+        close = lm.tokenizer.backend_tokenizer.token_to_id(THINK_CLOSE)
+        if budget is not None and split["enabled"] and close is not None:  # else: no block to close
+            for p in params:
+                p.logits_processor = ThinkingBudget(budget, close, lm.tokenizer.backend_tokenizer.token_to_id(THINK_OPEN),
+                                                    split["in_reasoning"], inner=p.logits_processor)
+        return Prepared(entry, ids, params, split, tools=tools, family=family)
 
     @staticmethod
-    def _tools(req, lm, messages: list[dict], kwargs: dict) -> tuple[list[dict], str | None]:
-        """The tools the reply may call (empty: none) and, for `tool_choice` required or a
-        named function, the grammar its reply must follow. Renders them: through the
-        template when it knows tools, else as a system message (the generic fallback)."""
+    def _tools(req, lm, messages: list[dict], kwargs: dict) -> tuple[list[dict], str | None, Family]:
+        """The tools the reply may call (empty: none), for `tool_choice` required or a named
+        function the grammar its reply must follow, and the family its calls are written
+        in. Renders them: through the template when it knows tools, else as a system
+        message (the generic fallback)."""
         choice = req.tool_choice
         if not req.tools or choice == "none":
-            return [], None
+            return [], None, HERMES
         for j, t in enumerate(req.tools):
             f = t.get("function") if t.get("type") == "function" else None
             if not isinstance(f, dict) or not isinstance(f.get("name"), str):
                 raise BadRequest("each tool must be {'type': 'function', 'function': {'name': ..., ...}}",
                                  param=f"tools.{j}")
+        fmt = call_format(lm.chat_template, lm.tokenizer.backend_tokenizer.token_to_id)
         if template_renders_tools(lm.chat_template):
             kwargs["tools"] = req.tools
+            for_template(messages, fmt.family)
         else:
-            system = fallback_system(req.tools)
-            if messages and messages[0]["role"] == "system":
-                messages[0] = {**messages[0], "content": messages[0]["content"] + "\n\n" + system}
-            else:
-                messages.insert(0, {"role": "system", "content": system})
-            for m in messages:  # what the template cannot render, as text
-                if m.get("tool_calls"):
-                    calls = "\n".join(f"{TOOL_OPEN}\n{json.dumps(c['function'])}\n{TOOL_CLOSE}" for c in m.pop("tool_calls"))
-                    m["content"] = (m["content"] + "\n" if m["content"] else "") + calls
-                if m["role"] == "tool":
-                    m.pop("tool_call_id", None)
-                    m.update(role="user", content=f"<tool_response>\n{m['content']}\n</tool_response>")
+            render_fallback(messages, req.tools)
         name = None
         if isinstance(choice, dict):
             name = (choice.get("function") or {}).get("name")
@@ -266,13 +266,13 @@ class Service:
                                  "{'type': 'function', 'function': {'name': ...}}", param="tool_choice")
         elif choice not in (None, "auto", "required"):
             raise BadRequest(f"tool_choice {choice!r} is not 'none', 'auto' or 'required'", param="tool_choice")
+        grammar = None
         if choice == "required" or name is not None:
             try:
-                xml = template_renders_tools(lm.chat_template) and template_writes_xml(lm.chat_template)
-                return req.tools, required_grammar(req.tools, name, req.parallel_tool_calls is not False, xml)
+                grammar = required_grammar(req.tools, name, req.parallel_tool_calls is not False, fmt)
             except ValueError as e:
                 raise BadRequest(str(e), param="tool_choice") from None
-        return req.tools, None
+        return req.tools, grammar, fmt.family
 
     @staticmethod
     def _constrain(lm, constraint: dict | str, params: list[SamplingParams], split: dict) -> None:
@@ -308,10 +308,10 @@ class Service:
         tally.prompt_tokens = len(prep.prompt_ids)
         m, name = self.metrics, prep.entry.id
         job = prep.job or self._submit(prep)
-        breaks = (TOOL_OPEN,) if prep.tools else ()  # a call ends an unclosed reasoning block
+        breaks = (prep.family.open,) if prep.tools else ()  # a call ends an unclosed reasoning block
         splitters = [ReasoningSplitter(**prep.splitter_args, breaks=breaks) for _ in prep.params]
         pending: list[list] = [[] for _ in prep.params]  # logprobs of tokens whose text is held back
-        tools = [ToolCallSplitter(prep.tools) if prep.tools else None for _ in prep.params]
+        tools = [ToolCallSplitter(prep.tools, prep.family) if prep.tools else None for _ in prep.params]
         called = [False] * len(prep.params)
         last = [time.perf_counter()] * len(prep.params)
         first = [True] * len(prep.params)

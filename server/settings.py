@@ -16,6 +16,7 @@ class ServerSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     reasoning: Literal["on", "off", "auto"] = "auto"
+    reasoning_budget: Optional[int] = Field(default=None, ge=0, description="thinking tokens before the block is closed")
     api_key: Optional[str] = None
     api_key_file: Optional[str] = Field(default=None, description="read the API key from this file (a mounted secret)")
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"

@@ -176,3 +176,35 @@ def test_a_long_input_is_refused_before_the_stream(base):
                                                  "stream": True}, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     assert r.json()["error"]["param"] == "input"
+
+
+def test_a_thinking_budget_closes_the_block_and_the_answer_follows(client, base, tiny_path):
+    t = ids(tiny_path)
+    never_closes = no_end(tiny_path, **{str(t["</think>"]): -100})  # left alone, it would think to the end
+    r = client.chat.completions.create(model="tiny-qwen3.gguf", messages=[{"role": "user", "content": "hi"}],
+                                       max_tokens=20, logit_bias=never_closes,
+                                       extra_body={"thinking_budget_tokens": 5})
+    m = r.choices[0].message
+    assert r.usage.completion_tokens == 20 and r.usage.completion_tokens_details.reasoning_tokens == 6  # and </think>
+    assert m.reasoning_content and m.content and r.choices[0].finish_reason == "length"
+    r = client.responses.create(model="tiny-qwen3.gguf", input="hi", max_output_tokens=20,
+                                reasoning={"effort": "low", "max_tokens": 3}, extra_body={"logit_bias": never_closes})
+    assert [o.type for o in r.output] == ["reasoning", "message"] and r.usage.output_tokens_details.reasoning_tokens == 4
+    p = client.responses.parse(model="tiny-qwen3.gguf", input="a pet", text_format=Pet, max_output_tokens=200,
+                               reasoning={"max_tokens": 8}, extra_body={"logit_bias": never_closes, "seed": 1})
+    assert isinstance(p.output_parsed, Pet) and p.output[0].type == "reasoning"  # JSON once the budget closed it
+    bad = httpx.post(f"{base}/v1/chat/completions", json={"model": "tiny-qwen3.gguf", "thinking_budget_tokens": -1,
+                                                           "messages": [{"role": "user", "content": "x"}]})
+    assert bad.status_code == 400
+
+
+def test_the_servers_default_budget(tiny_path):
+    never_closes = no_end(tiny_path, **{str(ids(tiny_path)["</think>"]): -100})
+    with server(tiny_path, "--reasoning-budget", "2", "--ctx-size", "1024") as b:
+        c = openai.OpenAI(base_url=f"{b}/v1", api_key="x", max_retries=0)
+        r = c.chat.completions.create(model="tiny-qwen3.gguf", messages=[{"role": "user", "content": "hi"}],
+                                      max_tokens=8, logit_bias=never_closes)
+        assert r.usage.completion_tokens_details.reasoning_tokens == 3 and r.choices[0].message.content
+        r = c.chat.completions.create(model="tiny-qwen3.gguf", messages=[{"role": "user", "content": "hi"}],
+                                      max_tokens=8, logit_bias=never_closes, extra_body={"thinking_budget_tokens": 6})
+        assert r.usage.completion_tokens_details.reasoning_tokens == 7  # the request's own budget wins

@@ -12,9 +12,11 @@ import jsonschema
 import openai
 import pytest
 
-from gguf_serve.server.tools import ToolCallSplitter, parse_call, required_grammar
+from gguf_serve.server.tools import (HERMES, LLAMA3, MISTRAL, CallFormat, ToolCallSplitter, call_format, family_of,
+                                     parse_call, required_grammar)
 
 from server_harness import TOOL_TEMPLATE, server
+from tiny_models import random_model, spec, write_gguf
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
     "type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
@@ -44,9 +46,9 @@ RECORDED = [  # (generated text, content, calls) as the families write them
 ]
 
 
-def run_splitter(pieces):
+def run_splitter(pieces, family=HERMES, ids=None):
     """(content, calls) fed in these pieces; the stream deltas are checked against the calls."""
-    sp = ToolCallSplitter(TOOLS)
+    sp = ToolCallSplitter(TOOLS, family)
     content, calls, deltas = "", [], []
     for p in pieces:
         c, k = sp.feed(p)
@@ -66,6 +68,8 @@ def run_splitter(pieces):
         st = streamed[i]
         assert (st["id"], st["name"]) == (call.id, call.name)
         assert json.loads(st["args"]) == json.loads(call.arguments)
+    if ids is not None:
+        ids += [c.id for c in calls]
     return content + c, [(x.name, json.loads(x.arguments)) for x in calls], [st["parts"] for st in streamed.values()]
 
 
@@ -80,6 +84,67 @@ def test_the_parser_in_every_chunking(text, content, calls):
     parts = run_splitter(list(text))[2]  # fed a character at a time: JSON arguments come in many fragments
     assert all(n > 5 for n in parts) if "<function=" not in text else all(n == 1 for n in parts)
     assert parse_call('{"name": 3}', TOOLS) is None and parse_call("[]", TOOLS) is None
+
+
+RECORDED_FAMILIES = [  # (family, generated text, content, calls)
+    (MISTRAL, '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}, "id": "a1b2c3d4e"}]',
+     "", [("get_weather", {"city": "Paris", "unit": "c"})]),
+    (MISTRAL, 'Sure.[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}, {"name": "add", "arguments": '
+              '{"a": 3, "b": 4}}]', "Sure.", [("add", {"a": 1, "b": 2}), ("add", {"a": 3, "b": 4})]),
+    (MISTRAL, '[TOOL_CALLS]get_weather[ARGS]{"city": "Rome", "unit": "f"}[TOOL_CALLS]add[ARGS]{"a": 5, "b": 6}',
+     "", [("get_weather", {"city": "Rome", "unit": "f"}), ("add", {"a": 5, "b": 6})]),  # v11 and later
+    (MISTRAL, "[TOOL_CALLS] not json", "[TOOL_CALLS] not json", []),
+    (MISTRAL, "plain [TOOL text", "plain [TOOL text", []),
+    (LLAMA3, '{"name": "get_weather", "parameters": {"city": "Paris", "unit": "c"}}', "",
+     [("get_weather", {"city": "Paris", "unit": "c"})]),
+    (LLAMA3, '<|python_tag|>{"name": "add", "parameters": {"a": 1, "b": 2}}; {"name": "add", "parameters": '
+             '{"a": 3, "b": 4}}', "", [("add", {"a": 1, "b": 2}), ("add", {"a": 3, "b": 4})]),
+    (LLAMA3, '  {"answer": 42}', '  {"answer": 42}', []),  # JSON that names no tool is the answer
+    (LLAMA3, '{"name": "not_a_tool", "parameters": {}}', '{"name": "not_a_tool", "parameters": {}}', []),
+    (LLAMA3, 'It is {"name": "add", "parameters": {"a": 1, "b": 2}}', 'It is {"name": "add", "parameters": '
+             '{"a": 1, "b": 2}}', []),  # only a reply that is a call is one
+]
+
+
+@pytest.mark.parametrize("family,text,content,calls", RECORDED_FAMILIES)
+def test_mistral_and_llama_calls_in_every_chunking(family, text, content, calls):
+    chunkings = [[text], list(text)] + [[text[:i], text[i:]] for i in range(1, len(text))]
+    for pieces in chunkings:
+        ids: list = []
+        got_content, got_calls, _ = run_splitter(pieces, family, ids)
+        assert got_calls == calls and got_content == content, pieces
+        if family is MISTRAL:  # its templates want 9 letters and digits
+            assert all(len(i) == 9 and i.isalnum() for i in ids)
+    if "a1b2c3d4e" in text:
+        assert ids == ["a1b2c3d4e"]
+
+
+def test_the_family_comes_from_the_template():
+    assert family_of("{{ tools }}[AVAILABLE_TOOLS]...[TOOL_CALLS]") is MISTRAL
+    assert family_of("<|start_header_id|>ipython<|end_header_id|>{{ tools }}<|python_tag|>") is LLAMA3
+    assert family_of("{{ tools }}<tool_call>") is HERMES and family_of(None) is HERMES
+    fmt = call_format("{% for t in tools %}[TOOL_CALLS]{{ c.name }}[ARGS]{% endfor %}", lambda t: 7)
+    assert fmt.family is MISTRAL and fmt.named_args and fmt.open_token == 7
+    assert call_format("no tools here", lambda t: 7) == CallFormat()
+
+
+def test_forced_calls_in_the_mistral_and_llama_forms(tools_path):
+    from gguf_serve.engine.tokenizer import load_tokenizer
+    from gguf_serve.gguf_io import GGUFReader
+
+    tok = load_tokenizer(GGUFReader(tools_path))
+    v3 = required_grammar(TOOLS, None, False, CallFormat(MISTRAL))
+    assert accepts(v3, '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}]', tok)
+    assert not accepts(v3, '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1}}]', tok)  # b is required
+    assert not accepts(v3, '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}, {"name": "add", '
+                           '"arguments": {"a": 1, "b": 2}}]', tok)  # one call: parallel_tool_calls false
+    v11 = required_grammar(TOOLS, "add", True, CallFormat(MISTRAL, named_args=True))
+    assert accepts(v11, '[TOOL_CALLS]add[ARGS]{"a": 1, "b": 2}[TOOL_CALLS]add[ARGS]{"a": 3, "b": 4}', tok)
+    assert not accepts(v11, '[TOOL_CALLS]get_weather[ARGS]{"city": "x", "unit": "c"}', tok)
+    llama = required_grammar(TOOLS, None, True, CallFormat(LLAMA3))
+    assert accepts(llama, '{"name": "add", "parameters": {"a": 1, "b": 2}}; '
+                          '{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "c"}}', tok)
+    assert not accepts(llama, '{"name": "add", "arguments": {"a": 1, "b": 2}}', tok)
 
 
 @pytest.mark.parametrize("closed", [False, True])
@@ -126,7 +191,7 @@ def test_forced_calls_follow_the_templates_form(tools_path):
     from gguf_serve.gguf_io import GGUFReader
 
     tok = load_tokenizer(GGUFReader(tools_path))
-    xml, hermes = required_grammar(TOOLS, None, False, xml=True), required_grammar(TOOLS, None, False)
+    xml, hermes = required_grammar(TOOLS, None, False, CallFormat(xml=True)), required_grammar(TOOLS, None, False)
     assert accepts(xml, WEATHER_XML, tok) and not accepts(xml, WEATHER_JSON, tok)
     assert accepts(hermes, WEATHER_JSON, tok) and not accepts(hermes, WEATHER_XML, tok)
     for bad in (WEATHER_XML.replace("Paris", "Paris is far too long"), WEATHER_XML.replace("\nc\n", "\nk\n"),
@@ -136,15 +201,38 @@ def test_forced_calls_follow_the_templates_form(tools_path):
     add = "<tool_call>\n<function=add>\n<parameter=a>\n12\n</parameter>\n<parameter=b>\n30\n</parameter>\n" \
           "</function>\n</tool_call>"
     assert accepts(xml, add, tok) and not accepts(xml, add.replace("12", '"12"'), tok)  # integers stay integers
-    two = required_grammar(TOOLS, None, True, xml=True)
+    two = required_grammar(TOOLS, None, True, CallFormat(xml=True))
     assert accepts(two, WEATHER_XML + "\n" + add, tok) and not accepts(xml, WEATHER_XML + "\n" + add, tok)
     assert parse_call(WEATHER_XML[len("<tool_call>"):-len("</tool_call>")], TOOLS).arguments == \
         json.dumps({"city": "Paris", "unit": "c"})
 
 
+MISTRAL_TEMPLATE = (  # Mistral v3's shape, with its check on call ids
+    "{%- for m in messages %}"
+    "{%- if m.role == 'user' %}{%- if tools and loop.last %}{{ '[AVAILABLE_TOOLS]' + tools | tojson + "
+    "'[/AVAILABLE_TOOLS]' }}{%- endif %}{{ '[INST]' + m.content + '[/INST]' }}"
+    "{%- elif m.role == 'assistant' and m.tool_calls %}{{ '[TOOL_CALLS][' }}{%- for c in m.tool_calls %}"
+    "{%- if c.id is not string or c.id | length != 9 %}"
+    "{{ raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}{%- endif %}"
+    "{{ {'name': c.function.name, 'arguments': c.function.arguments, 'id': c.id} | tojson }}"
+    "{%- endfor %}{{ ']<|endoftext|>' }}"
+    "{%- elif m.role == 'tool' %}{{ '[TOOL_RESULTS]' + {'content': m.content, 'call_id': m.tool_call_id} | tojson + "
+    "'[/TOOL_RESULTS]' }}"
+    "{%- else %}{{ m.content }}{%- endif %}{%- endfor %}"
+)
+
+
 @pytest.fixture(scope="module")
-def base(tools_path, tiny_path, xml_tools_path):
-    with server(tools_path, tiny_path, xml_tools_path, "--ctx-size", "2048") as b:  # the tools take ~600 prompt tokens
+def mistral_path(tmp_path_factory):
+    s = spec("qwen3")
+    path = tmp_path_factory.mktemp("tools") / "tiny-mistral.gguf"
+    write_gguf(s, random_model(s, seed=13), path, "Q8_0", chat_template=MISTRAL_TEMPLATE)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def base(tools_path, tiny_path, xml_tools_path, mistral_path):
+    with server(tools_path, tiny_path, xml_tools_path, mistral_path, "--ctx-size", "2048") as b:  # the tools take ~600 prompt tokens
         yield b
 
 
@@ -155,12 +243,13 @@ def client(base):
 def check_calls(calls, names):
     assert calls
     for c in calls:
-        assert c.type == "function" and c.id.startswith("call_") and c.function.name in names
+        assert c.type == "function" and c.function.name in names
+        assert c.id.startswith("call_") or (len(c.id) == 9 and c.id.isalnum())  # Mistral's own form
         jsonschema.validate(json.loads(c.function.arguments), PARAMS[c.function.name])
 
 
-# Hermes and XML templates, and one without tools (the fallback)
-@pytest.mark.parametrize("model", ["tiny-tools.gguf", "tiny-xml-tools.gguf", "tiny-qwen3.gguf"])
+# Hermes, XML and Mistral templates, and one without tools (the fallback)
+@pytest.mark.parametrize("model", ["tiny-tools.gguf", "tiny-xml-tools.gguf", "tiny-mistral.gguf", "tiny-qwen3.gguf"])
 def test_required_tool_choice_gives_valid_calls(base, model):
     c = client(base)
     for seed in range(3):
@@ -238,3 +327,18 @@ def test_tool_choice_none_renders_no_tools(base):
     none = c.chat.completions.create(model="tiny-tools.gguf", messages=[{"role": "user", "content": "x"}],
                                      tools=TOOLS, tool_choice="none", max_tokens=1)
     assert none.usage.prompt_tokens < with_tools.usage.prompt_tokens
+
+
+def test_mistral_call_ids_go_back_through_its_template(base):
+    c = client(base)
+    first = c.chat.completions.create(model="tiny-mistral.gguf", messages=[{"role": "user", "content": "weather?"}],
+                                      tools=TOOLS, tool_choice="required", max_tokens=400, parallel_tool_calls=False)
+    call = first.choices[0].message.tool_calls[0]
+    assert len(call.id) == 9 and call.id.isalnum()
+    check_calls([call], {"get_weather", "add"})
+    for call_id in (call.id, "call_" + "ab" * 12):  # its own id, and one from another server (mapped)
+        msgs = [{"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": None, "tool_calls": [{**call.model_dump(), "id": call_id}]},
+                {"role": "tool", "tool_call_id": call_id, "content": "sunny"}, {"role": "user", "content": "so?"}]
+        r = c.chat.completions.create(model="tiny-mistral.gguf", messages=msgs, tools=TOOLS, max_tokens=3)
+        assert r.usage.prompt_tokens > first.usage.prompt_tokens

@@ -269,7 +269,9 @@ class Service:
         grammar = None
         if choice == "required" or name is not None:
             try:
-                grammar = required_grammar(req.tools, name, req.parallel_tool_calls is not False, fmt)
+                # a named function is one call (as OpenAI and vLLM make it); `required`, one or more
+                parallel = name is None and req.parallel_tool_calls is not False
+                grammar = required_grammar(req.tools, name, parallel, fmt)
             except ValueError as e:
                 raise BadRequest(str(e), param="tool_choice") from None
         return req.tools, grammar, fmt.family

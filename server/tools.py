@@ -305,7 +305,16 @@ class ToolCallSplitter:
         self.deltas: list[dict] = []
 
     def take_deltas(self) -> list[dict]:
-        out, self.deltas = self.deltas, []
+        """The deltas formed since the last call, one per call (a call's fragments joined:
+        clients read one delta per call index in a chunk)."""
+        out: list[dict] = []
+        for d in self.deltas:
+            if out and out[-1]["index"] == d["index"]:
+                f = out[-1]["function"]
+                f["arguments"] = f.get("arguments", "") + d["function"].get("arguments", "")
+            else:
+                out.append({**d, "function": dict(d["function"])})
+        self.deltas = []
         return out
 
     def _close(self, body: str) -> ToolCall | None:

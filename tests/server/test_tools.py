@@ -46,23 +46,30 @@ RECORDED = [  # (generated text, content, calls) as the families write them
 ]
 
 
+def one_per_call(deltas: list[dict]) -> list[dict]:
+    """What one chunk carries: at most one delta per call (clients read them by index)."""
+    assert len({d["index"] for d in deltas}) == len(deltas)
+    return deltas
+
+
 def run_splitter(pieces, family=HERMES, ids=None):
     """(content, calls) fed in these pieces; the stream deltas are checked against the calls."""
     sp = ToolCallSplitter(TOOLS, family)
     content, calls, deltas = "", [], []
     for p in pieces:
         c, k = sp.feed(p)
-        content, calls, deltas = content + c, calls + k, deltas + sp.take_deltas()
+        content, calls, deltas = content + c, calls + k, deltas + one_per_call(sp.take_deltas())
     c, k = sp.flush()
-    calls, deltas = calls + k, deltas + sp.take_deltas()
+    calls, deltas = calls + k, deltas + one_per_call(sp.take_deltas())
     streamed: dict[int, dict] = {}
     for d in deltas:
         if d["index"] not in streamed:  # the first delta of a call names it
-            assert d["type"] == "function" and d["function"]["arguments"] == ""
+            assert d["type"] == "function" and d["function"]["name"]
             streamed[d["index"]] = {"id": d["id"], "name": d["function"]["name"], "args": "", "parts": 0}
         else:
-            streamed[d["index"]]["args"] += d["function"]["arguments"]
-            streamed[d["index"]]["parts"] += 1
+            assert "id" not in d and "name" not in d["function"]
+        streamed[d["index"]]["args"] += d["function"]["arguments"]
+        streamed[d["index"]]["parts"] += bool(d["function"]["arguments"])
     assert len(streamed) == len(calls)
     for i, call in enumerate(calls):
         st = streamed[i]

@@ -27,7 +27,8 @@ from .tools import (HERMES, Family, ToolCallSplitter, call_format, for_template,
 
 log = logging.getLogger("gguf_serve.server")
 
-SYSTEM_FINGERPRINT = "gguf-serve"  # OpenAI's backend-configuration tag, in every chunk and reply
+SYSTEM_FINGERPRINT = "gguf-serve"
+MEASURE_PIECE = 1 << 16  # characters tokenized at a time while a long prompt is measured  # OpenAI's backend-configuration tag, in every chunk and reply
 
 
 @dataclass
@@ -175,6 +176,28 @@ class Service:
                 f"This model's maximum context length is {ctx} tokens. However, you requested {want} tokens "
                 f"({n_prompt} in the {param}, {max_tokens or 0} in the completion).", param=param)
 
+    async def _measure(self, entry, text: str, param: str) -> None:
+        """Refuse a text far over the context before tokenizing all of it. The tokenizer
+        holds the GIL while it works (seconds for megabytes, and /health would wait), so a
+        long text is counted in pieces, each on a worker thread, the event loop running in
+        between; once the count is sure to be over the context, it is refused. A text that
+        fits is then tokenized whole (at most about a context's worth of work)."""
+        if len(text) <= MEASURE_PIECE:
+            return
+        ctx, tok = self._context(entry), entry.lm.tokenizer.backend_tokenizer
+        count, start, pieces = 0, 0, 0
+        while start < len(text):
+            end = min(len(text), start + MEASURE_PIECE)
+            cut = text.rfind(" ", start + MEASURE_PIECE // 2, end) if end < len(text) else -1
+            end = cut if cut > 0 else end  # at a space: a piece changes the count by a token or two
+            count += len(await asyncio.to_thread(tok.encode, text[start:end], add_special_tokens=False))
+            start, pieces = end, pieces + 1
+            at_least = count - 16 * pieces  # what the pieces' boundaries could have added, generously
+            if at_least >= ctx:
+                verb = "are" if param == "messages" else "is"
+                raise ContextLengthExceeded(f"This model's maximum context length is {ctx} tokens. However, the "
+                                            f"{param} alone {verb} more than {at_least} tokens.", param=param)
+
     async def entry_for(self, model: str | None):
         """A loaded model by id; with none named, the only one served (else a 400)."""
         if model is None:
@@ -211,11 +234,9 @@ class Service:
                 self._warned_no_switch.add(entry.id)
                 log.info("%s: its chat template has no thinking switch; the reasoning setting is ignored", entry.id)
         tools, grammar_for_tools, family = self._tools(req, lm, messages, kwargs)
-        try:
-            prompt = render(lm.tokenizer, lm.chat_template, messages, **kwargs)
-        except Exception as e:  # a template raising on these messages (e.g. role order)
-            raise BadRequest(f"the chat template rejected these messages: {e}", param="messages") from None
-        ids = lm.tokenizer.backend_tokenizer.encode(prompt, add_special_tokens=False).ids
+        prompt = await asyncio.to_thread(_render, lm, messages, kwargs)
+        await self._measure(entry, prompt, "messages")
+        ids = await asyncio.to_thread(_encode_prompt, lm, prompt)
         max_tokens = req.max_completion_tokens or req.max_tokens
         self._check_length(entry, len(ids), max_tokens, "messages")
         if max_tokens is None:  # the server's cap for requests that set none, within the context left
@@ -427,7 +448,8 @@ class Service:
         else:
             prompt = req.prompt
         entry = await self._entry(req.model)
-        ids = encode(entry.lm.tokenizer, prompt)
+        await self._measure(entry, prompt, "prompt")
+        ids = await asyncio.to_thread(encode, entry.lm.tokenizer, prompt)
         self._check_length(entry, len(ids), req.max_tokens, "prompt")
         params = _per_choice(req, req.max_tokens, entry.lm, req.logprobs)
         return Prepared(entry, ids, params, {"in_reasoning": False, "enabled": False})
@@ -467,6 +489,17 @@ class Service:
                                                     logprobs=completion_logprobs(tok, t["logprobs"])
                                                     if req.logprobs is not None else None)
                                    for i, t in enumerate(texts)], usage=tally.usage())
+
+
+def _render(lm, messages: list[dict], kwargs: dict) -> str:
+    try:
+        return render(lm.tokenizer, lm.chat_template, messages, **kwargs)
+    except Exception as e:  # a template raising on these messages (e.g. role order)
+        raise BadRequest(f"the chat template rejected these messages: {e}", param="messages") from None
+
+
+def _encode_prompt(lm, prompt: str) -> list[int]:
+    return lm.tokenizer.backend_tokenizer.encode(prompt, add_special_tokens=False).ids
 
 
 def _content(t: dict) -> str | None:

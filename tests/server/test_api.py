@@ -299,6 +299,60 @@ def test_health_and_models_answer_during_a_long_generation(srv, tiny_path):
     done.wait(120)
 
 
+@pytest.mark.parametrize("endpoint", ["chat/completions", "completions"])
+def test_a_huge_prompt_is_refused_fast_and_health_answers_meanwhile(srv, tiny_path, endpoint):
+    """8 MB of text (under the body limit) would take ~16 s to tokenize, holding the GIL:
+    it is measured in pieces instead, refused once it is sure to be over the context."""
+    text = "a few words " * 700_000
+    body = {"messages": [{"role": "user", "content": text}]} if endpoint.startswith("chat") else {"prompt": text}
+    out = {}
+
+    def post():
+        t = time.perf_counter()
+        out["r"] = httpx.post(f"{srv}/v1/{endpoint}", timeout=120, json={"model": tiny_path, **body})
+        out["t"] = time.perf_counter() - t
+
+    th = threading.Thread(target=post)
+    th.start()
+    worst = 0.0
+    while th.is_alive():
+        t = time.perf_counter()
+        assert httpx.get(f"{srv}/health", timeout=30).status_code == 200
+        worst = max(worst, time.perf_counter() - t)
+        time.sleep(0.02)
+    err = out["r"].json()["error"]
+    assert out["r"].status_code == 400 and err["code"] == "context_length_exceeded"
+    assert err["param"] == ("messages" if endpoint.startswith("chat") else "prompt") and "more than" in err["message"]
+    assert out["t"] < 3.0 and worst < 0.3, (out["t"], worst)
+
+
+def test_measuring_in_pieces_refuses_only_what_is_over(gemma_path):
+    """The piecewise count is a sure lower bound: a text just inside the context passes,
+    one a little over is refused (Gemma's tokenizer, which merges across spaces)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from gguf_serve.engine.tokenizer import load_tokenizer
+    from gguf_serve.gguf_io import GGUFReader
+    from gguf_serve.server.errors import ContextLengthExceeded
+    from gguf_serve.server.service import MEASURE_PIECE, Service
+    from gguf_serve.server.settings import ServerSettings
+
+    tok = load_tokenizer(GGUFReader(gemma_path))
+    para = ("The   quick brown fox, said 42 times:\n\n  «jumps» over 1234567 lazy dogs... 日本語の文章。\t"
+            "    indented code();  ") * 4000
+    assert len(para) > 4 * MEASURE_PIECE
+    n = len(tok.backend_tokenizer.encode(para, add_special_tokens=False).ids)
+    service = Service(None, ServerSettings())
+    for ctx, refused in ((n + 1, False), (n - 200, True)):
+        entry = SimpleNamespace(lm=SimpleNamespace(n_ctx=ctx, tokenizer=tok))
+        try:
+            asyncio.run(service._measure(entry, para, "prompt"))
+            assert not refused
+        except ContextLengthExceeded:
+            assert refused
+
+
 def test_disconnect_cancels_and_full_queue_is_429(srv, tiny_path):
     body = {"model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 200, "stream": True,
             "logit_bias": no_end(tiny_path)}

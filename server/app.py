@@ -12,15 +12,16 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fastapi.responses import Response
 
 from .errors import APIError, BadRequest, HTTPStatus, InternalError, PayloadTooLarge, Unauthorized
 from .metrics import Metrics
-from .protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, Model, ModelList, ResponsesRequest,
-                       TokenizeRequest)
+from .openapi import API_ERRORS, ResponseObject, errors, generating, install
+from .protocol import (ChatCompletion, ChatCompletionRequest, Completion, CompletionRequest, DetokenizeRequest, Model,
+                       ModelList, ResponsesRequest, TokenizeRequest)
 from .registry import Registry
 from .responses import Responses
 from .service import Service, detokenize, sse_error, tokenize
@@ -195,6 +196,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 e.worker.stop()
 
     app = FastAPI(title="gguf-serve", lifespan=lifespan)
+    install(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(Guard, settings=settings, metrics=metrics)  # outermost: before the body is read
     app.state.registry = registry
@@ -221,11 +223,13 @@ def create_app(settings: ServerSettings) -> FastAPI:
         log.exception("unexpected error")
         return InternalError(f"internal error: {type(exc).__name__}: {exc}").response()
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse, responses={
+        200: {"description": "Prometheus text format", "content": {"text/plain": {}}}, **errors(401)})
     async def prometheus_metrics():
         return Response(metrics.render(), media_type=metrics.content_type)
 
-    @app.get("/health")
+    @app.get("/health", responses={200: {"description": "Serving; `failed` lists models that could not load"},
+                                   503: {"description": "Loading, or startup failed"}})
     async def health():
         if state["error"] is not None:
             return JSONResponse({"status": "error", "error": str(state["error"])}, status_code=503)
@@ -236,11 +240,11 @@ def create_app(settings: ServerSettings) -> FastAPI:
     def describe(e) -> Model:
         return Model(id=e.id, loaded=e.lm is not None, error=e.error, **(e.info or {}))
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=errors(401))
     async def list_models() -> ModelList:
         return ModelList(data=[describe(e) for e in registry.entries.values()])
 
-    @app.get("/v1/models/{model_id:path}")
+    @app.get("/v1/models/{model_id:path}", responses=errors(401, 404))
     async def get_model(model_id: str) -> Model:
         return describe(registry.get(model_id))
 
@@ -260,12 +264,12 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 yield sse_error(InternalError(str(e)).body())
         return CancellingStream(body(), cancel, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
-    @app.post("/tokenize")
+    @app.post("/tokenize", responses=errors(*API_ERRORS))
     async def tokenize_route(req: TokenizeRequest):
         entry = await service.entry_for(req.model)
         return await asyncio.to_thread(tokenize, entry.lm, req.content, req.add_special, req.with_pieces)
 
-    @app.post("/detokenize")
+    @app.post("/detokenize", responses=errors(*API_ERRORS))
     async def detokenize_route(req: DetokenizeRequest):
         entry = await service.entry_for(req.model)
         return await asyncio.to_thread(detokenize, entry.lm, req.tokens)
@@ -273,19 +277,23 @@ def create_app(settings: ServerSettings) -> FastAPI:
     def gone() -> Response:  # nobody reads it: the client has hung up
         return Response(status_code=499)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", responses=generating(
+        ChatCompletion, "`chat.completion.chunk` objects as `data:` lines, then `data: [DONE]`"))
     async def chat_completions(req: ChatCompletionRequest, request: Request):
         if req.stream:
             return await stream(await service.chat_stream(req))
         return await unless_disconnected(request, service.chat(req)) or gone()
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", responses=generating(
+        Completion, "`text_completion` objects as `data:` lines, then `data: [DONE]`"))
     async def completions(req: CompletionRequest, request: Request):
         if req.stream:
             return await stream(await service.completion_stream(req))
         return await unless_disconnected(request, service.completion(req)) or gone()
 
-    @app.post("/v1/responses")
+    @app.post("/v1/responses", responses=generating(
+        ResponseObject, "Responses events (`event:` and `data:` lines, from `response.created` to "
+                        "`response.completed`)"))
     async def create_response(req: ResponsesRequest, request: Request):
         if req.stream:
             return await stream(await responses.stream(req))

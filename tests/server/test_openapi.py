@@ -4,6 +4,8 @@ document lists, in the content type and shape it lists, and never a 5xx."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 import schemathesis
@@ -46,3 +48,57 @@ def test_no_422_and_every_error_in_the_envelope(srv):
 def test_the_document_is_what_the_server_does(case):
     case.call_and_validate(checks=[not_a_server_error, status_code_conformance, content_type_conformance,
                                    response_schema_conformance])
+
+
+FIELDS = {  # request fields by endpoint, for bodies that name the served model
+    "/v1/chat/completions": ["messages", "max_tokens", "temperature", "top_p", "logit_bias", "seed", "stop", "n",
+                             "stream", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs",
+                             "thinking_budget_tokens", "stream_options"],
+    "/v1/completions": ["prompt", "max_tokens", "temperature", "logit_bias", "seed", "stop", "n", "stream",
+                        "logprobs", "echo", "stream_options"],
+    "/v1/responses": ["input", "instructions", "max_output_tokens", "tools", "tool_choice", "text", "reasoning",
+                      "stream", "include", "top_logprobs"],
+    "/tokenize": ["content", "add_special", "with_pieces"],
+    "/detokenize": ["tokens"],
+}
+
+
+def test_random_requests_never_reach_a_5xx(srv, tiny_path):
+    """Random bodies (bytes, JSON of any shape, the served model with random fields), bounded
+    in number: every answer below 500, every error in OpenAI's envelope, the server healthy."""
+    from hypothesis import given, strategies as st
+
+    json_values = st.recursive(st.none() | st.booleans() | st.integers(-2 ** 70, 2 ** 70) | st.floats()
+                               | st.text(max_size=20) | st.just("lone \ud800 surrogate"), lambda inner: st.lists(inner, max_size=4)
+                               | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
+    bodies = st.one_of(
+        st.binary(max_size=200).map(lambda b: ("bytes", b)),
+        json_values.map(lambda v: ("json", v)),
+        st.sampled_from(sorted(FIELDS)).flatmap(lambda path: st.fixed_dictionaries(
+            {"model": st.just("tiny-qwen3.gguf")},
+            optional={f: json_values for f in FIELDS[path]}).map(lambda d: (path, d))))
+    paths = st.sampled_from(sorted(FIELDS))
+    seen = {"answers": 0}
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(paths, bodies)
+    def probe(path, body):
+        kind, payload = body
+        if kind in FIELDS:
+            path = kind
+        with httpx.Client(timeout=60) as c:
+            if kind == "bytes":
+                r = c.post(f"{srv}{path}", content=payload, headers={"content-type": "application/json"})
+            else:  # NaN and Infinity too, which Python's JSON parser accepts
+                r = c.post(f"{srv}{path}", content=json.dumps(payload), headers={"content-type": "application/json"})
+        seen["answers"] += 1
+        assert r.status_code < 500, (path, payload, r.text[:300])
+        if r.status_code >= 400:
+            err = r.json()["error"]
+            assert isinstance(err["message"], str) and isinstance(err["type"], str) and "param" in err
+
+    probe()
+    assert seen["answers"] >= 150
+    assert httpx.get(f"{srv}/health", timeout=10).status_code == 200
+    r = httpx.post(f"{srv}/v1/completions", json={"model": "tiny-qwen3.gguf", "prompt": "hi", "max_tokens": 2})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1  # still generating

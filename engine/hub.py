@@ -45,17 +45,19 @@ def is_follow_on_shard(filename: str) -> bool:
     return m is not None and int(m["no"]) != 1
 
 
-def download(repo: str, filename: str, revision: str | None = None) -> str:
-    """Local path of the file (all shards fetched for a split model)."""
+def download(repo: str, filename: str, revision: str | None = None, cached_only: bool = False) -> str:
+    """Local path of the file (all shards fetched for a split model); `cached_only`: from
+    the cache or not at all."""
     from huggingface_hub import hf_hub_download
 
-    path = hf_hub_download(repo, filename, revision=revision)
+    path = hf_hub_download(repo, filename, revision=revision, local_files_only=cached_only)
     m = SHARD_PATTERN.match(os.path.basename(filename))
     if m is not None:
         folder = os.path.dirname(filename)
         for i in range(2, int(m["count"]) + 1):
             shard = f"{m['prefix']}-{i:05d}-of-{m['count']}.gguf"
-            hf_hub_download(repo, f"{folder}/{shard}" if folder else shard, revision=revision)
+            hf_hub_download(repo, f"{folder}/{shard}" if folder else shard, revision=revision,
+                            local_files_only=cached_only)
     return path
 
 

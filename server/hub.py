@@ -22,6 +22,34 @@ from ..engine.hub import ModelRef, cached_gguf_models, download, is_follow_on_sh
 from .errors import BadRequest, ModelNotFound
 
 DEFAULT_QUANT = "Q4_K_M"
+REACH_TIMEOUT = 3.0  # seconds for the one quick probe of the endpoint
+
+
+def endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def offline() -> bool:
+    """HF_HUB_OFFLINE (or --offline) is set."""
+    from huggingface_hub import constants
+
+    return constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def reachable() -> bool:
+    """Whether the Hub endpoint answers at all: one quick probe, no retries (huggingface_hub
+    retries a dead endpoint for ~25 s per call). Offline mode: never."""
+    import httpx
+
+    if offline():
+        return False
+    try:
+        httpx.head(endpoint(), timeout=REACH_TIMEOUT)
+        return True
+    except httpx.HTTPError:
+        return False
 
 
 def gguf_files(repo: str, revision: str | None = None) -> list[str]:

@@ -163,6 +163,7 @@ class Registry:
         self.entries: OrderedDict[str, Entry] = OrderedDict()
         self.lock = threading.Lock()
         self.aliases: dict[str, str] = {}
+        self._reach: tuple[bool, float] | None = None  # (the Hub answers, when probed)
 
     # ------------------------------------------------------------ naming
 
@@ -188,6 +189,8 @@ class Registry:
         if ref is None:
             raise ModelNotFound(spec)
         try:
+            if not self._online():
+                raise ModelNotFound(spec)  # the cache is all there is
             files = hub.gguf_files(ref.repo, ref.revision)
         except ModelNotFound:
             if ref.filename is None:  # offline or unknown: only the cache can answer
@@ -259,15 +262,29 @@ class Registry:
         self.entries[entry.id] = entry
         return entry
 
+    def _online(self) -> bool:
+        """Whether the Hub answers, probed once a minute at most: an unreachable Hub is
+        known in seconds, and cached files are served without waiting on retries."""
+        now = time.monotonic()
+        if self._reach is None or now - self._reach[1] > 60:
+            self._reach = (hub.reachable(), now)
+            if not self._reach[0]:
+                log.warning("the Hub at %s does not answer: serving from the cache only", hub.endpoint())
+        return self._reach[0]
+
     def _fetch(self, entry: Entry) -> None:
         if entry.path is None:
             repo, f, rev = entry.hub_ref
+            online = self._online()
             try:
-                entry.path = hub.download(repo, f, rev)
+                entry.path = hub.download(repo, f, rev, cached_only=not online)
             except Exception as e:
-                endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-                raise ModelLoadFailed(f"cannot download {entry.id} from {endpoint}: {e} (if the Hub is unreachable, "
-                                      f"--offline serves the files already in the cache)") from e
+                if not online and not hub.offline():
+                    raise ModelLoadFailed(f"cannot download {entry.id}: the Hub at {hub.endpoint()} does not answer "
+                                          f"and the file is not in the cache (with --offline, only cached files are "
+                                          f"served)") from e
+                raise ModelLoadFailed(f"cannot download {entry.id} from {hub.endpoint()}: {e} (if the Hub is "
+                                      f"unreachable, --offline serves the files already in the cache)") from e
         if not entry.info:
             self._describe(entry)
 

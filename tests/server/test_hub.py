@@ -97,3 +97,35 @@ def test_unknown_repo_is_a_clear_startup_error(tmp_path):
         with pytest.raises(RuntimeError, match="does not exist"):
             with server("org/missing:Q4_K_M", env={**env, "HF_ENDPOINT": h.url}):
                 pass
+
+
+def test_an_unreachable_hub_fails_in_seconds_and_cached_files_still_serve(tiny_path, tmp_path):
+    """huggingface_hub retries a dead endpoint for ~25 s a call (52 s to fail before): one
+    quick probe decides, and then only the cache is used."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from server_harness import free_port
+
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1", "HF_HUB_OFFLINE": "0"}
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    exe = shutil.which("gguf-serve")
+    cmd = ([exe] if exe else [sys.executable, "-m", "gguf_serve.server.cli"])
+    t = time.perf_counter()
+    r = subprocess.run(cmd + ["org/gone:model-Q4_K_M.gguf", "--port", str(free_port())], capture_output=True,
+                       text=True, timeout=120, env={**env, "HF_ENDPOINT": dead})
+    out = r.stdout + r.stderr
+    assert r.returncode == 1 and time.perf_counter() - t < 30, out
+    assert "org/gone:model-Q4_K_M.gguf" in out and dead in out and "does not answer" in out and "--offline" in out
+    with HubServer() as h:  # fetched once while the Hub answers
+        h.add_repo("org/kept-GGUF", {"kept-Q8_0.gguf": tiny_path})
+        with server("org/kept-GGUF:kept-Q8_0.gguf", env={**env, "HF_ENDPOINT": h.url}):
+            pass
+    t = time.perf_counter()
+    with server("org/kept-GGUF:kept-Q8_0.gguf", env={**env, "HF_ENDPOINT": dead}) as base:  # then it is gone
+        assert time.perf_counter() - t < 30
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
+        assert c.completions.create(model="org/kept-GGUF:kept-Q8_0.gguf", prompt="hi", max_tokens=2).choices

@@ -348,3 +348,11 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
         new_state["lm_head.weight"] = new_state["model.embed_tokens.weight"]
     dense.load_state_dict(new_state, strict=False)
     return dense
+
+
+def tiny_chat_model(folder, name: str, seed: int, chat_template: str, think: bool = False) -> str:
+    """A tiny random Qwen3-shaped chat model at folder/name (Q8_0) with this template."""
+    s = spec("qwen3")
+    path = folder / name
+    write_gguf(s, random_model(s, seed=seed), path, "Q8_0", think=think, chat_template=chat_template)
+    return str(path)

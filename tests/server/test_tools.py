@@ -16,7 +16,7 @@ from gguf_serve.server.tools import (HERMES, LLAMA3, MISTRAL, CallFormat, ToolCa
                                      parse_call, required_grammar)
 
 from server_harness import TOOL_TEMPLATE, server
-from tiny_models import random_model, spec, write_gguf
+from tiny_models import tiny_chat_model
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
     "type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
@@ -231,10 +231,7 @@ MISTRAL_TEMPLATE = (  # Mistral v3's shape, with its check on call ids
 
 @pytest.fixture(scope="module")
 def mistral_path(tmp_path_factory):
-    s = spec("qwen3")
-    path = tmp_path_factory.mktemp("tools") / "tiny-mistral.gguf"
-    write_gguf(s, random_model(s, seed=13), path, "Q8_0", chat_template=MISTRAL_TEMPLATE)
-    return str(path)
+    return tiny_chat_model(tmp_path_factory.mktemp("tools"), "tiny-mistral.gguf", 13, MISTRAL_TEMPLATE)
 
 
 @pytest.fixture(scope="module")

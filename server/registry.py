@@ -64,6 +64,7 @@ class Worker:
         self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self._hits = 0
         self.live: set[Job] = set()  # submitted and not finished
+        self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"gen-{name}", daemon=True)
         self.thread.start()
 
@@ -91,6 +92,8 @@ class Worker:
         s = self.scheduler
         block = not s.busy
         while s.has_room():
+            if self.stopping.is_set():
+                return False
             try:
                 job = self.jobs.get(block=block)
             except queue.Empty:
@@ -141,8 +144,13 @@ class Worker:
             m.kv_slots.labels(self.name, state).set(count)
 
     def stop(self) -> None:
-        """Finish what runs and waits in the scheduler, then end the thread."""
-        self.jobs.put(None)
+        """Finish what runs and waits in the scheduler, then end the thread; what is still
+        queued is refused (retry). Never blocks: the caller may be the event loop."""
+        self.stopping.set()
+        try:
+            self.jobs.put_nowait(None)  # wakes a worker waiting for work (its queue is then empty)
+        except queue.Full:
+            pass  # a full queue means the worker is busy: it sees `stopping` at its next step
 
 
 @dataclass

@@ -167,9 +167,9 @@ def _param(param: str | None) -> str | None:
     """A chat field named in an error, as the Responses field it came from."""
     if param is None:
         return None
-    head = param.split(".")[0]
-    return {"messages": "input", "response_format": "text.format", "max_completion_tokens": "max_output_tokens",
-            "reasoning_effort": "reasoning.effort", "thinking_budget_tokens": "reasoning.max_tokens"}.get(head, param) if head != "tools" else param
+    renamed = {"messages": "input", "response_format": "text.format", "max_completion_tokens": "max_output_tokens",
+               "reasoning_effort": "reasoning.effort", "thinking_budget_tokens": "reasoning.max_tokens"}
+    return renamed.get(param.split(".")[0], param)
 
 
 class _Items:
@@ -276,7 +276,8 @@ class _Items:
             if i is None:
                 continue
             item = self.items[i]
-            item.update(arguments=item["arguments"] or call.arguments, status="completed")
+            item.update(arguments=item["arguments"] or call.arguments,
+                        status="completed" if call.complete else "incomplete")
             events.append({"type": "response.function_call_arguments.done", "item_id": item["id"], "output_index": i,
                            "name": item["name"], "arguments": item["arguments"]})
             events.append({"type": "response.output_item.done", "output_index": i, "item": copy.deepcopy(item)})
@@ -292,6 +293,10 @@ class _Items:
             self.items[self.open]["content"][0]["logprobs"] += [e.model_dump()
                                                                 for e in chat_logprobs(self.tok, left).content]
         self.close(events, status)
+        for i, item in enumerate(self.items):  # a call cut off (max_output_tokens) or that did not parse
+            if item["type"] == "function_call" and item["status"] == "in_progress":
+                item["status"] = "incomplete"
+                events.append({"type": "response.output_item.done", "output_index": i, "item": copy.deepcopy(item)})
         return events
 
 
@@ -313,7 +318,8 @@ class Responses:
         """The response object without its output, as the stream's first events carry it."""
         fmt = (req.text.format if req.text else None) or {"type": "text"}
         return {"id": rid, "object": "response", "created_at": created, "status": "in_progress", "error": None,
-                "incomplete_details": None, "instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
+                "incomplete_details": None, "instructions": req.instructions,
+                "max_output_tokens": req.max_output_tokens,
                 "model": req.model, "output": [], "parallel_tool_calls": req.parallel_tool_calls is not False,
                 "previous_response_id": None, "reasoning": {"effort": req.reasoning.effort if req.reasoning else None,
                                                             "summary": None},

@@ -27,8 +27,8 @@ from .tools import (HERMES, Family, ToolCallSplitter, call_format, for_template,
 
 log = logging.getLogger("gguf_serve.server")
 
-SYSTEM_FINGERPRINT = "gguf-serve"
-MEASURE_PIECE = 1 << 16  # characters tokenized at a time while a long prompt is measured  # OpenAI's backend-configuration tag, in every chunk and reply
+SYSTEM_FINGERPRINT = "gguf-serve"  # OpenAI's backend-configuration tag, in every chunk and reply
+MEASURE_PIECE = 1 << 16  # characters tokenized at a time while a long prompt is measured
 
 
 @dataclass
@@ -254,9 +254,10 @@ class Service:
         budget = self.settings.reasoning_budget if budget is None else budget
         close = lm.tokenizer.backend_tokenizer.token_to_id(THINK_CLOSE)
         if budget is not None and split["enabled"] and close is not None:  # else: no block to close
+            opens = lm.tokenizer.backend_tokenizer.token_to_id(THINK_OPEN)
             for p in params:
-                p.logits_processor = ThinkingBudget(budget, close, lm.tokenizer.backend_tokenizer.token_to_id(THINK_OPEN),
-                                                    split["in_reasoning"], inner=p.logits_processor)
+                p.logits_processor = ThinkingBudget(budget, close, opens, split["in_reasoning"],
+                                                    inner=p.logits_processor)
         return Prepared(entry, ids, params, split, tools=tools, family=family)
 
     @staticmethod

@@ -38,6 +38,7 @@ class ToolCall:
     name: str
     arguments: str  # a JSON object, as text
     id: str = ""
+    complete: bool = True  # False: cut off at the end of the reply (arguments as far as they came)
 
     def __post_init__(self):
         self.id = self.id or f"call_{uuid.uuid4().hex[:24]}"
@@ -238,6 +239,7 @@ class _CallStream:
         self.args_at = -1  # where the arguments start in the body; -1: sent whole at the end
         self.sent = 0  # characters of the arguments sent
         self.depth, self.in_str, self.esc, self.closed = 0, False, False, False
+        self.args = ""  # the arguments streamed so far
 
     def _start(self, name: str) -> dict:
         self.name = name
@@ -277,6 +279,7 @@ class _CallStream:
         if end > self.sent:
             out.append({"index": self.index, "function": {"arguments": text[self.sent:end]}})
             self.sent = end
+            self.args = text[:end]
         return out
 
     def finish(self, call: ToolCall) -> list[dict]:
@@ -379,9 +382,15 @@ class ToolCallSplitter:
                 self.deltas += _CallStream(self.n_calls + k, call.id).finish(call)
             self.n_calls += len(calls)
             return "", calls
-        self.deltas += self.stream.update(text)
+        stream = self.stream
+        self.deltas += stream.update(text)
         call = self._close(text)
-        return ("", [call]) if call is not None else (self.marker + text, [])
+        if call is not None:
+            return "", [call]
+        if stream.name is not None:  # named and begun, then cut off: a call, marked incomplete
+            self.n_calls += 1
+            return "", [ToolCall(stream.name, stream.args, stream.id, complete=False)]
+        return self.marker + text, []
 
 
 def template_writes_xml(template: str | None) -> bool:

@@ -208,3 +208,17 @@ def test_the_servers_default_budget(tiny_path):
         r = c.chat.completions.create(model="tiny-qwen3.gguf", messages=[{"role": "user", "content": "hi"}],
                                       max_tokens=8, logit_bias=never_closes, extra_body={"thinking_budget_tokens": 6})
         assert r.usage.completion_tokens_details.reasoning_tokens == 7  # the request's own budget wins
+
+
+def test_a_call_cut_off_by_max_output_tokens_is_incomplete(client):
+    kwargs = dict(model="tiny-tools.gguf", input="weather?", tools=TOOLS, tool_choice="required",
+                  parallel_tool_calls=False, max_output_tokens=45, extra_body={"seed": 1})  # the name is out
+    with client.responses.stream(**kwargs) as stream:
+        events = list(stream)
+    final = events[-1].response
+    assert final.status == "incomplete"
+    assert [o.type for o in final.output] == ["function_call"]  # its markup is not a message
+    assert final.output[0].status == "incomplete" and final.output[0].arguments.startswith("{")
+    added = [e.item.id for e in events if e.type == "response.output_item.added"]
+    done = [e.item.id for e in events if e.type == "response.output_item.done"]
+    assert sorted(added) == sorted(done)  # every item the stream opened, it closed

@@ -346,3 +346,23 @@ def test_mistral_call_ids_go_back_through_its_template(base):
                 {"role": "tool", "tool_call_id": call_id, "content": "sunny"}, {"role": "user", "content": "so?"}]
         r = c.chat.completions.create(model="tiny-mistral.gguf", messages=msgs, tools=TOOLS, max_tokens=3)
         assert r.usage.prompt_tokens > first.usage.prompt_tokens
+
+
+def test_a_call_cut_off_is_a_call_marked_incomplete():
+    """max_tokens ends a call after its name: the call, with the arguments so far (as OpenAI
+    returns a cut-off call), never its markup as content; before the name, it stays text."""
+    text = 'Sure. <tool_call>\n{"name": "add", "arguments": {"a": 5, "b'
+    for pieces in [[text], list(text)]:
+        sp = ToolCallSplitter(TOOLS)
+        content, calls = "", []
+        for p in pieces:
+            c, k = sp.feed(p)
+            content, calls = content + c, calls + k
+        c, k = sp.flush()
+        content, calls = content + c, calls + k
+        assert content == "Sure. " and len(calls) == 1
+        assert calls[0].name == "add" and not calls[0].complete and calls[0].arguments == '{"a": 5, "b'
+    sp = ToolCallSplitter(TOOLS)
+    c, k = sp.feed('<tool_call>\n{"na')
+    c2, k2 = sp.flush()
+    assert c + c2 == '<tool_call>\n{"na' and not k + k2

@@ -50,12 +50,28 @@ def grammar_tokenizer(lm):
         return tok
 
 
+def closed_objects(schema):
+    """`schema` with every object that lists its properties closed to others, unless it says
+    otherwise (`additionalProperties` or `patternProperties` given): as llama.cpp's schema
+    grammars do. Valid replies stay valid for the schema as written; a model cannot pad
+    its reply with keys nobody asked for (a random model fills max_tokens that way)."""
+    if isinstance(schema, list):
+        return [closed_objects(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: (v if k in ("enum", "const", "default", "examples") else closed_objects(v)) for k, v in schema.items()}
+    if isinstance(schema.get("properties"), dict) and not {"additionalProperties", "patternProperties"} & set(schema):
+        out["additionalProperties"] = False
+    return out
+
+
 def json_grammar(schema: dict | None) -> str:
-    """The grammar of JSON values matching `schema` (None: any JSON object)."""
+    """The grammar of JSON values matching `schema` (None: any JSON object), its objects
+    closed (`closed_objects`)."""
     from llguidance import LLMatcher
 
     try:
-        return LLMatcher.grammar_from_json_schema(schema if schema is not None else {"type": "object"},
+        return LLMatcher.grammar_from_json_schema(closed_objects(schema) if schema is not None else {"type": "object"},
                                                   defaults={"whitespace_pattern": JSON_WHITESPACE})
     except (ValueError, TypeError) as e:
         raise GrammarError(f"invalid JSON schema: {e}") from None

@@ -23,6 +23,7 @@ import uuid
 from dataclasses import dataclass
 
 from ..engine.generate import held_back
+from ..engine.grammar import closed_objects
 
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 CALL_WHITESPACE = r"\x20?"  # in forced calls' JSON: at most a space between tokens (calls stay one line)
@@ -427,7 +428,7 @@ def _xml_value(rule: str, schema: dict) -> str:
 def _xml_call(k: int, f: dict) -> list[str]:
     """Rules for one function's XML call: its parameters in schema order, the required ones
     always, the others optionally."""
-    params = f.get("parameters") or {}
+    params = closed_objects(f.get("parameters") or {})
     required = set(params.get("required") or [])
     rules, parts = [], []
     for j, (p, schema) in enumerate((params.get("properties") or {}).items()):
@@ -461,7 +462,7 @@ def call_format(template: str | None, token_id) -> CallFormat:
 
 def _options(chosen: list[dict], args_key: str) -> dict:
     options = [{"type": "object", "properties": {"name": {"const": f["name"]},
-                                                 args_key: f.get("parameters") or {"type": "object"}},
+                                                 args_key: closed_objects(f.get("parameters") or {"type": "object"})},
                 "required": ["name", args_key], "additionalProperties": False} for f in chosen]
     return options[0] if len(options) == 1 else {"anyOf": options}
 
@@ -485,7 +486,7 @@ def required_grammar(tools: list[dict], name: str | None, parallel: bool, fmt: C
         rules = [f"start: call{' call*' if parallel else ''}",
                  "call: " + " | ".join(f"c{k}" for k in range(len(chosen)))]
         for k, f in enumerate(chosen):
-            params = _with_ws(f.get("parameters") or {"type": "object"})
+            params = _with_ws(closed_objects(f.get("parameters") or {"type": "object"}))
             rules.append(f"c{k}: {marker} {_lark_str(f['name'] + '[ARGS]')} a{k}")
             rules.append(f"a{k}: %json {json.dumps(params)}")
         return LLMatcher.grammar_from_lark("\n".join(rules) + "\n")

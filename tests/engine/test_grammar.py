@@ -80,3 +80,24 @@ def test_bad_schemas_are_grammar_errors(lm):
     with pytest.raises(GrammarError):
         schema_of({"type": "json_schema", "json_schema": {"name": "x"}})
     assert schema_of({"type": "json_object"}) is None
+
+
+def test_objects_that_list_their_properties_get_no_others(lm):
+    """A schema that leaves additionalProperties unsaid (instructor's, LangChain's tools):
+    the random model would pad the object with keys of its own; closed, it cannot."""
+    from gguf_serve.engine.grammar import closed_objects
+
+    open_schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9},
+                                                    "inner": {"type": "object", "properties": {"ok": {"type": "boolean"}},
+                                                              "required": ["ok"]}},
+                   "required": ["n", "inner"]}
+    closed = closed_objects(open_schema)
+    assert closed["additionalProperties"] is False and closed["properties"]["inner"]["additionalProperties"] is False
+    assert "additionalProperties" not in open_schema  # the caller's schema is left as it was
+    kept = {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": {"type": "integer"}}
+    assert closed_objects(kept) == kept and closed_objects({"enum": [{"properties": 1}]}) == {"enum": [{"properties": 1}]}
+    grammar = json_grammar(open_schema)
+    for seed in range(6):
+        params = SamplingParams(temperature=1.0, seed=seed, max_tokens=200, logits_processor=GrammarMask(lm, grammar))
+        reply = json.loads("".join(s.text for s in lm.generate([5, 6, 7], params)))
+        assert set(reply) == {"n", "inner"} and set(reply["inner"]) == {"ok"}

@@ -307,9 +307,8 @@ class Responses:
         self.service = service
 
     async def _prepare(self, req: ResponsesRequest):
-        chat = to_chat(req)
         try:
-            return chat, await self.service.prepare_chat(chat)
+            return await self.service.prepare_chat(to_chat(req))
         except APIError as e:
             e.param = _param(e.param)
             raise
@@ -328,13 +327,12 @@ class Responses:
                 "top_p": req.top_p if req.top_p is not None else 1.0, "truncation": req.truncation or "disabled",
                 "usage": None, "user": req.user, "metadata": req.metadata or {}}
 
-    async def _events(self, req: ResponsesRequest, chat: ChatCompletionRequest, prep,
-                      streamed: bool) -> AsyncIterator[dict]:
+    async def _events(self, req: ResponsesRequest, prep, streamed: bool) -> AsyncIterator[dict]:
         rid, created, tally = _id("resp"), time.time(), Tally()
         response = self._shell(req, rid, created)
         yield {"type": "response.created", "response": dict(response)}
         yield {"type": "response.in_progress", "response": dict(response)}
-        items = _Items(prep.entry.lm.tokenizer, bool(chat.logprobs))
+        items = _Items(prep.entry.lm.tokenizer, prep.params[0].logprobs is not None)
         finish = None
         try:
             async for p in self.service.pieces(prep, tally):
@@ -353,32 +351,30 @@ class Responses:
         status = "incomplete" if finish == "length" else "completed"
         for e in items.finish(status):
             yield e
-        u = tally
+        u = tally.usage()
         response.update(status=status, output=items.items, completed_at=time.time(),
                         incomplete_details={"reason": "max_output_tokens"} if status == "incomplete" else None,
-                        usage={"input_tokens": u.prompt_tokens,
-                               "input_tokens_details": {"cached_tokens": u.cached_tokens},
+                        usage={"input_tokens": u.prompt_tokens, "input_tokens_details": u.prompt_tokens_details,
                                "output_tokens": u.completion_tokens,
-                               "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
-                               "total_tokens": u.prompt_tokens + u.completion_tokens})
+                               "output_tokens_details": u.completion_tokens_details,
+                               "total_tokens": u.total_tokens})  # the chat usage, under the Responses names
         yield {"type": f"response.{status}", "response": response}
 
     async def stream(self, req: ResponsesRequest) -> tuple[AsyncIterator[str], threading.Event]:
         """The SSE lines (`event:` and `data:`, numbered), and the job's cancel flag."""
-        chat, prep = await self._prepare(req)
-        prep = self.service.queue_first(prep)
+        prep = self.service.queue_first(await self._prepare(req))
 
         async def lines():
             seq = 0
-            async for e in self._events(req, chat, prep, True):
+            async for e in self._events(req, prep, True):
                 e["sequence_number"] = seq
                 seq += 1
                 yield f"event: {e['type']}\ndata: {json.dumps(e, ensure_ascii=False)}\n\n"
         return lines(), prep.job.cancel
 
     async def create(self, req: ResponsesRequest) -> dict:
-        chat, prep = await self._prepare(req)
+        prep = await self._prepare(req)
         last = None
-        async for e in self._events(req, chat, prep, False):
+        async for e in self._events(req, prep, False):
             last = e
         return last["response"]

@@ -236,27 +236,28 @@ class Service:
         tools, grammar_for_tools, family = self._tools(req, lm, messages, kwargs)
         prompt = await asyncio.to_thread(_render, lm, messages, kwargs)
         await self._measure(entry, prompt, "messages")
-        ids = await asyncio.to_thread(_encode_prompt, lm, prompt)
+        ids = await asyncio.to_thread(encode, lm.tokenizer, prompt, add_special=False)  # the template has BOS
         max_tokens = req.max_completion_tokens or req.max_tokens
         self._check_length(entry, len(ids), max_tokens, "messages")
         if max_tokens is None:  # the server's cap for requests that set none, within the context left
             max_tokens = min(self.settings.max_tokens, self._context(entry) - len(ids))
-        vocab_thinks = (lm.tokenizer.backend_tokenizer.token_to_id(THINK_OPEN) is not None
-                        or (lm.chat_template and THINK_OPEN in lm.chat_template))
+        think_open, think_close = (lm.tokenizer.backend_tokenizer.token_to_id(t) for t in (THINK_OPEN, THINK_CLOSE))
+        vocab_thinks = think_open is not None or (lm.chat_template and THINK_OPEN in lm.chat_template)
         split = {"in_reasoning": starts_in_reasoning(prompt) and thinking is not False,
                  "enabled": bool(vocab_thinks) and thinking is not False}
         params = _per_choice(req, max_tokens, lm, (req.top_logprobs or 0) if req.logprobs else None)
+        # a grammar mask waits for the reasoning block to close, or lets one open first
+        think = {"after": think_close, "optional": think_open, "waiting": split["in_reasoning"]} \
+            if split["enabled"] else {}
         if grammar_for_tools is not None:
-            await asyncio.to_thread(self._constrain, lm, grammar_for_tools, params, split)
+            await asyncio.to_thread(self._constrain, lm, grammar_for_tools, params, think)
         elif req.response_format and req.response_format.get("type") in ("json_object", "json_schema"):
-            await asyncio.to_thread(self._constrain, lm, req.response_format, params, split)
+            await asyncio.to_thread(self._constrain, lm, req.response_format, params, think)
         budget = req.thinking_budget_tokens
         budget = self.settings.reasoning_budget if budget is None else budget
-        close = lm.tokenizer.backend_tokenizer.token_to_id(THINK_CLOSE)
-        if budget is not None and split["enabled"] and close is not None:  # else: no block to close
-            opens = lm.tokenizer.backend_tokenizer.token_to_id(THINK_OPEN)
+        if budget is not None and split["enabled"] and think_close is not None:  # else: no block to close
             for p in params:
-                p.logits_processor = ThinkingBudget(budget, close, opens, split["in_reasoning"],
+                p.logits_processor = ThinkingBudget(budget, think_close, think_open, split["in_reasoning"],
                                                     inner=p.logits_processor)
         return Prepared(entry, ids, params, split, tools=tools, family=family)
 
@@ -299,17 +300,13 @@ class Service:
         return req.tools, grammar, fmt.family
 
     @staticmethod
-    def _constrain(lm, constraint: dict | str, params: list[SamplingParams], split: dict) -> None:
+    def _constrain(lm, constraint: dict | str, params: list[SamplingParams], think: dict) -> None:
         """A grammar mask per choice (llguidance): a response_format's JSON, or a grammar;
-        for a thinking model it starts once the reasoning block closes. Off the event
-        loop: the first one builds the grammar vocabulary (~3 s for a 262k-token one)."""
+        for a thinking model (`think`: GrammarMask's reasoning arguments) it starts once the
+        reasoning block closes. Off the event loop: the first one builds the grammar
+        vocabulary (~3 s for a 262k-token one)."""
         try:
             grammar = constraint if isinstance(constraint, str) else json_grammar(schema_of(constraint))
-            tok = lm.tokenizer.backend_tokenizer
-            think = {}
-            if split["enabled"]:
-                think = {"after": tok.token_to_id(THINK_CLOSE), "optional": tok.token_to_id(THINK_OPEN),
-                         "waiting": split["in_reasoning"]}
             for p in params:
                 p.logits_processor = GrammarMask(lm, grammar, **think)
         except (GrammarError, json.JSONDecodeError) as e:
@@ -497,10 +494,6 @@ def _render(lm, messages: list[dict], kwargs: dict) -> str:
         return render(lm.tokenizer, lm.chat_template, messages, **kwargs)
     except Exception as e:  # a template raising on these messages (e.g. role order)
         raise BadRequest(f"the chat template rejected these messages: {e}", param="messages") from None
-
-
-def _encode_prompt(lm, prompt: str) -> list[int]:
-    return lm.tokenizer.backend_tokenizer.encode(prompt, add_special_tokens=False).ids
 
 
 def _content(t: dict) -> str | None:

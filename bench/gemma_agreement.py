@@ -4,9 +4,9 @@ next-token agreement and perplexity of gguf-serve's engine and llama.cpp on the 
 
     python bench/gemma_agreement.py [--max-batch 256]   # needs llama-cpp-python for the comparison
 
-The prompt runs as one forward pass of 512 tokens (dequantized tiles + float32 BLAS), or
-with --max-batch 256 as two of 256, which take the native integer kernels (activations
-quantized to 8 bits). Without llama-cpp-python installed, its package from the 0.3.36
+The prompt runs as one forward pass of 512 tokens, or with --max-batch 256 as two of 256;
+both take the native integer kernels (activations quantized to 8 bits; on a CPU with AMX
+passes over 256 tokens take dequantized tiles + bfloat16 BLAS instead). Without llama-cpp-python installed, its package from the 0.3.36
 sdist and the libraries of the llama.cpp build in bench/README.md serve:
 PYTHONPATH=<sdist> LLAMA_CPP_LIB_PATH=<sdist>/vendor/llama.cpp/build/bin (and diskcache).
 """

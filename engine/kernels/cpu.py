@@ -190,13 +190,18 @@ def _dequantize_rows(weight: torch.Tensor, ggml_type: int, rows: int, cols: int)
 
 
 # Up to this many activation rows, integer dot products (each weight block unpacked once
-# for four rows where the type has a four-row kernel; Q4_K from 8 rows in repacked tiles
-# of eight weight rows, see gc_set_tiles); beyond, dequantize tiles of W and
-# let torch's BLAS do the matmul, in bfloat16 where the CPU has AMX (oneDNN's bfloat16
-# GEMM is ~5x float32 there), else float32. On the AVX2 machine here, Gemma 3 270M
-# prefill: integer 340-360 tok/s from 24 to 256 tokens, tiles 58 (24) to 293 (256) and
-# 375 vs 292 at 512.
-GEMV_MAX_ROWS = 256
+# for four rows where the type has a four-row kernel; Q4_0/Q4_1/Q5_0/Q5_1 and the Q4_K,
+# Q5_K and Q6_K k-quants from 8 rows in repacked tiles of eight weight rows, see
+# gc_set_tiles); beyond, dequantize tiles of W and let torch's BLAS do the matmul, in
+# bfloat16 where the CPU has AMX (oneDNN's bfloat16 GEMM is ~5x float32 there; not
+# measured against the tiles, so those machines keep the old bound of 256 rows), else
+# float32. On the AVX2 machine here, Gemma 3 270M's matrices at 512 rows (one prompt
+# chunk), in one process: the tiles 2.2-3.5x faster than float32 BLAS on Q5_0 and
+# Q6_K, 2.1-2.4x on Q4_K, and Q8_0 (row-wise) about equal.
+def _gemv_max_rows() -> int:
+    return 256 if PREFILL_DTYPE is torch.bfloat16 else 1024
+
+
 TILE_ELEMENTS = 1 << 22  # weights per dequantized tile
 PREFILL_DTYPE_ENV = "GGUF_SERVE_PREFILL_DTYPE"
 
@@ -215,6 +220,7 @@ def _prefill_dtype() -> torch.dtype:
 
 
 PREFILL_DTYPE = _prefill_dtype()
+GEMV_MAX_ROWS = _gemv_max_rows()
 
 
 def mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_features: int) -> torch.Tensor:

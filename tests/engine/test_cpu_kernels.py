@@ -294,7 +294,7 @@ def test_gate_and_up_experts_in_one_call_equal_two(types, tokens):
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0], ids=lambda t: t.name)
 def test_mul_mat_id_experts_chosen_by_many_tokens(gtype):
     """Expert 1 chosen by 11 of 16 tokens, expert 3 by 6: their rows take the four-row
-    dots (and for Q4_K from 8 tokens the repacked tiles), equal to one token at a time."""
+    dots (and from 8 tokens the repacked tiles), equal to one token at a time."""
     rng = np.random.default_rng(12)
     experts, rows, cols = 4, 24, 512
     w = torch.from_numpy(np.stack([_weights(rng, gtype, rows, cols) for _ in range(experts)]))
@@ -325,24 +325,31 @@ def test_a_group_of_matrices_is_one_call_equal_to_its_members(gemma_path):
     assert torch.equal(group(x), torch.cat([m(x) for m in members], dim=-1))
 
 
-@pytest.mark.parametrize("n", [8, 13, 64])
-def test_q4_k_tiles_equal_the_row_wise_dots(n):
-    """From 8 activation rows, Q4_K weight rows go through the repacked tiles of eight;
-    rows past the last whole tile (here 43 = 5 x 8 + 3) and the other types the row-wise
-    dots. Same integer sums, so equal up to float rounding; and within the activation
-    quantization's bound of the exact product."""
+TILED = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
+         GGMLType.Q8_0, GGMLType.IQ4_NL]
+
+
+@pytest.mark.parametrize("rows,n", [(43, 8), (43, 13), (43, 64), (43, 300), (2051, 13)])
+@pytest.mark.parametrize("gtype", TILED, ids=lambda t: t.name)
+def test_tiles_equal_the_row_wise_dots(gtype, rows, n):
+    """From 8 activation rows, these types' weight rows go through repacked tiles of eight;
+    rows past the last whole tile (43 = 5 x 8 + 3) the row-wise dots. 300 activation rows
+    meet the tiles in several cache-sized runs, 2051 weight rows give a thread more tiles
+    than it packs at once. Same integer sums, so equal up to float rounding; and within
+    the activation quantization's bound of the exact product."""
     rng = np.random.default_rng(13)
-    packed = torch.from_numpy(_weights(rng, GGMLType.Q4_K, 43, 1024))
-    x = torch.randn(n, 1024)
+    cols = 1024 if rows < 1000 else 256
+    packed = torch.from_numpy(_weights(rng, gtype, rows, cols))
+    x = torch.randn(n, cols)
     try:
         cpu.set_tiles(False)
-        rowwise = cpu.mul_mat(packed, x, GGMLType.Q4_K, 43)
+        rowwise = cpu.mul_mat(packed, x, gtype, rows)
     finally:
         cpu.set_tiles(True)
-    tiles = cpu.mul_mat(packed, x, GGMLType.Q4_K, 43)
-    torch.testing.assert_close(tiles, rowwise, rtol=1e-5, atol=1e-6 * float(rowwise.abs().max()))
-    W = dequantize(packed.numpy(), GGMLType.Q4_K, (43, 1024)).astype(np.float64)
-    bound = _activation_bound(W, x.double().numpy(), 256)
+    tiles = cpu.mul_mat(packed, x, gtype, rows)
+    torch.testing.assert_close(tiles, rowwise, rtol=1e-5, atol=1e-5 * float(rowwise.abs().max()))
+    W = dequantize(packed.numpy(), gtype, (rows, cols)).astype(np.float64)
+    bound = _activation_bound(W, x.double().numpy(), 256 if gtype in (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K) else 32)
     assert np.all(np.abs(tiles.numpy() - x.double().numpy() @ W.T) <= bound * 1.001 + 1e-4)
 
 

@@ -550,15 +550,19 @@ AVX2 static inline __m256i nibbles32(const uint8_t *qs) { /* 16 bytes → 32 nib
     q = _mm256_shuffle_epi8(lut, nibbles32(w[i].qs)); d = H2F(w[i].d)
 
 DEFINE_DOT32(dot_q8_0_avx2, AVX2, dot_i8_avx2, blk_q8_0, BODY_Q8_0)
-/* AVX2 Q4_0 / Q5_0: the weights unsigned (0..15 / 0..31, no sign trick), the offset
- * (8 / 16) through the activation block sums: sum((q - o) x) = sum(q x) - o sum(x) */
+/* AVX2 Q4_0: the weights unsigned (0..15, no sign trick), the offset 8 through the
+ * activation block sums: sum((q - 8) x) = sum(q x) - 8 sum(x). Q5_0: signed weights and
+ * the sign trick (q - 16 is the low nibble with 0xF0 where the fifth bit is clear): the
+ * unsigned form's per-block scalar for the offset became a loop-carried chain through a
+ * general register there (one row in L2: 30.4 -> 27.5 ns per 256 weights; for Q4_0 the
+ * unsigned form stays ahead, 21.2 vs 22.9). */
 #define BODY_Q4_0_U const blk_q4_0 *w = vw; q = nibbles32(w[i].qs); d = H2F(w[i].d); extra -= 8.f * d * x[i].s
-#define BODY_Q5_0_U                                                                                 \
+#define BODY_Q5_0_S                                                                                 \
     const blk_q5_0 *w = vw; uint32_t qh; memcpy(&qh, w[i].qh, 4);                                   \
-    q = _mm256_or_si256(nibbles32(w[i].qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10))); \
-    d = H2F(w[i].d); extra -= 16.f * d * x[i].s
+    q = _mm256_or_si256(nibbles32(w[i].qs), _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8((char)0xF0))); \
+    d = H2F(w[i].d)
 DEFINE_DOT32(dot_q4_0_avx2, AVX2, dot_u8_avx2, blk_q4_0, BODY_Q4_0_U)
-DEFINE_DOT32(dot_q5_0_avx2, AVX2, dot_u8_avx2, blk_q5_0, BODY_Q5_0_U)
+DEFINE_DOT32(dot_q5_0_avx2, AVX2, dot_i8_avx2, blk_q5_0, BODY_Q5_0_S)
 DEFINE_DOT32(dot_q4_1_avx2, AVX2, dot_u8_avx2, blk_q4_1, BODY_Q4_1)
 DEFINE_DOT32(dot_q5_1_avx2, AVX2, dot_u8_avx2, blk_q5_1, BODY_Q5_1)
 DEFINE_DOT32(dot_iq4_nl_avx2, AVX2, dot_i8_avx2, blk_iq4_nl, BODY_IQ4_NL)
@@ -843,6 +847,7 @@ AVX2 static void t32_dot(const t32_block *t, int nb, const act32 *const *X, floa
     for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
         __m256i isum[4];
+        for (int r = 0; r < 4; r++) isum[r] = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             __m256i p[4];
             for (int r = 0; r < 4; r++) p[r] = _mm256_setzero_si256();
@@ -855,8 +860,7 @@ AVX2 static void t32_dot(const t32_block *t, int nb, const act32 *const *X, floa
                 }
             }
             for (int r = 0; r < 4; r++) {
-                const __m256i s = _mm256_madd_epi16(p[r], ones);
-                isum[r] = h ? _mm256_add_epi32(isum[r], s) : s;
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p[r], ones));
             }
         }
         const __m256 vd = _mm256_loadu_ps(t[i].d), ve = _mm256_loadu_ps(t[i].e);

@@ -840,8 +840,11 @@ AVX2 static void t32_pack(int type, const uint8_t *w, int64_t row_bytes, int nb,
     }
 }
 
-/* out[r][k] = row k of the tile · activation row r, for four activation rows */
-AVX2 static void t32_dot(const t32_block *t, int nb, const act32 *const *X, float out[4][8]) {
+/* out[r][k] = row k of the tile · activation row r, for four activation rows. Signed
+ * weights (Q8_0, IQ4_NL): vpmaddubsw takes |w| and the activations with w's signs, and
+ * each pair sum (up to 2 x 127 x 127) goes to 32 bits at once; they have no e term. */
+AVX2 static inline __attribute__((always_inline)) void t32_dot_as(const t32_block *t, int nb, const act32 *const *X,
+                                                                float out[4][8], const int sgn) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[4];
     for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
@@ -853,48 +856,35 @@ AVX2 static void t32_dot(const t32_block *t, int nb, const act32 *const *X, floa
             for (int r = 0; r < 4; r++) p[r] = _mm256_setzero_si256();
             for (int g = 4 * h; g < 4 * h + 4; g++) {
                 const __m256i wq = _mm256_loadu_si256((const __m256i *)t[i].q[g]);
+                const __m256i wa = sgn ? _mm256_sign_epi8(wq, wq) : wq;
                 for (int r = 0; r < 4; r++) {
                     int32_t xv;
                     memcpy(&xv, X[r][i].qs + 4 * g, 4);
-                    p[r] = _mm256_add_epi16(p[r], _mm256_maddubs_epi16(wq, _mm256_set1_epi32(xv)));
+                    const __m256i xb = _mm256_set1_epi32(xv);
+                    if (sgn)
+                        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(xb, wq)), ones));
+                    else
+                        p[r] = _mm256_add_epi16(p[r], _mm256_maddubs_epi16(wq, xb));
                 }
             }
-            for (int r = 0; r < 4; r++) {
-                isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p[r], ones));
-            }
+            if (!sgn)
+                for (int r = 0; r < 4; r++) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p[r], ones));
         }
         const __m256 vd = _mm256_loadu_ps(t[i].d), ve = _mm256_loadu_ps(t[i].e);
         for (int r = 0; r < 4; r++) {
             acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(vd, _mm256_set1_ps(X[r][i].d)), _mm256_cvtepi32_ps(isum[r]), acc[r]);
-            acc[r] = _mm256_fmadd_ps(ve, _mm256_set1_ps(X[r][i].s), acc[r]);
+            if (!sgn) acc[r] = _mm256_fmadd_ps(ve, _mm256_set1_ps(X[r][i].s), acc[r]);
         }
     }
     for (int r = 0; r < 4; r++) _mm256_storeu_ps(out[r], acc[r]);
 }
 
-/* Q8_0's and IQ4_NL's signed weights: vpmaddubsw takes |w| and the activations with w's signs, and
- * each pair sum (up to 2 x 127 x 127) goes to 32 bits at once */
+AVX2 static void t32_dot(const t32_block *t, int nb, const act32 *const *X, float out[4][8]) {
+    t32_dot_as(t, nb, X, out, 0);
+}
+
 AVX2 static void t32_dot_signed(const t32_block *t, int nb, const act32 *const *X, float out[4][8]) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[4];
-    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        __m256i isum[4];
-        for (int r = 0; r < 4; r++) isum[r] = _mm256_setzero_si256();
-        for (int g = 0; g < 8; g++) {
-            const __m256i wq = _mm256_loadu_si256((const __m256i *)t[i].q[g]), wa = _mm256_sign_epi8(wq, wq);
-            for (int r = 0; r < 4; r++) {
-                int32_t xv;
-                memcpy(&xv, X[r][i].qs + 4 * g, 4);
-                const __m256i p = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(_mm256_set1_epi32(xv), wq));
-                isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, ones));
-            }
-        }
-        const __m256 vd = _mm256_loadu_ps(t[i].d);
-        for (int r = 0; r < 4; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(vd, _mm256_set1_ps(X[r][i].d)), _mm256_cvtepi32_ps(isum[r]), acc[r]);
-    }
-    for (int r = 0; r < 4; r++) _mm256_storeu_ps(out[r], acc[r]);
+    t32_dot_as(t, nb, X, out, 1);
 }
 
 /* ---- k-quant tiles (Q4_K, Q5_K, Q6_K), the same scheme: eight weight rows unpacked to

@@ -190,14 +190,15 @@ def _dequantize_rows(weight: torch.Tensor, ggml_type: int, rows: int, cols: int)
 
 
 # Up to this many activation rows, integer dot products (each weight block unpacked once
-# for four rows where the type has a four-row kernel; Q4_0/Q4_1/Q5_0/Q5_1 and the Q4_K,
-# Q5_K and Q6_K k-quants from 8 rows in repacked tiles of eight weight rows, see
-# gc_set_tiles); beyond, dequantize tiles of W and let torch's BLAS do the matmul, in
-# bfloat16 where the CPU has AMX (oneDNN's bfloat16 GEMM is ~5x float32 there; not
-# measured against the tiles, so those machines keep the old bound of 256 rows), else
-# float32. On the AVX2 machine here, Gemma 3 270M's matrices at 512 rows (one prompt
-# chunk), in one process: the tiles 2.2-3.5x faster than float32 BLAS on Q5_0 and
-# Q6_K, 2.1-2.4x on Q4_K, and Q8_0 (row-wise) about equal.
+# for four rows where the type has a four-row kernel; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+# IQ4_NL and the Q4_K, Q5_K and Q6_K k-quants from 8 rows in repacked tiles of eight
+# weight rows, see gc_set_tiles); beyond, dequantize tiles of W and let torch's BLAS do
+# the matmul, in bfloat16 where the CPU has AMX (oneDNN's bfloat16 GEMM is ~5x float32
+# there; not measured against the tiles, so those machines keep the old bound of 256
+# rows), else float32. On the AVX2 machine here, Gemma 3 270M's matrices at 512 rows
+# (one prompt chunk), in one process: the tiles 2.2-3.5x faster than float32 BLAS on
+# Q5_0 and Q6_K, 2.1-2.4x on Q4_K; Q8_0 about equal row-wise, 2.2x faster in tiles than
+# row-wise.
 def _gemv_max_rows() -> int:
     return 256 if PREFILL_DTYPE is torch.bfloat16 else 1024
 

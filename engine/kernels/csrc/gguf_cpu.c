@@ -626,6 +626,19 @@ DEFINE_DOT32(dot_iq4_nl_avx512, AVX512, dot_i8_vnni, blk_iq4_nl, BODY_IQ4_NL)
 DEFINE_Q45K(dot_q4_K_avx2, AVX2, blk_q4_K, NO_HIGH)
 DEFINE_Q45K(dot_q5_K_avx2, AVX2, blk_q5_K, Q5_HIGH)
 
+/* the 128 weights of half h of a Q6_K block as bytes (0..63), four runs of 32 in order */
+AVX2 static inline void q6k_half(const blk_q6_K *b, int h, __m256i q[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+    const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+    q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+    q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_slli_epi16(m2, 2)), 2));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, _mm256_slli_epi16(m2, 4)));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                           _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_slli_epi16(m2, 6)), 2));
+}
+
 /* Q6_K: q in 0..63 (offset 32): sum((q - 32) x) = sum(q x) - 32 sum(x), per 16 with int8
  * scales. Per half of 128: ql holds the low nibbles of four 32-runs (two loads, low and
  * high nibbles), qh their two high bits each. The scales of a 32-run's two 16-groups come
@@ -633,7 +646,6 @@ DEFINE_Q45K(dot_q5_K_avx2, AVX2, blk_q5_K, Q5_HIGH)
 AVX2 static float dot_q6_K_avx2(const void *vw, const void *vx, int nb) {
     const blk_q6_K *w = vw; const act256 *x = vx;
     __m256 acc = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
     /* lane 0: 16-bit scale 2s, lane 1: 2s + 1 (of the half's 8) */
     static const int8_t pick[4][32] = {
         {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
@@ -651,16 +663,9 @@ AVX2 static float dot_q6_K_avx2(const void *vw, const void *vx, int nb) {
         __m256i sum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
         for (int h = 0; h < 2; h++) {
             const __m256i sch = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);
-            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h));
-            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
-            const __m256i q0 = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                                               _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_slli_epi16(m2, 2)), 2));
-            const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                                               _mm256_and_si256(qh, _mm256_slli_epi16(m2, 4)));
-            const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                               _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_slli_epi16(m2, 6)), 2));
+            __m256i q[4];
+            q6k_half(&w[i], h, q);
+            const __m256i q0 = q[0], q1 = q[1], q2 = q[2], q3 = q[3];
             const int8_t *xs = x[i].qs + 128 * h;
             sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q0, _mm256_loadu_si256((const __m256i *)xs)),
                                                           _mm256_shuffle_epi8(sch, pk0)));
@@ -803,40 +808,28 @@ typedef struct {
     float d[8], e[8]; /* per row: the scale, and the coefficient of the activation sum */
 } t32_block;
 
-AVX2 static void t32_pack(int type, const uint8_t *w, int64_t row_bytes, int nb, t32_block *t) {
+/* one row's block i as 32 bytes, its scale and e, by the four-row dots' bodies (X4_*) */
+#define T32_ROW(BLK, BODY)                                                                          \
+    {                                                                                              \
+        const BLK *w = (const BLK *)row; __m256i q; float d, e; BODY;                              \
+        qv[k] = q; t[i].d[k] = d; t[i].e[k] = e;                                                   \
+    }
+
+AVX2 static void t32_pack(int type, const uint8_t *wrows, int64_t row_bytes, int nb, t32_block *t) {
     for (int i = 0; i < nb; i++) {
-        __m256i q[8];
+        __m256i qv[8];
         for (int k = 0; k < 8; k++) {
-            const uint8_t *row = w + k * row_bytes;
-            float d, e;
-            if (type == T_Q8_0) { /* signed: t32_dot_signed */
-                const blk_q8_0 *b = (const blk_q8_0 *)row + i;
-                q[k] = _mm256_loadu_si256((const __m256i *)b->qs); d = H2F(b->d); e = 0.f;
-            } else if (type == T_IQ4_NL) { /* signed too, the table's values */
-                const blk_iq4_nl *b = (const blk_iq4_nl *)row + i;
-                const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
-                q[k] = _mm256_shuffle_epi8(lut, nibbles32(b->qs)); d = H2F(b->d); e = 0.f;
-            } else if (type == T_Q4_0) {
-                const blk_q4_0 *b = (const blk_q4_0 *)row + i;
-                q[k] = nibbles32(b->qs); d = H2F(b->d); e = -8.f * d;
-            } else if (type == T_Q5_0) {
-                const blk_q5_0 *b = (const blk_q5_0 *)row + i;
-                uint32_t qh; memcpy(&qh, b->qh, 4);
-                q[k] = _mm256_or_si256(nibbles32(b->qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10)));
-                d = H2F(b->d); e = -16.f * d;
-            } else if (type == T_Q4_1) {
-                const blk_q4_1 *b = (const blk_q4_1 *)row + i;
-                q[k] = nibbles32(b->qs); d = H2F(b->d); e = H2F(b->m);
-            } else {
-                const blk_q5_1 *b = (const blk_q5_1 *)row + i;
-                uint32_t qh; memcpy(&qh, b->qh, 4);
-                q[k] = _mm256_or_si256(nibbles32(b->qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10)));
-                d = H2F(b->d); e = H2F(b->m);
+            const uint8_t *row = wrows + k * row_bytes;
+            switch (type) {
+            case T_Q8_0: T32_ROW(blk_q8_0, X4_Q8_0) break;     /* signed: t32_dot_signed */
+            case T_IQ4_NL: T32_ROW(blk_iq4_nl, X4_IQ4_NL) break; /* signed too, the table's values */
+            case T_Q4_0: T32_ROW(blk_q4_0, X4_Q4_0) break;
+            case T_Q5_0: T32_ROW(blk_q5_0, X4_Q5_0) break;
+            case T_Q4_1: T32_ROW(blk_q4_1, X4_Q4_1) break;
+            default: T32_ROW(blk_q5_1, X4_Q5_1) break;
             }
-            t[i].d[k] = d;
-            t[i].e[k] = e;
         }
-        transpose8x32(q, (__m256i *)t[i].q);
+        transpose8x32(qv, (__m256i *)t[i].q);
     }
 }
 
@@ -916,17 +909,9 @@ AVX2 static void q45k_unpack(const uint8_t *qs, const uint8_t *qh, uint8_t out[2
 }
 
 AVX2 static void q6k_unpack(const blk_q6_K *b, uint8_t out[256]) {
-    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
     for (int h = 0; h < 2; h++) {
-        const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-        const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
         __m256i q[4];
-        q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-        q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_slli_epi16(m2, 2)), 2));
-        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, _mm256_slli_epi16(m2, 4)));
-        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                               _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_slli_epi16(m2, 6)), 2));
+        q6k_half(b, h, q);
         for (int j = 0; j < 4; j++) _mm256_storeu_si256((__m256i *)(out + 128 * h + 32 * j), q[j]);
     }
 }
@@ -1035,7 +1020,6 @@ AVX2 static void dot4_q6_K_avx2(const void *vw, const void *const *vx, int nb, f
     const act256 *X[4] = {X0, X1, X2, X3};
     __m256 acc[4];
     for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
     static const int8_t pick[4][32] = {
         {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
         {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
@@ -1051,15 +1035,8 @@ AVX2 static void dot4_q6_K_avx2(const void *vw, const void *const *vx, int nb, f
                                       _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)X[r][i].bsums), sc16), 5));
         for (int h = 0; h < 2; h++) {
             const __m256i sch = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);
-            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h));
-            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
             __m256i q[4], s[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_slli_epi16(m2, 2)), 2));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, _mm256_slli_epi16(m2, 4)));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                   _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_slli_epi16(m2, 6)), 2));
+            q6k_half(&w[i], h, q);
             for (int j = 0; j < 4; j++) s[j] = _mm256_shuffle_epi8(sch, _mm256_loadu_si256((const __m256i *)pick[j]));
             for (int r = 0; r < 4; r++) {
                 const int8_t *xr = X[r][i].qs + 128 * h;

@@ -50,6 +50,10 @@ def grammar_tokenizer(lm):
         return tok
 
 
+_LITERAL_KEYWORDS = ("enum", "const", "default", "examples")  # values, not schemas
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
 def closed_objects(schema):
     """`schema` with every object that lists its properties closed to others, unless it says
     otherwise (`additionalProperties` or `patternProperties` given): as llama.cpp's schema
@@ -59,7 +63,14 @@ def closed_objects(schema):
         return [closed_objects(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: (v if k in ("enum", "const", "default", "examples") else closed_objects(v)) for k, v in schema.items()}
+    out = {}
+    for k, v in schema.items():
+        if k in _LITERAL_KEYWORDS:
+            out[k] = v
+        elif k in _SCHEMA_MAPS and isinstance(v, dict):  # names -> schemas: the names are not keywords
+            out[k] = {name: closed_objects(s) for name, s in v.items()}
+        else:
+            out[k] = closed_objects(v)
     if isinstance(schema.get("properties"), dict) and not {"additionalProperties", "patternProperties"} & set(schema):
         out["additionalProperties"] = False
     return out

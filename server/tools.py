@@ -425,10 +425,16 @@ def _xml_value(rule: str, schema: dict) -> str:
     return f"{rule}: %json {json.dumps({**schema, 'x-guidance': {'whitespace_pattern': CALL_WHITESPACE}})}"
 
 
+def _parameters(f: dict) -> dict:
+    """A function's parameters schema for a forced call: any object when it gives none,
+    its objects closed to unlisted keys (`closed_objects`)."""
+    return closed_objects(f.get("parameters") or {"type": "object"})
+
+
 def _xml_call(k: int, f: dict) -> list[str]:
     """Rules for one function's XML call: its parameters in schema order, the required ones
     always, the others optionally."""
-    params = closed_objects(f.get("parameters") or {})
+    params = _parameters(f)
     required = set(params.get("required") or [])
     rules, parts = [], []
     for j, (p, schema) in enumerate((params.get("properties") or {}).items()):
@@ -462,7 +468,7 @@ def call_format(template: str | None, token_id) -> CallFormat:
 
 def _options(chosen: list[dict], args_key: str) -> dict:
     options = [{"type": "object", "properties": {"name": {"const": f["name"]},
-                                                 args_key: closed_objects(f.get("parameters") or {"type": "object"})},
+                                                 args_key: _parameters(f)},
                 "required": ["name", args_key], "additionalProperties": False} for f in chosen]
     return options[0] if len(options) == 1 else {"anyOf": options}
 
@@ -486,7 +492,7 @@ def required_grammar(tools: list[dict], name: str | None, parallel: bool, fmt: C
         rules = [f"start: call{' call*' if parallel else ''}",
                  "call: " + " | ".join(f"c{k}" for k in range(len(chosen)))]
         for k, f in enumerate(chosen):
-            params = _with_ws(closed_objects(f.get("parameters") or {"type": "object"}))
+            params = _with_ws(_parameters(f))
             rules.append(f"c{k}: {marker} {_lark_str(f['name'] + '[ARGS]')} a{k}")
             rules.append(f"a{k}: %json {json.dumps(params)}")
         return LLMatcher.grammar_from_lark("\n".join(rules) + "\n")

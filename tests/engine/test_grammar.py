@@ -96,6 +96,13 @@ def test_objects_that_list_their_properties_get_no_others(lm):
     assert "additionalProperties" not in open_schema  # the caller's schema is left as it was
     kept = {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": {"type": "integer"}}
     assert closed_objects(kept) == kept and closed_objects({"enum": [{"properties": 1}]}) == {"enum": [{"properties": 1}]}
+    # property names are names, not keywords: one called "properties" or "enum" is a schema like any other
+    named = closed_objects({"type": "object", "properties": {
+        "properties": {"type": "object", "properties": {"x": {"type": "integer"}}},
+        "enum": {"type": "object", "properties": {"y": {"type": "integer"}}}}})
+    assert set(named["properties"]) == {"properties", "enum"}
+    assert named["properties"]["properties"]["additionalProperties"] is False
+    assert named["properties"]["enum"]["additionalProperties"] is False
     grammar = json_grammar(open_schema)
     for seed in range(6):
         params = SamplingParams(temperature=1.0, seed=seed, max_tokens=200, logits_processor=GrammarMask(lm, grammar))

@@ -28,10 +28,15 @@ class GgufLinear:
         self.in_features, self.out_features = in_features, out_features
         self.bias = bias
         self.ops = kernels.select(packed.device, self.ggml_type)
+        self.native = None  # what the native CPU kernels read: (bytes, type code), the file's or repacked
+        self.repacked = False
         if self.ops.name.startswith("cpu-native"):
             from .kernels import cpu
 
-            self._call = cpu.MulMat(packed, self.ggml_type, out_features, in_features)
+            rep = cpu.repack(packed, self.ggml_type, out_features, in_features)
+            self.repacked = rep is not None
+            self.native = rep or (packed, int(self.ggml_type))
+            self._call = cpu.MulMat(packed, self.ggml_type, out_features, in_features, native=self.native)
         else:
             self._call = lambda x: self.ops.mul_mat(self.packed, x, self.ggml_type, self.out_features)
 
@@ -76,7 +81,7 @@ class LinearGroup:
                                     for m in linears):
             from .kernels import cpu
 
-            self.native = cpu.MulMatGroup([m.packed for m in linears], [m.ggml_type for m in linears], self.sizes,
+            self.native = cpu.MulMatGroup([m.native[0] for m in linears], [m.native[1] for m in linears], self.sizes,
                                           linears[0].in_features)
             self._cpu = cpu
 
@@ -99,13 +104,25 @@ class GgufEmbedding:
         self.name, self.packed, self.ggml_type = name, packed, GGMLType(ggml_type)
         self.num_embeddings, self.dim, self.dtype, self.scale = num_embeddings, dim, dtype, scale
         self.ops = kernels.select(packed.device, self.ggml_type)
+        self._scale = None if scale is None else torch.tensor(scale, dtype=dtype)
+        self._rows = None  # the native row-by-row lookup for a decode step's few ids
+        if self.ops.name.startswith("cpu-native") and dtype is torch.float32 and packed.dim() == 2:
+            from .kernels import cpu
+
+            self._rows = cpu.RowLookup(packed, self.ggml_type, dim)
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        if self._rows is not None and ids.dim() == 1 and ids.numel() <= self._rows.MAX_IDS:
+            few = ids.tolist()
+            if few and (min(few) < 0 or max(few) >= self.num_embeddings):
+                raise IndexError(f"token id out of range 0..{self.num_embeddings - 1}")
+            out = self._rows(few)
+            return out if self._scale is None else out.mul_(self._scale)
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
             raise IndexError(f"token id out of range 0..{self.num_embeddings - 1}")
         out = self.ops.get_rows(self.packed, ids, self.ggml_type, self.dim, self.dtype)
-        if self.scale is not None:
-            out = out * torch.tensor(self.scale, dtype=self.dtype)
+        if self._scale is not None:
+            out = out * self._scale
         return out
 
 
@@ -194,7 +211,10 @@ class Weights:
             w = as_tensor(info.array()).reshape(out_features, in_features)  # zero-copy on CPU
             return DenseLinear(name, w.to(self.device, self.dtype), b)
         packed = self.packed(name).reshape(out_features, -1)
-        return GgufLinear(name, packed, info.ggml_type, in_features, out_features, b)
+        linear = GgufLinear(name, packed, info.ggml_type, in_features, out_features, b)
+        if linear.repacked:  # the kernels read their own copy: the file's pages of it leave the process's memory
+            self.reader.release(info)
+        return linear
 
     def embedding(self, name: str, num: int, dim: int, scale: float | None = None) -> GgufEmbedding:
         info = self._expect(name, (num, dim))

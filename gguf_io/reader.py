@@ -353,6 +353,22 @@ class GGUFReader:
         for f in self.files:
             f.populate()
 
+    def release(self, info: TensorInfo) -> None:
+        """Drop the process's mapping of the whole pages inside this tensor's bytes
+        (MADV_DONTNEED: the map is a read-only file map, so the bytes stay the file's and
+        come back from the page cache if read again): for tensors a consumer has copied
+        (the CPU kernels' repacked layouts), whose pages would otherwise count twice."""
+        for f in self.files:
+            if f.path != info.path or not isinstance(f.buf, mmap.mmap):
+                continue
+            start = -(-info.offset // mmap.PAGESIZE) * mmap.PAGESIZE
+            end = (info.offset + info.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+            if end > start:
+                try:
+                    f.buf.madvise(mmap.MADV_DONTNEED, start, end - start)
+                except (OSError, ValueError, AttributeError):  # not Linux/macOS: the pages stay
+                    pass
+
     @staticmethod
     def _open_shards(first: _File, n_split: int) -> list[_File]:
         m = SHARD_PATTERN.match(os.path.basename(first.path))

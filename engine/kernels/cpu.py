@@ -97,6 +97,8 @@ def load() -> ctypes.CDLL | None:
     lib.gc_mul_mat_id2.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64,
                                    ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                    ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
+    lib.gc_repack.restype = ctypes.c_int
+    lib.gc_repack.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     lib.gc_set_ftz.restype = ctypes.c_int
     lib.gc_set_ftz.argtypes = [ctypes.c_int]
     lib.gc_mul_mat_multi.restype = ctypes.c_int
@@ -238,24 +240,44 @@ def mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_feat
     return y if y.dtype is x.dtype else y.to(x.dtype)
 
 
+REPACK_ENV = "GGUF_SERVE_CPU_REPACK"
+
+
+def repack(weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int) -> tuple[torch.Tensor, int] | None:
+    """The matrix's bytes in the layout this CPU's kernels read fastest, where its type
+    has one (Q5_0 in groups of eight rows, with AVX2; see gc_repack): (a new uint8 tensor of
+    the same size, the type code MulMat and MulMatGroup then take). None where there is
+    none, or with GGUF_SERVE_CPU_REPACK=0."""
+    lib = load()
+    if lib is None or os.environ.get(REPACK_ENV, "1") == "0":
+        return None
+    w = weight if weight.is_contiguous() else weight.contiguous()
+    out = torch.empty_like(w)
+    code = lib.gc_repack(int(ggml_type), w.data_ptr(), rows, cols, out.data_ptr())
+    return (out, code) if code >= 0 else None
+
+
 class MulMat:
     """One packed matrix bound to the native kernel: its pointer and sizes are kept, so a
     decode step's call is a dtype/shape check and the ctypes call (the generic
-    `mul_mat` costs ~10 us more per call in Python). Larger inputs take `mul_mat`."""
+    `mul_mat` costs ~10 us more per call in Python). Larger inputs take `mul_mat` on the
+    file's bytes; `native` (from repack) is what the native call reads instead of them."""
 
-    def __init__(self, weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int):
+    def __init__(self, weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int,
+                 native: tuple[torch.Tensor, int] | None = None):
         self.weight = weight if weight.is_contiguous() else weight.contiguous()
-        self.type, self.rows, self.cols = int(ggml_type), rows, cols
-        self._ptr = self.weight.data_ptr()
+        self.ggml_type, self.rows, self.cols = GGMLType(ggml_type), rows, cols
+        self._native, self.type = native or (self.weight, int(ggml_type))
+        self._ptr = self._native.data_ptr()
         self._fn = load().gc_mul_mat
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype is torch.float32 and x.dim() == 2 and x.shape[0] <= GEMV_MAX_ROWS and x.is_contiguous():
             y = torch.empty(x.shape[0], self.rows, dtype=torch.float32)
             if self._fn(self.type, self._ptr, self.rows, self.cols, x.data_ptr(), x.shape[0], y.data_ptr(), _threads):
-                raise RuntimeError(f"gc_mul_mat failed for {GGMLType(self.type).name}, {self.cols} columns")
+                raise RuntimeError(f"gc_mul_mat failed for {self.ggml_type.name}, {self.cols} columns")
             return y
-        return mul_mat(self.weight, x, GGMLType(self.type), self.rows)
+        return mul_mat(self.weight, x, self.ggml_type, self.rows)
 
 
 class LinearF32:
@@ -283,7 +305,8 @@ class MulMatGroup:
     call: the input is quantized once and all their rows are one work list. Returns
     y (n, sum of rows); each matrix's output is a column range of it."""
 
-    def __init__(self, weights: list[torch.Tensor], types: list[GGMLType], rows: list[int], cols: int):
+    def __init__(self, weights: list[torch.Tensor], types: list[int], rows: list[int], cols: int):
+        """`weights` and `types` as the native call reads them (a repacked matrix's own)."""
         self.weights = [w if w.is_contiguous() else w.contiguous() for w in weights]
         self.cols, self.total = cols, sum(rows)
         n = len(weights)
@@ -363,6 +386,29 @@ def mul_mat_id(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, ggml_ty
         y = _mul_mat_id_rows(weight, x, ids, int(ggml_type), out_features)
         return y if y.dtype is x.dtype else y.to(x.dtype)
     return reference.mul_mat_id(weight, x, ids, ggml_type, out_features, mul_mat=mul_mat)
+
+
+class RowLookup:
+    """A packed table's rows (an embedding) dequantized straight from the table, one
+    native call a row: for the few ids of a decode step this skips get_rows' gathered
+    copy and its tensor ops (~50 us a token on Gemma's 262k x 640 Q8_0 table)."""
+
+    MAX_IDS = 16  # more ids: get_rows (one gather, one multi-threaded dequantization)
+
+    def __init__(self, weight: torch.Tensor, ggml_type: GGMLType, cols: int):
+        self.weight = weight if weight.is_contiguous() else weight.contiguous()
+        self.type, self.cols = int(ggml_type), cols
+        self._ptr, self._row_bytes = self.weight.data_ptr(), self.weight.shape[1]
+        self._fn = load().gc_dequantize
+
+    def __call__(self, ids: list[int]) -> torch.Tensor:
+        """float32 (len(ids), cols); ids checked by the caller."""
+        out = torch.empty(len(ids), self.cols, dtype=torch.float32)
+        p, step = out.data_ptr(), 4 * self.cols
+        for i, t in enumerate(ids):
+            if self._fn(self.type, self._ptr + t * self._row_bytes, 1, self.cols, p + i * step, 1):
+                raise RuntimeError(f"gc_dequantize failed for {GGMLType(self.type).name}, {self.cols} columns")
+        return out
 
 
 def get_rows(weight: torch.Tensor, indices: torch.Tensor, ggml_type: GGMLType, cols: int,

@@ -389,3 +389,150 @@ def test_float32_matrices_on_the_kernels_threads_equal_torch(n):
     linear = DenseLinear("router", w, b)
     assert (cpu.LinearF32(w)(x) is None) == (n > 16)
     torch.testing.assert_close(linear(x), torch.nn.functional.linear(x, w, b), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows,n", [(16, 1), (64, 3), (64, 8), (2048, 13), (64, 300)])
+@pytest.mark.parametrize("isa", ISAS)
+def test_repacked_q5_0_equals_the_files_rows(isa, rows, n):
+    """Q5_0 repacked in groups of eight rows (gc_repack) dequantizes to the same floats
+    as the file's rows, and its products (the eight-row dot at 1-7 activation rows, the
+    tiles from 8) equal the file layout's up to float rounding, within the activation
+    quantization's bound of the exact product; on every ISA level."""
+    cpu.set_isa(isa)
+    rng = np.random.default_rng(rows + n)
+    cols = 640
+    packed = torch.from_numpy(_weights(rng, GGMLType.Q5_0, rows, cols))
+    rep = cpu.repack(packed, GGMLType.Q5_0, rows, cols)
+    if isa == "scalar" or cpu.best_isa() == "scalar":
+        assert rep is None or isa == "scalar"  # made only where the SIMD dot runs, read anywhere
+        cpu.set_isa(None)
+        rep = cpu.repack(packed, GGMLType.Q5_0, rows, cols)
+        cpu.set_isa(isa)
+    if rep is None:
+        pytest.skip("no repacked layout on this architecture")
+    data, code = rep
+    assert data.shape == packed.shape and not torch.equal(data, packed)
+    lib = cpu.load()
+    deq = torch.empty(rows, cols)
+    assert lib.gc_dequantize(code, data.data_ptr(), rows, cols, deq.data_ptr(), 2) == 0
+    assert torch.equal(deq, cpu.dequantize(packed, GGMLType.Q5_0, rows, cols, torch.float32))
+    x = torch.randn(n, cols)
+    ours = cpu.MulMat(packed, GGMLType.Q5_0, rows, cols, native=rep)(x)
+    files = cpu.MulMat(packed, GGMLType.Q5_0, rows, cols)(x)
+    torch.testing.assert_close(ours, files, rtol=1e-5, atol=1e-6 * float(files.abs().max()))
+    W = deq.double().numpy()
+    bound = _activation_bound(W, x.double().numpy(), 32)
+    assert np.all(np.abs(ours.numpy() - x.double().numpy() @ W.T) <= bound * 1.001 + 1e-4)
+
+
+@pytest.mark.parametrize("n", [1, 9])
+def test_a_repacked_matrix_after_one_of_odd_rows_in_one_call(n):
+    """In one native call a repacked matrix may start inside a thread's chunk at a row that
+    is not a multiple of eight (after a matrix of 12 rows): its groups are computed whole
+    and only their rows in the chunk are written, equal to the matrices called alone (up
+    to float rounding at 9 rows, where such a group takes the eight-row dot and not the
+    tiles)."""
+    rng = np.random.default_rng(3)
+    a = torch.from_numpy(_weights(rng, GGMLType.Q8_0, 12, 256))
+    b = torch.from_numpy(_weights(rng, GGMLType.Q5_0, 40, 256))
+    rep = cpu.repack(b, GGMLType.Q5_0, 40, 256)
+    if rep is None:
+        pytest.skip("no repacked layout on this architecture")
+    group = cpu.MulMatGroup([a, rep[0]], [int(GGMLType.Q8_0), rep[1]], [12, 40], 256)
+    x = torch.randn(n, 256)
+    alone = torch.cat([cpu.MulMat(a, GGMLType.Q8_0, 12, 256)(x), cpu.MulMat(b, GGMLType.Q5_0, 40, 256, native=rep)(x)], 1)
+    for threads in (1, 2, 3):
+        old = cpu.threads()
+        cpu.set_threads(threads)
+        try:
+            torch.testing.assert_close(group(x), alone, rtol=1e-5, atol=1e-6 * float(alone.abs().max()))
+        finally:
+            cpu.set_threads(old)
+
+
+def test_repack_only_where_it_applies(monkeypatch):
+    rng = np.random.default_rng(4)
+    q5 = torch.from_numpy(_weights(rng, GGMLType.Q5_0, 12, 256))  # 12 rows: not whole groups of eight
+    assert cpu.repack(q5, GGMLType.Q5_0, 12, 256) is None
+    q4k = torch.from_numpy(_weights(rng, GGMLType.Q4_K, 16, 256))
+    assert cpu.repack(q4k, GGMLType.Q4_K, 16, 256) is None
+    monkeypatch.setenv(cpu.REPACK_ENV, "0")
+    assert cpu.repack(torch.from_numpy(_weights(rng, GGMLType.Q5_0, 16, 256)), GGMLType.Q5_0, 16, 256) is None
+
+
+def _rss_file_kb() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssFile"))
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self/status")
+def test_released_tensor_pages_leave_the_process_and_keep_their_bytes(gemma_path):
+    """reader.release drops the mapping of a tensor's pages (the repacked matrices' file
+    copies): resident file memory falls by about its size, and reading it again gives the
+    same bytes (from the page cache)."""
+    r = GGUFReader(gemma_path)
+    r.populate()
+    info = r.tensors["token_embd.weight"]  # 178 MB
+    before_bytes = np.asarray(info.data[:3]).copy(), np.asarray(info.data[-3:]).copy()
+    rss = _rss_file_kb()
+    r.release(info)
+    assert rss - _rss_file_kb() > 0.9 * info.nbytes / 1024
+    assert np.array_equal(info.data[:3], before_bytes[0]) and np.array_equal(info.data[-3:], before_bytes[1])
+
+
+def test_gemma_q5_0_matrices_are_repacked_and_decode_as_before(gemma_path, monkeypatch):
+    """Loaded on a CPU with AVX2, Gemma's Q5_0 matrices (q/k/v, gate/up) are read in the
+    repacked layout; the logits of a prompt and of each of its decode steps agree with the
+    file's layout's (the same tokens win)."""
+    from gguf_serve.engine.batch import Batch
+
+    kernels.reset()
+    lm = load_model(gemma_path, device="cpu", n_seq=1)
+    q5 = [m for layer in lm.model.layers for m in layer.attn.qkv.linears + layer.mlp.gate_up.linears
+          if m.ggml_type == GGMLType.Q5_0]
+    assert q5
+    if cpu.best_isa() == "scalar":
+        pytest.skip("no repacked layout on this architecture")
+    assert all(m.repacked for m in q5)
+    monkeypatch.setenv(cpu.REPACK_ENV, "0")
+    files = load_model(gemma_path, device="cpu", n_seq=1)
+    assert not any(m.repacked for layer in files.model.layers for m in layer.mlp.gate_up.linears)
+    ids = lm.tokenizer("The capital of France is the city of")["input_ids"]
+    for model in (lm, files):
+        model._slot = model.cache.allocate()
+    try:
+        out = []
+        for model in (lm, files):
+            steps = [model.forward(Batch.of([(model._slot, ids[:5], 0)]))[0]]
+            steps += [model.forward(Batch.of([(model._slot, [t], 5 + i)]))[0] for i, t in enumerate(ids[5:9])]
+            out.append(torch.stack(steps))
+        # the same argmax at every step, and logits as close as the two layouts' rounding lets them be: an
+        # activation rounded to the other 8-bit value in a later layer moves logits by ~1 (each layout is
+        # ~1 from the exact model too), far less than the logits' spread
+        assert torch.equal(out[0].argmax(-1), out[1].argmax(-1))
+        for a, b in zip(out[0], out[1]):
+            assert torch.corrcoef(torch.stack([a, b]))[0, 1] > 0.995  # as the native kernels against the exact model
+    finally:
+        for model in (lm, files):
+            model.cache.free(model._slot)
+
+
+def test_a_decode_steps_embedding_rows_equal_the_gathered_lookup(gemma_path):
+    """A few ids (a decode step) are dequantized row by row straight from the table; many
+    (a prompt) through get_rows' gather: the same floats, the same scaling, the same error
+    for an id out of range."""
+    from gguf_serve.engine.modules import Weights
+
+    w = Weights(GGUFReader(gemma_path), torch.device("cpu"), torch.float32)
+    emb = w.embedding("token_embd.weight", 262144, 640, scale=640 ** 0.5)
+    assert emb._rows is not None
+    ids = torch.tensor([2, 1000, 262143, 1000])
+    few = emb(ids)
+    many = emb(torch.cat([ids, torch.arange(20)]))[:4]
+    assert torch.equal(few, many)
+    table = w.info("token_embd.weight")
+    expected = dequantize(table.data[[2, 1000, 262143, 1000]], table.ggml_type, (4, 640)) * np.float32(640 ** 0.5)
+    assert np.array_equal(few.numpy(), expected)
+    for bad in ([5, 262144], [-1]):
+        with pytest.raises(IndexError, match="out of range"):
+            emb(torch.tensor(bad))

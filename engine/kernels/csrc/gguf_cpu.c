@@ -17,6 +17,7 @@ enum {
     T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
     T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ4_NL = 20, T_IQ4_XS = 23,
     T_BF16 = 30,
+    T_Q5_0_X8 = 0x100 | T_Q5_0, /* Q5_0 repacked at load in groups of eight rows (gc_repack); not a file type */
 };
 
 /* ------------------------------------------------------------------ blocks */
@@ -453,6 +454,77 @@ static void deq_iq4_xs(const void *v, float *y, int nb) {
     }
 }
 
+typedef void (*dot8_fn)(const void *w, const void *x, int nb, float *out);
+typedef void (*deq8_fn)(const void *w, float *y, int nb, int64_t n_cols);
+
+#if defined(GC_X86) /* made on x86-64 with AVX2 only (gc_repack); the scalar dot for the lower ISA levels */
+/* ---------------------------------------- Q5_0 repacked in groups of eight rows
+ * gc_repack turns the file's Q5_0 rows, eight at a time, into blk_q5_0x8: per 32-weight
+ * block of the eight rows, the same 22 bytes a row as the file's blocks, so rows 8g..8g+7
+ * keep their byte range. qs[32p + 4k + j] is row k's qs[4p + j] (weight 4p + j in the low
+ * nibble, 16 + 4p + j in the high one: four weights of a row per 32-bit lane, the tiles'
+ * layout), hb[4k + j] holds in bit g the fifth bit of row k's weight 4g + j, d[k] row k's
+ * scale. A one-row product then takes eight rows per block in one pass (vpmaddubsw on
+ * broadcast activation bytes, the float work once for the eight): Q5_0 1 x 640 dots in
+ * L1, one thread, 17.9 -> 5.9 ns per 256 weights on the AVX2 (Zen 3) machine. */
+typedef struct { uint16_t d[8]; uint8_t hb[32]; uint8_t qs[128]; } blk_q5_0x8;
+
+static inline uint8_t every_fourth_bit(uint32_t x) { /* bits 0, 4, ..., 28 of x as bits 0..7 */
+    x &= 0x11111111u;
+    x = (x | x >> 3) & 0x03030303u;
+    x = (x | x >> 6) & 0x000F000Fu;
+    return (uint8_t)(x | x >> 12);
+}
+
+/* eight rows of nb Q5_0 blocks (row_bytes apart) -> nb blk_q5_0x8 */
+static void repack_q5_0x8(const uint8_t *w, int64_t row_bytes, int nb, blk_q5_0x8 *out) {
+    for (int i = 0; i < nb; i++)
+        for (int k = 0; k < 8; k++) {
+            const blk_q5_0 *b = (const blk_q5_0 *)(w + k * row_bytes) + i;
+            uint32_t qh;
+            memcpy(&qh, b->qh, 4);
+            out[i].d[k] = b->d;
+            for (int p = 0; p < 4; p++) memcpy(out[i].qs + 32 * p + 4 * k, b->qs + 4 * p, 4);
+            for (int j = 0; j < 4; j++) out[i].hb[4 * k + j] = every_fourth_bit(qh >> j);
+        }
+}
+
+/* row k's block back in the file's layout */
+static void unpack_q5_0x8(const blk_q5_0x8 *g, int k, blk_q5_0 *b) {
+    uint32_t qh = 0;
+    b->d = g->d[k];
+    for (int p = 0; p < 4; p++) memcpy(b->qs + 4 * p, g->qs + 32 * p + 4 * k, 4);
+    for (int j = 0; j < 4; j++)
+        for (int bit = 0; bit < 8; bit++) qh |= (uint32_t)((g->hb[4 * k + j] >> bit) & 1) << (4 * bit + j);
+    memcpy(b->qh, &qh, 4);
+}
+
+static void dot8_q5_0x8_s(const void *vw, const void *vx, int nb, float *out) {
+    const blk_q5_0x8 *w = vw;
+    for (int k = 0; k < 8; k++) {
+        float acc = 0.f;
+        for (int i = 0; i < nb; i++) {
+            blk_q5_0 b;
+            unpack_q5_0x8(&w[i], k, &b);
+            acc += dot_q5_0_s(&b, (const act32 *)vx + i, 1);
+        }
+        out[k] = acc;
+    }
+}
+
+/* a group's eight rows as floats, rows n_cols apart */
+static void deq8_q5_0x8(const void *vw, float *y, int nb, int64_t n_cols) {
+    const blk_q5_0x8 *w = vw;
+    for (int k = 0; k < 8; k++)
+        for (int i = 0; i < nb; i++) {
+            blk_q5_0 b;
+            unpack_q5_0x8(&w[i], k, &b);
+            deq_q5_0(&b, y + k * n_cols + 32 * i, 1);
+        }
+}
+
+#endif
+
 /* --------------------------------------------------------------- AVX2 dots */
 #ifdef GC_X86
 
@@ -878,6 +950,61 @@ AVX2 static void t32_dot(const t32_block *t, int nb, const act32 *const *X, floa
 
 AVX2 static void t32_dot_signed(const t32_block *t, int nb, const act32 *const *X, float out[4][8]) {
     t32_dot_as(t, nb, X, out, 1);
+}
+
+/* Q5_0 x8: lane vector p's low nibbles are the weights 4p.., its high ones 16 + 4p..; the
+ * fifth bits of group g (bit g of hb) shifted to 0x10 */
+#define X8_LO(v, hb, p) _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4 - (p)), m10))
+#define X8_HI(v, hb, p) \
+    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hb, p), m10))
+
+/* out[k] = row k of the group · x: unsigned weights, per block four vpmaddubsw sums in 16
+ * bits (4 x 2 x 31 x 127 < 2^15) for each half, the offset 16 through the block sums */
+AVX2 static void dot8_q5_0x8_avx2(const void *vw, const void *vx, int nb, float *out) {
+    const blk_q5_0x8 *w = vw; const act32 *x = vx;
+    const __m256i m4 = _mm256_set1_epi8(0xF), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps(), eacc = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        prefetch_ahead(&w[i], (int)sizeof(blk_q5_0x8));
+        const uint8_t *xq = (const uint8_t *)x[i].qs;
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)w[i].hb);
+        __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+#define X8_STEP(p)                                                                                  \
+        {                                                                                          \
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * (p)));           \
+            int32_t a, b;                                                                          \
+            memcpy(&a, xq + 4 * (p), 4); memcpy(&b, xq + 16 + 4 * (p), 4);                         \
+            lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(X8_LO(v, hb, p), _mm256_set1_epi32(a)));  \
+            hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(X8_HI(v, hb, p), _mm256_set1_epi32(b)));  \
+        }
+        X8_STEP(0) X8_STEP(1) X8_STEP(2) X8_STEP(3)
+#undef X8_STEP
+        const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w[i].d));
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x[i].d)), _mm256_cvtepi32_ps(sum), acc);
+        eacc = _mm256_fmadd_ps(dw, _mm256_set1_ps(x[i].s), eacc);
+    }
+    _mm256_storeu_ps(out, _mm256_fnmadd_ps(_mm256_set1_ps(16.f), eacc, acc));
+}
+
+/* a Q5_0 x8 group as a tile (unpacking only: the lanes are already the tile's) */
+AVX2 static void x8_tile_pack(const uint8_t *wg, int nb, t32_block *t) {
+    const blk_q5_0x8 *w = (const blk_q5_0x8 *)wg;
+    const __m256i m4 = _mm256_set1_epi8(0xF), m10 = _mm256_set1_epi8(0x10);
+    for (int i = 0; i < nb; i++) {
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)w[i].hb);
+#define X8_TILE(p)                                                                                  \
+        {                                                                                          \
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * (p)));           \
+            _mm256_storeu_si256((__m256i *)t[i].q[p], X8_LO(v, hb, p));                            \
+            _mm256_storeu_si256((__m256i *)t[i].q[(p) + 4], X8_HI(v, hb, p));                      \
+        }
+        X8_TILE(0) X8_TILE(1) X8_TILE(2) X8_TILE(3)
+#undef X8_TILE
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w[i].d));
+        _mm256_storeu_ps(t[i].d, d);
+        _mm256_storeu_ps(t[i].e, _mm256_mul_ps(d, _mm256_set1_ps(-16.f)));
+    }
 }
 
 /* ---- k-quant tiles (Q4_K, Q5_K, Q6_K), the same scheme: eight weight rows unpacked to
@@ -1621,6 +1748,9 @@ typedef struct {
     dot_fn dot[N_ISA];       /* by ISA level (NULL: none at that level) */
     deq_fn deq;
     void *dot4;              /* four activation rows at once (x86-64, AVX2 and up; NULL: none) */
+    int rows8;               /* a repacked type: blocks of eight rows (dot8, deq8), no per-row dot */
+    dot8_fn dot8[N_ISA];
+    deq8_fn deq8;
 } kernel_t;
 
 #if defined(GC_X86)
@@ -1648,6 +1778,10 @@ static const kernel_t KERNELS[] = {
     K4(T_Q5_K, QK_K, 1, sizeof(blk_q5_K), q5_K),
     K4(T_Q6_K, QK_K, 1, sizeof(blk_q6_K), q6_K),
     K(T_IQ4_XS, QK_K, 1, sizeof(blk_iq4_xs), iq4_xs),
+#if defined(GC_X86)
+    {T_Q5_0_X8, 32, 0, sizeof(blk_q5_0), {NULL}, NULL, NULL, 1, {dot8_q5_0x8_s, dot8_q5_0x8_avx2, dot8_q5_0x8_avx2},
+     deq8_q5_0x8},
+#endif
 };
 
 static int g_isa = -1;
@@ -1693,11 +1827,13 @@ static const kernel_t *find(int type) {
 /* the dot product of the selected level, or the best one below it */
 static int pick_level(const kernel_t *k) {
     int level = gc_isa();
-    while (level > 0 && !k->dot[level]) level--;
+    while (level > 0 && !(k->rows8 ? (void *)k->dot8[level] : (void *)k->dot[level])) level--;
     return level;
 }
 
 static dot_fn pick(const kernel_t *k) { return k->dot[pick_level(k)]; }
+
+static dot8_fn pick8(const kernel_t *k) { return k->rows8 ? k->dot8[pick_level(k)] : NULL; }
 
 /* the four-row dot product where the selected level has one (x86-64: AVX2 and up) */
 static const void *pick4(const kernel_t *k) {
@@ -1729,6 +1865,7 @@ typedef struct {
     float *y;
     int64_t y_stride; /* floats between output rows (activation b's outputs start at y + b * y_stride) */
     const void *dot4; /* four activation rows at a time, or NULL */
+    dot8_fn dot8;     /* a repacked type's eight-row dot (then dot is NULL) */
 } mm_ctx;
 
 /* Row streams a thread walks at once: one sequential stream leaves the memory system
@@ -1792,12 +1929,12 @@ static int kq_type(int type) { return type == T_Q4_K || type == T_Q5_K || type =
 
 static int tile_type(int type) {
     return type == T_Q4_K || type == T_Q5_K || type == T_Q6_K || type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 ||
-           type == T_Q5_1 || type == T_Q8_0 || type == T_IQ4_NL;
+           type == T_Q5_1 || type == T_Q8_0 || type == T_IQ4_NL || type == T_Q5_0_X8;
 }
 
-/* whether n_x activation rows against this type take the tiles (AVX2 and up, where dot4 is set) */
-static int tiled(int type, int64_t n_x, const void *dot4) {
-    return g_tiles && dot4 && n_x >= TILE_MIN_ROWS && tile_type(type);
+/* whether n_x activation rows against this type take the tiles (AVX2 and up) */
+static int tiled(int type, int64_t n_x) {
+    return g_tiles && gc_isa() >= ISA_AVX2 && n_x >= TILE_MIN_ROWS && tile_type(type);
 }
 
 /* bytes of one packed tile (eight weight rows) */
@@ -1816,6 +1953,7 @@ static void *tile_scratch(int type, int nb, int64_t n_tiles) { return scratch(2,
 
 static void tile_pack(int type, const uint8_t *w, int64_t row_bytes, int nb, void *t) {
     if (kq_type(type)) kq_tile_pack(type, w, row_bytes, nb, t);
+    else if (type == T_Q5_0_X8) x8_tile_pack(w, nb, t);
     else t32_pack(type, w, row_bytes, nb, t);
 }
 
@@ -1826,17 +1964,37 @@ static void tile_dot(int type, const void *t, int nb, const void *const *xs, flo
 }
 #endif
 
+/* rows [lo, hi) of the repacked group at row g for every activation row, by its eight-row dot */
+static void x8_rows(const mm_ctx *c, int nb, int64_t g, int64_t lo, int64_t hi) {
+    const uint8_t *wg = c->w + g * c->row_bytes;
+    for (int64_t b = 0; b < c->n_x; b++) {
+        float *y = c->y + b * c->y_stride;
+        if (lo == g && hi == g + 8) {
+            c->dot8(wg, c->xq + b * c->xq_row_bytes, nb, y + g);
+            continue;
+        }
+        float o[8];
+        c->dot8(wg, c->xq + b * c->xq_row_bytes, nb, o);
+        for (int64_t r = lo; r < hi; r++) y[r] = o[r - g];
+    }
+}
+
 static void mm_task(void *vctx, int64_t start, int64_t end) {
     const mm_ctx *c = vctx;
     const int nb = (int)(c->n_cols / c->k->block);
-    if (c->n_x == 1) {
+    if (c->dot8 && start % 8) { /* a chunk that starts inside a group (after a matrix of other rows) */
+        const int64_t g = start - start % 8, hi = g + 8 < end ? g + 8 : end;
+        x8_rows(c, nb, g, start, hi);
+        start = hi;
+    }
+    if (c->n_x == 1 && !c->dot8) {
         rows_streamed(c->dot, c->w, c->row_bytes, c->xq, nb, c->y, start, end);
         return;
     }
 #ifdef GC_X86
     const int type = c->k->type;
     const int64_t n_tiles = (end - start) / 8 < TILE_GROUP ? (end - start) / 8 : TILE_GROUP;
-    uint8_t *t = n_tiles && tiled(type, c->n_x, c->dot4) ? tile_scratch(type, nb, n_tiles) : NULL;
+    uint8_t *t = n_tiles && tiled(type, c->n_x) ? tile_scratch(type, nb, n_tiles) : NULL;
     const size_t tb = tile_bytes(type, nb);
     /* a group of tiles is packed once, then met by the activation rows a cache-sized run at a time */
     int64_t run = (int64_t)(TILE_X_BYTES / c->xq_row_bytes) / 4 * 4;
@@ -1860,6 +2018,10 @@ static void mm_task(void *vctx, int64_t start, int64_t end) {
         start += 8 * nt;
     }
 #endif
+    if (c->dot8) {
+        for (int64_t g = start; g < end; g += 8) x8_rows(c, nb, g, g, g + 8 < end ? g + 8 : end);
+        return;
+    }
     const dot4_fn dot4 = (dot4_fn)c->dot4;
     for (int64_t r = start; r < end; r++) {
         const uint8_t *wr = c->w + r * c->row_bytes;
@@ -1951,7 +2113,7 @@ int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64
     first[0] = 0;
     for (int m = 0; m < n; m++) {
         ks[m] = find(types[m]);
-        if (!ks[m] || n_cols % ks[m]->block) return -1;
+        if (!ks[m] || n_cols % ks[m]->block || (ks[m]->rows8 && n_rows[m] % 8)) return -1;
         first[m + 1] = first[m] + n_rows[m];
     }
     const int64_t total = first[n];
@@ -1972,7 +2134,7 @@ int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64
         const kernel_t *k = ks[m];
         const int64_t nb = n_cols / k->block;
         mats[m] = (mm_ctx){k, pick(k), ws[m], (int64_t)(nb * k->bytes), n_rows[m], n_cols, n_x, xq[k->act256],
-                           xq_bytes[k->act256], y + first[m], total, pick4(k)};
+                           xq_bytes[k->act256], y + first[m], total, pick4(k), pick8(k)};
     }
     multi_ctx mc = {n, mats, first};
     int64_t chunk = total / (8 * (n_threads > 0 ? n_threads : 1));
@@ -2017,7 +2179,7 @@ static void mmid_task(void *vctx, int64_t start, int64_t end) {
             int64_t r = r0;
 #ifdef GC_X86
             const int64_t n_sel = c->gstart[g + 1] - c->gstart[g];
-            void *t = tiled(c->type, n_sel, c->dot4) ? tile_scratch(c->type, c->nb, 1) : NULL;
+            void *t = tiled(c->type, n_sel) ? tile_scratch(c->type, c->nb, 1) : NULL;
             for (; t && r + 8 <= r1; r += 8) { /* as mm_task: eight rows of this expert at a time */
                 tile_pack(c->type, we + r * c->row_bytes, c->row_bytes, c->nb, t);
                 for (int64_t j = 0; j < n_sel; j += 4) {
@@ -2084,7 +2246,8 @@ static int mul_mat_id_n(int n, const int *types, const void *const *ws, int64_t 
     const kernel_t *ks[2];
     for (int m = 0; m < n; m++) {
         ks[m] = find(types[m]);
-        if (!ks[m] || n_cols % ks[m]->block || ks[m]->act256 != ks[0]->act256 || ks[m]->block != ks[0]->block)
+        if (!ks[m] || ks[m]->rows8 || n_cols % ks[m]->block || ks[m]->act256 != ks[0]->act256 ||
+            ks[m]->block != ks[0]->block)
             return -1;
     }
     const kernel_t *k = ks[0];
@@ -2156,17 +2319,38 @@ typedef struct {
 
 static void dq_task(void *vctx, int64_t start, int64_t end) {
     const dq_ctx *c = vctx;
+    const int nb = (int)(c->n_cols / c->k->block);
     for (int64_t r = start; r < end; r++)
-        c->k->deq(c->w + r * c->row_bytes, c->y + r * c->n_cols, (int)(c->n_cols / c->k->block));
+        if (c->k->rows8) c->k->deq8(c->w + 8 * r * c->row_bytes, c->y + 8 * r * c->n_cols, nb, c->n_cols);
+        else c->k->deq(c->w + r * c->row_bytes, c->y + r * c->n_cols, nb);
 }
 
 /* y[n_rows, n_cols] = the float values of packed W; returns 0 on success */
 int gc_dequantize(int type, const void *w, int64_t n_rows, int64_t n_cols, float *y, int n_threads) {
     const kernel_t *k = find(type);
-    if (!k || n_cols % k->block) return -1;
+    if (!k || n_cols % k->block || (k->rows8 && n_rows % 8)) return -1;
     dq_ctx c = {k, w, (int64_t)(n_cols / k->block * k->bytes), n_cols, y};
-    gc_parallel_for(n_threads, n_rows, 8, dq_task, &c);
+    /* work items: rows, or groups of eight rows for a repacked type */
+    gc_parallel_for(n_threads, k->rows8 ? n_rows / 8 : n_rows, k->rows8 ? 1 : 8, dq_task, &c);
     return 0;
+}
+
+/* W's rows in the layout this machine's kernels read fastest, where the type has one:
+ * Q5_0 in groups of eight rows (blk_q5_0x8) with AVX2, n_rows a multiple of 8. Writes
+ * `out` (as many bytes as W) and returns the new type for gc_mul_mat, gc_mul_mat_multi
+ * and gc_dequantize; -1 (out untouched) where there is none. */
+int gc_repack(int type, const void *w, int64_t n_rows, int64_t n_cols, void *out) {
+#if defined(GC_X86)
+    if (type == T_Q5_0 && gc_isa() >= ISA_AVX2 && n_rows % 8 == 0 && n_cols % 32 == 0 && n_rows > 0) {
+        const int nb = (int)(n_cols / 32);
+        const int64_t row_bytes = nb * (int64_t)sizeof(blk_q5_0);
+        for (int64_t g = 0; g < n_rows; g += 8)
+            repack_q5_0x8((const uint8_t *)w + g * row_bytes, row_bytes, nb, (blk_q5_0x8 *)((uint8_t *)out + g * row_bytes));
+        return T_Q5_0_X8;
+    }
+#endif
+    (void)type; (void)w; (void)n_rows; (void)n_cols; (void)out;
+    return -1;
 }
 
 int gc_abi_version(void) { return 1; }

@@ -169,6 +169,7 @@ class Weights:
     def __init__(self, reader: GGUFReader, device: torch.device, dtype: torch.dtype):
         self.reader, self.device, self.dtype = reader, device, dtype
         self._views: dict[str, torch.Tensor] = {}
+        self._copied: list[TensorInfo] = []  # tensors repacked into the kernels' own copies
 
     def has(self, name: str) -> bool:
         return name in self.reader.tensors
@@ -212,9 +213,15 @@ class Weights:
             return DenseLinear(name, w.to(self.device, self.dtype), b)
         packed = self.packed(name).reshape(out_features, -1)
         linear = GgufLinear(name, packed, info.ggml_type, in_features, out_features, b)
-        if linear.repacked:  # the kernels read their own copy: the file's pages of it leave the process's memory
-            self.reader.release(info)
+        if linear.repacked:  # the kernels read their own copy: release_copies() unmaps the file's
+            self._copied.append(info)
         return linear
+
+    def release_copies(self) -> None:
+        """Unmap the file's pages of the tensors the kernels hold their own copies of (so
+        memory stays about the file's size); called once the model is built."""
+        self.reader.release(self._copied)
+        self._copied = []
 
     def embedding(self, name: str, num: int, dim: int, scale: float | None = None) -> GgufEmbedding:
         info = self._expect(name, (num, dim))

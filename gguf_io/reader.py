@@ -202,23 +202,43 @@ def _map(path: str) -> tuple[mmap.mmap | bytes, int]:
 
 
 MADV_POPULATE_READ = 22  # Linux 5.14+: fault the pages of a mapping in now (not in Python's mmap constants)
+MADV_NOHUGEPAGE = getattr(mmap, "MADV_NOHUGEPAGE", 15)
+PAGE = mmap.PAGESIZE
+HUGE_PAGE = 2 << 20
+
+
+def _gaps(spans: list[list[int]], size: int) -> list[tuple[int, int]]:
+    """The parts of the 2 MB pages that sorted, disjoint `spans` touch which lie outside
+    all of them (within [0, size))."""
+    out: list[tuple[int, int]] = []
+    for i, (a, b) in enumerate(spans):
+        lo = max(a // HUGE_PAGE * HUGE_PAGE, spans[i - 1][1] if i else 0)
+        hi = min(-(-b // HUGE_PAGE) * HUGE_PAGE, spans[i + 1][0] if i + 1 < len(spans) else size, size)
+        if lo < a:
+            out.append((lo, a))
+        if b < hi:
+            out.append((b, hi))
+    return sorted(set(out))
 
 
 class _File:
     """One parsed GGUF file (a whole model or one shard)."""
 
-    def populate(self) -> None:
-        """Fault every page of the map in now (from the page cache or the disk), so that
-        the first pass over the weights does not: MADV_POPULATE_READ, else a read of one
-        byte per page."""
+    def populate(self, start: int = 0, length: int | None = None) -> None:
+        """Fault the pages of the map (or of [start, start + length), start a multiple of
+        the page size) in now, from the page cache or the disk, so that the first pass
+        over the weights does not: MADV_POPULATE_READ, else a read of one byte per page."""
         if not isinstance(self.buf, mmap.mmap):
             return
+        length = self.size - start if length is None else length
+        if length <= 0:
+            return
         try:
-            self.buf.madvise(MADV_POPULATE_READ)
+            self.buf.madvise(MADV_POPULATE_READ, start, length)
             return
         except (OSError, ValueError, AttributeError):
             pass
-        np.frombuffer(self.buf, dtype=np.uint8)[:: mmap.PAGESIZE].max()
+        np.frombuffer(self.buf, dtype=np.uint8)[start : start + length : mmap.PAGESIZE].max()
 
     def __init__(self, path: str):
         self.path = path
@@ -353,21 +373,35 @@ class GGUFReader:
         for f in self.files:
             f.populate()
 
-    def release(self, info: TensorInfo) -> None:
-        """Drop the process's mapping of the whole pages inside this tensor's bytes
-        (MADV_DONTNEED: the map is a read-only file map, so the bytes stay the file's and
-        come back from the page cache if read again): for tensors a consumer has copied
-        (the CPU kernels' repacked layouts), whose pages would otherwise count twice."""
+    def release(self, infos: list[TensorInfo]) -> None:
+        """Drop the process's mapping of the whole pages inside these tensors' bytes: for
+        tensors a consumer has copied (the CPU kernels' repacked layouts), whose pages
+        would otherwise count twice. The map is a read-only file map, so the bytes stay
+        the file's and come back from the page cache if read again. Where the kernel maps
+        the file in 2 MB pages, unmapping part of one unmaps all of it: those ranges are
+        first marked for small pages, and the neighbours' parts of such 2 MB pages are
+        mapped again (as at load, populate())."""
         for f in self.files:
-            if f.path != info.path or not isinstance(f.buf, mmap.mmap):
+            if not isinstance(f.buf, mmap.mmap):
                 continue
-            start = -(-info.offset // mmap.PAGESIZE) * mmap.PAGESIZE
-            end = (info.offset + info.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
-            if end > start:
-                try:
-                    f.buf.madvise(mmap.MADV_DONTNEED, start, end - start)
-                except (OSError, ValueError, AttributeError):  # not Linux/macOS: the pages stay
-                    pass
+            spans = sorted((-(-t.offset // PAGE) * PAGE, (t.offset + t.nbytes) // PAGE * PAGE)
+                           for t in infos if t.path == f.path)
+            merged: list[list[int]] = []
+            for a, b in spans:
+                if b <= a:
+                    continue
+                if merged and a <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], b)
+                else:
+                    merged.append([a, b])
+            try:
+                for a, b in merged:
+                    f.buf.madvise(MADV_NOHUGEPAGE, a, b - a)
+                    f.buf.madvise(mmap.MADV_DONTNEED, a, b - a)
+            except (OSError, ValueError, AttributeError):  # not Linux: the pages stay
+                continue
+            for lo, hi in _gaps(merged, f.size):
+                f.populate(lo, hi - lo)
 
     @staticmethod
     def _open_shards(first: _File, n_split: int) -> list[_File]:

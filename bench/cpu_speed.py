@@ -13,9 +13,11 @@ as llama-bench does; the first call is printed too) and the batch forward in a l
 (three decodes of each, taking turns; medians).
 Per decoded token the time inside the native matmul calls, inside the native dense ops
 (norms, attention, activations, expert routing, Qwen3.5's conv and delta rule), and
-everything else. Peak RSS against file + KV cache. llama-bench runs `-p P -n N -r 1` for
-every repetition; the two take turns and the medians are printed (this machine's speed drifts
-by tens of percent over minutes). How to build llama-bench: bench/README.md.
+everything else. RSS right after decoding and its peak while decoding (Linux: VmHWM
+reset before the first decode) against file + KV cache, and the peak through load and
+prefills. llama-bench runs `-p P -n N -r 1` for every repetition; the two take turns and
+the medians are printed (this machine's speed drifts by tens of percent over minutes).
+How to build llama-bench: bench/README.md.
 """
 
 from __future__ import annotations
@@ -80,15 +82,27 @@ def decode_forward():  # the batch forward in a loop, greedy
     logits = lm.forward(Batch.of([(slot, ids[:8], 0)]))
     t = time.perf_counter()
     for i in range(n_decode):
-        logits = lm.forward(Batch.of([(slot, [int(logits[0].argmax())], 8 + i)]))
+        # greedy as the sampler does it (numpy's argmax: torch's takes ~1 ms over Gemma's 262k logits)
+        logits = lm.forward(Batch.of([(slot, [int(logits[0].numpy().argmax())], 8 + i)]))
     lm.cache.free(slot)
     return n_decode / (time.perf_counter() - t)
+def status_mb(key):
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith(key)) * 1024 / 1e6
+def reset_peak():  # Linux: VmHWM starts again from the current RSS
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
 gen, fwd = [], []
 for rep in range(3):  # taking turns, so that a drift of the machine's speed hits both
+    if rep == 0:  # the peak so far (load and prefills), then from the decodes on (clear_refs resets both measures)
+        out["prefill_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
+        reset_peak()
     gen.append(decode_generate())
-    if rep == 0:
-        with open("/proc/self/status") as f:  # resident memory right after decoding
-            out["decode_rss_mb"] = next(int(l.split()[1]) for l in f if l.startswith("VmRSS")) * 1024 / 1e6
+    if rep == 0:  # resident memory right after decoding, and its peak while decoding (prompt of 8 tokens included)
+        out["decode_rss_mb"], out["decode_peak_mb"] = status_mb("VmRSS"), status_mb("VmHWM")
     fwd.append(decode_forward())
 import statistics
 out["decode"], out["decode_forward"] = statistics.median(gen), statistics.median(fwd)
@@ -125,7 +139,6 @@ n = len(stamps) - 1
 out["kernel_ms"] = inner[0] / n * 1e3
 out["dense_ms"] = dense[0] / n * 1e3
 out["other_ms"] = (stamps[-1] - stamps[0] - inner[0] - dense[0]) / n * 1e3
-out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
 print(json.dumps(out))
 """
 
@@ -236,7 +249,9 @@ def report(name: str, path: str, o: dict, r: dict, prefills: list[int], threads:
           f"Python, torch ops, sampling)")
     print(f"  load {o['load_s']:.2f} s; RSS while decoding {o['decode_rss_mb']:.0f} MB = file + KV cache in use "
           f"({o['kv_cache_mb']:.0f} MB; {o['kv_alloc_mb']:.0f} MB reserved) "
-          f"{o['decode_rss_mb'] - size - o['kv_cache_mb']:+.0f} MB (torch alone is ~205); peak {o['peak_rss_mb']:.0f} MB")
+          f"{o['decode_rss_mb'] - size - o['kv_cache_mb']:+.0f} MB (torch alone is ~205); peak while decoding "
+          f"{o['decode_peak_mb'] - size - o['kv_cache_mb']:+.0f} MB; peak through load and prefills "
+          f"{o['prefill_peak_mb']:.0f} MB")
 
 
 if __name__ == "__main__":

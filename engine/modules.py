@@ -112,18 +112,18 @@ class GgufEmbedding:
             self._rows = cpu.RowLookup(packed, self.ggml_type, dim)
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        few = None  # a decode step's ids as a list, for the row-by-row lookup
         if self._rows is not None and ids.dim() == 1 and ids.numel() <= self._rows.MAX_IDS:
             few = ids.tolist()
-            if few and (min(few) < 0 or max(few) >= self.num_embeddings):
+        if ids.numel():
+            lo, hi = (min(few), max(few)) if few is not None else (int(ids.min()), int(ids.max()))
+            if lo < 0 or hi >= self.num_embeddings:
                 raise IndexError(f"token id out of range 0..{self.num_embeddings - 1}")
+        if few is not None:
             out = self._rows(few)
-            return out if self._scale is None else out.mul_(self._scale)
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
-            raise IndexError(f"token id out of range 0..{self.num_embeddings - 1}")
-        out = self.ops.get_rows(self.packed, ids, self.ggml_type, self.dim, self.dtype)
-        if self._scale is not None:
-            out = out * self._scale
-        return out
+        else:
+            out = self.ops.get_rows(self.packed, ids, self.ggml_type, self.dim, self.dtype)
+        return out if self._scale is None else out * self._scale
 
 
 class GgufExperts:

@@ -238,7 +238,7 @@ class _File:
             return
         except (OSError, ValueError, AttributeError):
             pass
-        np.frombuffer(self.buf, dtype=np.uint8)[start : start + length : mmap.PAGESIZE].max()
+        np.frombuffer(self.buf, dtype=np.uint8)[start : start + length : PAGE].max()
 
     def __init__(self, path: str):
         self.path = path

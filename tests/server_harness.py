@@ -133,7 +133,7 @@ def ids(tiny_path):
     from gguf_serve.gguf_io import GGUFReader
 
     tok = load_tokenizer(GGUFReader(tiny_path))
-    return {t: tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>", "</think>", "<think>", "Ġthe")}
+    return {t: tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>", "<|im_start|>", "</think>", "<think>", "Ġthe")}
 
 
 def no_end(tiny_path, **extra):

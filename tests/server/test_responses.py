@@ -47,9 +47,11 @@ def client(base):
 
 
 def test_a_string_input_gives_reasoning_then_a_message(client, tiny_path):
+    never_closes = no_end(tiny_path, **{str(ids(tiny_path)["</think>"]): -100})
     r = client.responses.create(model="tiny-qwen3.gguf", input="hello", instructions="Be brief.",
-                                max_output_tokens=6, extra_body={"logit_bias": no_end(tiny_path)})
-    # thinking is on by default in this template: six tokens of reasoning, cut short
+                                max_output_tokens=6, extra_body={"logit_bias": never_closes})
+    # thinking is on by default in this template: six tokens of reasoning, cut short (the
+    # bias keeps the random model from closing the block by chance)
     assert r.id.startswith("resp_") and r.object == "response" and r.status == "incomplete"
     assert r.incomplete_details.reason == "max_output_tokens"
     assert [o.type for o in r.output] == ["reasoning"] and r.output[0].id.startswith("rs_")
@@ -180,15 +182,18 @@ def test_a_long_input_is_refused_before_the_stream(base):
 
 def test_a_thinking_budget_closes_the_block_and_the_answer_follows(client, base, tiny_path):
     t = ids(tiny_path)
-    never_closes = no_end(tiny_path, **{str(t["</think>"]): -100})  # left alone, it would think to the end
+    # left alone, it would think to the end; nor may it open a block again or write markup
+    # that renders as nothing, so the answer after the budget is never empty by chance
+    never_closes = no_end(tiny_path, **{str(t[m]): -100 for m in ("</think>", "<think>", "<|im_start|>")})
     r = client.chat.completions.create(model="tiny-qwen3.gguf", messages=[{"role": "user", "content": "hi"}],
                                        max_tokens=20, logit_bias=never_closes,
-                                       extra_body={"thinking_budget_tokens": 5})
+                                       extra_body={"thinking_budget_tokens": 5, "seed": 2})
     m = r.choices[0].message
     assert r.usage.completion_tokens == 20 and r.usage.completion_tokens_details.reasoning_tokens == 6  # and </think>
     assert m.reasoning_content and m.content and r.choices[0].finish_reason == "length"
     r = client.responses.create(model="tiny-qwen3.gguf", input="hi", max_output_tokens=20,
-                                reasoning={"effort": "low", "max_tokens": 3}, extra_body={"logit_bias": never_closes})
+                                reasoning={"effort": "low", "max_tokens": 3},
+                                extra_body={"logit_bias": never_closes, "seed": 2})
     assert [o.type for o in r.output] == ["reasoning", "message"] and r.usage.output_tokens_details.reasoning_tokens == 4
     p = client.responses.parse(model="tiny-qwen3.gguf", input="a pet", text_format=Pet, max_output_tokens=200,
                                reasoning={"max_tokens": 8}, extra_body={"logit_bias": never_closes, "seed": 1})

@@ -17,12 +17,9 @@ import torch
 
 from ..gguf_io import GGUFReader, Keys
 from . import kernels
-from .architectures import architecture_for
-from .architectures.base import Architecture
 from .batch import Batch
 from .cache import KVCache, bytes_per_token, fixed_bytes
-from .models import BUILDERS
-from .models.base import Model
+from .models import Architecture, Model, TextParams, architecture_for
 from .modules import Weights, WeightError
 from .threads import ThreadPolicy
 
@@ -53,14 +50,14 @@ def default_dtype(device: torch.device) -> torch.dtype:
 @dataclass
 class LoadedModel:
     """What `load_model` returns: the model and its KV cache, tokenizer, chat template,
-    the config its hyperparameters came from, and the reader (whose vocabulary lists,
+    the hyperparameters read from the file (`params`, the architecture's Params), and the reader (whose vocabulary lists,
     VOCABULARY_KEYS, are dropped once the tokenizer holds them)."""
 
     model: Model
     cache: KVCache
     tokenizer: Any
     chat_template: str | None
-    config: Any
+    params: TextParams
     gguf: GGUFReader
     architecture: Architecture
     device: torch.device
@@ -193,16 +190,16 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device = "auto
     reader = GGUFReader(path)
     arch = architecture_for(reader)
     reader.populate()  # the weights' pages now, not on the first request (llama.cpp: MAP_POPULATE)
-    config = arch.config()
+    params = arch.read(reader)
     dev = pick_device(device)
     dtype = dtype or default_dtype(dev)
     step(LOAD_STAGES[1])
     ops = kernels.ops_for(dev)
     weights = Weights(reader, dev, dtype)
-    model = BUILDERS[arch.name](arch.name, config, weights, ops)
+    model = arch.build(params, weights, ops)
     weights.release_copies()
     specs = model.cache_specs()
-    ctx, seqs, why = cache_size(specs, config.max_position_embeddings, n_ctx, n_seq, dtype, max_batch)
+    ctx, seqs, why = cache_size(specs, params.context_length, n_ctx, n_seq, dtype, max_batch)
     cache = KVCache(specs, seqs, ctx, max_batch, dtype, dev)
     log.info("%s (%s): %s", cache.describe(), dtype, why)
     from .chat import chat_template_for
@@ -221,4 +218,4 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device = "auto
     _return_freed_memory()  # the tokenizer build's transient Python objects (~35 MB for Gemma's 262k vocabulary)
     threads = ThreadPolicy.decide(dev, kernels.native_cpu_in_use())
     log.info("loaded %s (%s) on %s in %s; %s", path, arch.name, dev, dtype, threads.describe())
-    return LoadedModel(model, cache, tokenizer, template, config, reader, arch, dev, dtype, threads)
+    return LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads)

@@ -6,6 +6,7 @@ on float32 CPU tensors; anything else falls back to the torch op it overrides
 from __future__ import annotations
 
 import ctypes
+import weakref
 
 import torch
 
@@ -82,30 +83,34 @@ def _kv_end(batch: Batch) -> torch.Tensor:
     return batch.memo["kv_end"]
 
 
-def _layer(attn, cache) -> AttnLayer | None:
-    """The layer's native description for this cache (built once), or None where the
-    native op does not apply (another dtype, a head count that does not divide)."""
-    key = (id(cache), cache.k[attn.layer].data_ptr())
-    got = getattr(attn, "_native", None)
+def _native_layer(spec, cache, memo: weakref.WeakKeyDictionary) -> AttnLayer | None:
+    """The layer's native description for this cache (built once per spec and cache
+    buffer), or None where the native op does not apply (another dtype, a head count
+    that does not divide)."""
+    key = (id(cache), cache.k[spec.layer].data_ptr())
+    got = memo.get(spec)
     if got is not None and got[0] == key:
         return got[1]
-    kbuf, vbuf = cache.kv(attn.layer)
-    d, h, hkv = attn.head_dim, attn.n_heads, attn.n_kv_heads
+    kbuf, vbuf = cache.kv(spec.layer)
+    d, h, hkv = spec.head_dim, spec.n_heads, spec.n_kv_heads
     ok = kbuf.dtype is F32 and kbuf.is_contiguous() and vbuf.is_contiguous() and h % hkv == 0
-    qw = h * d * (2 if attn.gated else 1)
+    qw = spec.q_width
     layer = None
     if ok:
-        layer = AttnLayer(h, hkv, d, 0, 2 * d if attn.gated else d, qw, qw + hkv * d, d if attn.gated else -1,
-                          _ptr(attn.q_norm), _ptr(attn.k_norm), attn.eps, attn.scale, attn.softcap or 0.0,
-                          attn.rope.inv_freq.shape[0], int(attn.rope.neox), attn.window, kbuf.data_ptr(),
-                          vbuf.data_ptr(), cache.n_cells[attn.layer])
-        layer._keep = (attn.q_norm, attn.k_norm, kbuf, vbuf)  # the pointers' owners
-    attn._native = (key, layer)
+        layer = AttnLayer(h, hkv, d, 0, 2 * d if spec.gated else d, qw, qw + hkv * d, d if spec.gated else -1,
+                          _ptr(spec.q_norm), _ptr(spec.k_norm), spec.eps, spec.scale, spec.softcap or 0.0,
+                          spec.rope.inv_freq.shape[0], int(spec.rope.neox), spec.window, kbuf.data_ptr(),
+                          vbuf.data_ptr(), cache.n_cells[spec.layer])
+        layer._keep = (spec.q_norm, spec.k_norm, kbuf, vbuf)  # the pointers' owners
+    memo[spec] = (key, layer)
     return layer
 
 
 class CpuOps(TorchOps):
     name = "cpu-native"
+
+    def __init__(self):
+        self._layers = weakref.WeakKeyDictionary()  # AttentionSpec -> (cache key, AttnLayer)
 
     def rms_norm(self, x, w, eps):
         if x.dtype is F32 and x.is_contiguous():
@@ -167,10 +172,10 @@ class CpuOps(TorchOps):
              ACTS[act], cpu.threads())
         return out
 
-    def self_attention(self, attn, qkv, batch, cache):
-        layer = _layer(attn, cache)
+    def self_attention(self, qkv, spec, batch, cache):
+        layer = _native_layer(spec, cache, self._layers)
         if layer is None or qkv.dtype is not F32 or qkv.stride(1) != 1:
-            return super().self_attention(attn, qkv, batch, cache)
+            return super().self_attention(qkv, spec, batch, cache)
         memo = batch.memo
         native = memo.get("native_attention")
         if native is None:  # once per forward: the batch's arrays, and whether to attend natively
@@ -178,20 +183,20 @@ class CpuOps(TorchOps):
                 max(s.n for s in batch.seqs) <= NATIVE_ATTENTION_MAX_TOKENS, batch.slots.data_ptr(),
                 batch.positions.data_ptr(), _kv_end(batch).data_ptr())
         attend, slots, pos, kv_end = native
-        t, hd = qkv.shape[0], attn.n_heads * attn.head_dim
-        cos, sin = attn.rope.tables(batch)
+        t, hd = qkv.shape[0], spec.n_heads * spec.head_dim
+        cos, sin = spec.rope.tables(batch)
         out = qkv.new_empty(t, hd)
         _ATTN(layer, qkv.data_ptr(), qkv.stride(0), t, cos.data_ptr(), sin.data_ptr(), slots,
-              cache.cells(attn.layer, batch).data_ptr(), pos, kv_end, out.data_ptr(), int(attend), cpu.threads())
+              cache.cells(spec.layer, batch).data_ptr(), pos, kv_end, out.data_ptr(), int(attend), cpu.threads())
         if attend:
             return out
         # prompt chunks: q/k normalized and rotated, k/v cached by the native op; torch attends
-        d, h = attn.head_dim, attn.n_heads
+        d, h = spec.head_dim, spec.n_heads
         q = qkv[:, :layer.k_off].reshape(t, h, -1)[..., :d]
-        kbuf, vbuf = cache.kv(attn.layer)
-        o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[attn.layer], attn.window, attn.scale,
-                           attn.softcap).reshape(t, hd)
-        if attn.gated:
+        kbuf, vbuf = cache.kv(spec.layer)
+        o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[spec.layer], spec.window, spec.scale,
+                           spec.softcap).reshape(t, hd)
+        if spec.gated:
             o = o * torch.sigmoid(qkv[:, :layer.k_off].reshape(t, h, 2 * d)[..., d:].reshape(t, hd))
         return o
 

@@ -78,27 +78,27 @@ class TorchOps:
         kbuf[slots, :, cells] = k.to(kbuf.dtype)
         vbuf[slots, :, cells] = v.to(vbuf.dtype)
 
-    def self_attention(self, attn, qkv: torch.Tensor, batch: Batch, cache) -> torch.Tensor:
+    def self_attention(self, qkv: torch.Tensor, spec, batch: Batch, cache) -> torch.Tensor:
         """A layer's attention between its projections. `qkv` (T, q + k + v) is the fused
-        projection output (per head a query and, with `attn.gated`, a gate); `attn` the
-        layer (heads, head_dim, q/k norm weights, rotary, window, scale, softcap, index).
-        q/k heads RMS-normalized when the layer has weights, rotary, k and v into the
-        cache, attention, the output times sigmoid(gate) if gated. Returns (T, H * D).
-        The native version does all of it in one call."""
-        t, h, hkv, d = qkv.shape[0], attn.n_heads, attn.n_kv_heads, attn.head_dim
-        qw = h * d * (2 if attn.gated else 1)
+        projection output (per head a query and, with `spec.gated`, a gate); `spec` the
+        layer's models.layers.AttentionSpec (heads, rotary, scale, window, softcap, q/k
+        norm weights, cache layer). q/k heads RMS-normalized when the spec has weights,
+        rotary, k and v into the cache, attention, the output times sigmoid(gate) if
+        gated. Returns (T, H * D). The native version does all of it in one call."""
+        t, h, hkv, d = qkv.shape[0], spec.n_heads, spec.n_kv_heads, spec.head_dim
+        qw = spec.q_width
         q, k, v = qkv[:, :qw], qkv[:, qw:qw + hkv * d], qkv[:, qw + hkv * d:qw + 2 * hkv * d]
         gate = None
-        if attn.gated:
+        if spec.gated:
             q, gate = q.reshape(t, h, 2 * d).split(d, dim=-1)
         q, k, v = q.reshape(t, h, d), k.reshape(t, hkv, d), v.reshape(t, hkv, d)
-        if attn.q_norm is not None:
-            q, k = self.rms_norm(q, attn.q_norm, attn.eps), self.rms_norm(k, attn.k_norm, attn.eps)
-        cos, sin = attn.rope.tables(batch)
-        q, k = self.rope(q, cos, sin, attn.rope.neox), self.rope(k, cos, sin, attn.rope.neox)
-        kbuf, vbuf = cache.kv(attn.layer)
-        self.kv_write(kbuf, vbuf, k, v, batch.slots, cache.cells(attn.layer, batch))
-        o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[attn.layer], attn.window, attn.scale, attn.softcap)
+        if spec.q_norm is not None:
+            q, k = self.rms_norm(q, spec.q_norm, spec.eps), self.rms_norm(k, spec.k_norm, spec.eps)
+        cos, sin = spec.rope.tables(batch)
+        q, k = self.rope(q, cos, sin, spec.rope.neox), self.rope(k, cos, sin, spec.rope.neox)
+        kbuf, vbuf = cache.kv(spec.layer)
+        self.kv_write(kbuf, vbuf, k, v, batch.slots, cache.cells(spec.layer, batch))
+        o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[spec.layer], spec.window, spec.scale, spec.softcap)
         o = o.reshape(t, h * d)
         return o if gate is None else o * torch.sigmoid(gate.reshape(t, h * d))
 

@@ -1,17 +1,70 @@
-"""The engine's own forward passes, one small file per architecture family; this
-registry maps a GGUF `general.architecture` to its family's `build`."""
+"""The engine's forward passes: one file per GGUF `general.architecture` in this
+package, each with `ARCHITECTURE` (the name llama.cpp's converter writes), `Params`
+(a dataclass with `from_gguf(Metadata)`), `build(params, weights, ops) -> Model` and
+optionally `CHAT_TEMPLATE_FALLBACK`. The registry finds them by that name: adding an
+architecture is adding its file."""
 
 from __future__ import annotations
 
-from . import gemma3, llama, qwen35
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Callable
 
-BUILDERS = {
-    "llama": llama.build,
-    "qwen2": llama.build,
-    "qwen3": llama.build,
-    "qwen3moe": llama.build,
-    "phi3": llama.build,
-    "gemma3": gemma3.build,
-    "qwen35": qwen35.build,
-    "qwen35moe": qwen35.build,
-}
+from ...gguf_io import GGUFReader
+from .base import Metadata, MissingMetadata, Model, TextParams
+
+__all__ = ["Architecture", "MissingMetadata", "Metadata", "Model", "TextParams", "UnsupportedArchitecture",
+           "architecture_for", "architectures"]
+
+SHARED_MODULES = {"base", "layers"}  # the pieces architectures are built from, not architectures
+
+
+class UnsupportedArchitecture(ValueError):
+    """The file's architecture has no file here."""
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One architecture file, as the loader uses it."""
+
+    name: str
+    params: type  # its Params dataclass
+    build: Callable  # (params, weights, ops) -> Model
+    chat_template_fallback: str | None
+    module: ModuleType
+
+    def read(self, reader: GGUFReader) -> TextParams:
+        """The file's hyperparameters (raises MissingMetadata naming a required key it lacks)."""
+        return self.params.from_gguf(Metadata(reader))
+
+
+_REGISTRY: dict[str, Architecture] = {}
+
+
+def architectures() -> dict[str, Architecture]:
+    """Every architecture file of this package, by `general.architecture`."""
+    if not _REGISTRY:
+        for info in pkgutil.iter_modules(__path__):
+            if info.name in SHARED_MODULES or info.name.startswith("_"):
+                continue
+            mod = importlib.import_module(f"{__name__}.{info.name}")
+            name = getattr(mod, "ARCHITECTURE", None)
+            if name is None:
+                continue
+            if name in _REGISTRY:
+                raise RuntimeError(f"architecture {name!r} is defined by both {_REGISTRY[name].module.__name__} "
+                                   f"and {mod.__name__}")
+            _REGISTRY[name] = Architecture(name, mod.Params, mod.build, getattr(mod, "CHAT_TEMPLATE_FALLBACK", None),
+                                           mod)
+    return _REGISTRY
+
+
+def architecture_for(reader: GGUFReader) -> Architecture:
+    name = reader.architecture
+    arch = architectures().get(name)
+    if arch is None:
+        raise UnsupportedArchitecture(
+            f"{reader.path}: architecture {name!r} is not supported; supported: {', '.join(sorted(architectures()))}")
+    return arch

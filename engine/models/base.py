@@ -1,173 +1,112 @@
-"""What the model families share: rotary tables, the attention block (with the
-families' switches as named arguments), the gated MLP, the mixture-of-experts block,
-and the model loop (embed, layers, final norm, output head) over a flattened batch.
+"""What every architecture file starts from: reading the file's metadata (`Metadata`,
+keys from gguf_io's `Keys`), the hyperparameters every llama-family file states the
+same way (`TextParams`, which an architecture's `Params` extends with its own
+switches), and the model loop (embed, layers, final norm, output head) over a
+flattened batch. The layers' shared pieces are in `layers.py`.
 
-The weights are the file's, in the file's layout: norms as llama.cpp stores them
-(Gemma's and Qwen3.5's `1 + w` already added), Llama's q/k rows in llama.cpp's
-interleaved order (so their rotary is GPT-J style), Qwen3.5's value heads in its tiled
-order. Nothing here knows about requests, sampling or tokenizers."""
+Nothing here knows about requests, sampling or tokenizers, and nothing here reads a
+transformers config: the file's metadata is the only input."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import torch
 
+from ...gguf_io import GGUFReader, Keys
 from ..batch import Batch
 from ..cache import KVCache, LayerCache
-from ..kernels.ops import rope_tables
-from ..modules import GgufEmbedding, LinearGroup, Weights
+from ..modules import GgufEmbedding, Weights
+from .layers import RopeScaling
+
+DEFAULT_CONTEXT = 4096  # a file that states no context length
 
 
-@dataclass(eq=False)
-class Rope:
-    """Rotary frequencies of one layer kind: inv_freq (rot / 2,), the cos/sin scaling
-    (YaRN's attention factor, else 1) and the pairing (NeoX halves or GPT-J pairs)."""
+class MissingMetadata(KeyError):
+    """A key the architecture needs is absent from the file."""
 
-    inv_freq: torch.Tensor
-    scaling: float = 1.0
-    neox: bool = True
-
-    def tables(self, batch: Batch):
-        dev = batch.positions.device
-        if self.inv_freq.device != dev:  # built on the CPU; moved once to the model's device
-            self.inv_freq = self.inv_freq.to(dev)
-        return rope_tables(batch, ("rope", id(self)), self.inv_freq, self.scaling)
+    def __str__(self) -> str:  # KeyError's str() would quote the message
+        return str(self.args[0])
 
 
-def rope_from_config(config, params: dict, head_dim: int, neox: bool, layer_type: str | None = None,
-                     freq_factors: torch.Tensor | None = None) -> Rope:
-    """Frequencies for `params` (a rope_parameters dict: default, linear or YaRN), as
-    transformers computes them; `freq_factors` (llama.cpp's rope_freqs tensor, Llama 3.1
-    files) divide them."""
-    kind = params.get("rope_type", "default")
-    rot = int(head_dim * params.get("partial_rotary_factor", 1.0))
-    base = float(params["rope_theta"])
-    inv_freq = 1.0 / (base ** (torch.arange(0, rot, 2, dtype=torch.int64).float() / rot))
-    scaling = 1.0
-    if kind == "linear":
-        inv_freq = inv_freq / float(params["factor"])
-    elif kind == "yarn":
-        inv_freq, scaling = _yarn(inv_freq, base, rot, params, config.max_position_embeddings)
-    elif kind != "default":
-        raise ValueError(f"rotary scaling {kind!r} is not supported (default, linear, yarn)")
-    if freq_factors is not None:
-        inv_freq = inv_freq / freq_factors.float().cpu()[: inv_freq.shape[0]]
-    return Rope(inv_freq.float(), float(scaling), neox)
+_REQUIRED = object()
 
 
-def _yarn(inv_freq: torch.Tensor, base: float, dim: int, params: dict, max_positions: int):
-    """YaRN: dimensions rotating faster than beta_fast turns over the original context keep
-    their frequency, slower than beta_slow are divided by the factor, a linear ramp
-    between; cos/sin scaled by 0.1 ln(factor) + 1 unless the file says otherwise."""
-    factor = float(params["factor"])
-    orig = params.get("original_max_position_embeddings") or max_positions
-    fast, slow = float(params.get("beta_fast") or 32), float(params.get("beta_slow") or 1)
+class Metadata:
+    """The file's metadata as an architecture reads it: `get(Keys.X)` fills in the
+    architecture's name and raises MissingMetadata (naming the file and the key) for a
+    required key the file lacks."""
 
-    def dim_for(turns: float) -> float:  # the dimension that turns `turns` times over `orig` positions
-        return dim * math.log(orig / (turns * 2 * math.pi)) / (2 * math.log(base))
+    def __init__(self, reader: GGUFReader):
+        self.reader = reader
+        self.arch = reader.architecture
+        self.path = reader.path
 
-    low = max(math.floor(dim_for(fast)), 0)
-    high = min(math.ceil(dim_for(slow)), dim - 1)
-    if low == high:
-        high += 0.001
-    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
-    keep = 1 - ramp  # 1: extrapolate (keep the frequency), 0: interpolate (divide by factor)
-    inv = inv_freq / factor * (1 - keep) + inv_freq * keep
-    attention = params.get("attention_factor") or (0.1 * math.log(factor) + 1.0)
-    return inv, attention
+    def get(self, key: str, default: Any = _REQUIRED) -> Any:
+        full = key.format(arch=self.arch)
+        value = self.reader.metadata.get(full, default)
+        if value is _REQUIRED:
+            raise MissingMetadata(f"{self.path}: metadata key {full!r} is required for {self.arch} models")
+        return value
 
+    def has_tensor(self, name: str) -> bool:
+        return name in self.reader.tensors
 
-class Attention:
-    """Self-attention over the KV cache. Switches: `fused_qkv` (one attn_qkv matrix),
-    `qk_norm` (RMSNorm of each q and k head), `gated` (Qwen3.5: q_proj also yields a
-    sigmoid gate on the output), `window` (sliding-window attention), `scale`
-    (Gemma 3's query_pre_attn_scalar), `softcap` (tanh capping of the scores)."""
-
-    def __init__(self, w: Weights, layer: int, ops, *, hidden: int, n_heads: int, n_kv_heads: int, head_dim: int,
-                 eps: float, rope: Rope, scale: float, window: int = 0, softcap: float | None = None,
-                 qk_norm: bool = False, fused_qkv: bool = False, gated: bool = False):
-        p = f"blk.{layer}."
-        self.layer, self.ops = layer, ops
-        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
-        self.eps, self.rope, self.scale, self.window, self.softcap, self.gated = eps, rope, scale, window, softcap, gated
-        q_rows, kv_rows = n_heads * head_dim * (2 if gated else 1), n_kv_heads * head_dim
-        if fused_qkv:
-            self.qkv = w.linear(p + "attn_qkv.weight", q_rows + 2 * kv_rows, hidden, bias=p + "attn_qkv.bias")
-        else:
-            self.qkv = LinearGroup([w.linear(p + f"attn_{n}.weight", rows, hidden, bias=p + f"attn_{n}.bias")
-                                    for n, rows in (("q", q_rows), ("k", kv_rows), ("v", kv_rows))])
-        self.o = w.linear(p + "attn_output.weight", hidden, n_heads * head_dim, bias=p + "attn_output.bias")
-        self.q_norm = w.vector(p + "attn_q_norm.weight", head_dim) if qk_norm else None
-        self.k_norm = w.vector(p + "attn_k_norm.weight", head_dim) if qk_norm else None
-
-    def cache_spec(self) -> LayerCache:
-        from ..cache import attention
-
-        return attention(self.n_kv_heads, self.head_dim, self.window)
-
-    def __call__(self, x: torch.Tensor, batch: Batch, cache: KVCache) -> torch.Tensor:
-        return self.o(self.ops.self_attention(self, self.qkv(x), batch, cache))
+    def vocab_size(self) -> int:
+        tokens = self.reader.metadata.get(Keys.TOKENIZER_TOKENS)
+        if tokens is not None:
+            return len(tokens)
+        return self.reader.tensors["token_embd.weight"].shape[0]
 
 
-class MLP:
-    """down(act(gate(x)) * up(x)), gate and up computed as one; `fused` when one ffn_up matrix holds both
-    (Phi-3), `suffix` for a shared expert's tensors (ffn_*_shexp)."""
+@dataclass
+class TextParams:
+    """The hyperparameters of a decoder-only text model, as llama.cpp's keys state them.
+    An architecture's `Params` subclasses this and adds its switches (with defaults)."""
 
-    def __init__(self, w: Weights, layer: int, ops, *, hidden: int, ffn: int, act: str, fused: bool = False,
-                 suffix: str = ""):
-        p = f"blk.{layer}."
-        self.ops, self.act, self.ffn = ops, act, ffn
-        if fused:
-            self.gate_up = w.linear(f"{p}ffn_up{suffix}.weight", 2 * ffn, hidden)
-        else:
-            self.gate_up = LinearGroup([w.linear(f"{p}ffn_{n}{suffix}.weight", ffn, hidden) for n in ("gate", "up")])
-        self.down = w.linear(f"{p}ffn_down{suffix}.weight", hidden, ffn)
+    vocab_size: int
+    hidden: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn: int
+    eps: float
+    context_length: int  # the trained context
+    rope_theta: float
+    rope_dims: int  # rotated dimensions of each head (llama.cpp's n_rot)
+    rope_scaling: RopeScaling = field(default_factory=RopeScaling)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(self.ops.gated_mul(self.gate_up(x), self.ffn, self.act))
+    @staticmethod
+    def common(m: Metadata) -> dict[str, Any]:
+        """The fields above, read from the file."""
+        n_head = m.get(Keys.HEAD_COUNT)
+        n_embd = m.get(Keys.EMBEDDING_LENGTH)
+        head_dim = m.get(Keys.KEY_LENGTH, n_embd // n_head)
+        return dict(
+            vocab_size=m.vocab_size(), hidden=n_embd, n_layers=m.get(Keys.BLOCK_COUNT), n_heads=n_head,
+            n_kv_heads=m.get(Keys.HEAD_COUNT_KV, n_head), head_dim=head_dim, ffn=m.get(Keys.FEED_FORWARD_LENGTH, 0),
+            eps=float(m.get(Keys.LAYERNORM_RMS_EPS, 1e-6)), context_length=m.get(Keys.CONTEXT_LENGTH, DEFAULT_CONTEXT),
+            rope_theta=float(m.get(Keys.ROPE_FREQ_BASE, 10000.0)), rope_dims=m.get(Keys.ROPE_DIMENSION_COUNT, head_dim),
+            rope_scaling=RopeScaling.read(m.get(Keys.ROPE_SCALING_TYPE, "none"),
+                                          m.get(Keys.ROPE_SCALING_FACTOR, 1.0),
+                                          m.get(Keys.ROPE_SCALING_ORIG_CTX, 0)),
+        )
 
+    @classmethod
+    def from_gguf(cls, m: Metadata) -> "TextParams":
+        return cls(**cls.common(m))
 
-class MoE:
-    """Routed experts: softmax over the router's logits, the top `n_used` experts
-    (their weights renormalized with `norm_topk`); optionally a shared expert scaled
-    by a sigmoid gate (Qwen3.5 MoE)."""
-
-    def __init__(self, w: Weights, layer: int, ops, *, hidden: int, n_experts: int, n_used: int, expert_ffn: int,
-                 act: str, norm_topk: bool = True, shared_ffn: int = 0):
-        p = f"blk.{layer}."
-        self.ops, self.act, self.n_used, self.norm_topk = ops, act, n_used, norm_topk
-        self.router = w.linear(p + "ffn_gate_inp.weight", n_experts, hidden)
-        self.experts = w.experts(layer, n_experts, hidden, expert_ffn)
-        self.shared = self.shared_gate = None
-        if shared_ffn:
-            self.shared = MLP(w, layer, ops, hidden=hidden, ffn=shared_ffn, act=act, suffix="_shexp")
-            self.shared_gate = w.linear(p + "ffn_gate_inp_shexp.weight", 1, hidden)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        weights, ids = self.ops.moe_route(self.router(x), self.n_used, self.norm_topk)
-        y = self.ops.moe_combine(self.experts(x, ids, self.ops, self.act), weights)
-        y = y if y.dtype is x.dtype else y.to(x.dtype)
-        if self.shared is not None:
-            y = y + torch.sigmoid(self.shared_gate(x)) * self.shared(x)
-        return y
-
-
-def feed_forward(w: Weights, layer: int, ops, *, hidden: int, ffn: int, act: str = "silu", n_experts: int = 0,
-                 n_used: int = 0, expert_ffn: int = 0, norm_topk: bool = True, shared_ffn: int = 0,
-                 fused: bool = False):
-    """A layer's feed-forward: routed experts (MoE) when the family has them, else the MLP."""
-    if n_experts:
-        return MoE(w, layer, ops, hidden=hidden, n_experts=n_experts, n_used=n_used, expert_ffn=expert_ffn, act=act,
-                   norm_topk=norm_topk, shared_ffn=shared_ffn)
-    return MLP(w, layer, ops, hidden=hidden, ffn=ffn, act=act, fused=fused)
+    def describe(self) -> str:
+        return ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
 
 
 class Model:
-    """embed → layers → final norm → output head, over a flattened batch. Subclasses
-    (one per family) build `layers`: callables (x, batch, cache) -> x with a
-    `cache_spec()`. `forward` returns float32 logits for the batch's rows."""
+    """embed → layers → final norm → output head, over a flattened batch. An
+    architecture's `build` makes `layers`: callables (x, batch, cache) -> x with a
+    `cache_spec()`. `forward` returns float32 logits for the batch's rows. `ops` are the
+    dense ops (kernels.ops) the layers were built with."""
 
     def __init__(self, ops, embed: GgufEmbedding, layers: list, norm: torch.Tensor, head, eps: float,
                  vocab_size: int, softcap: float | None = None):
@@ -202,3 +141,12 @@ def output_head(w: Weights, vocab: int, hidden: int):
     """output.weight, or the token embedding's bytes when the head is tied."""
     name = "output.weight" if w.has("output.weight") else "token_embd.weight"
     return w.linear(name, vocab, hidden)
+
+
+def standard_model(ops, w: Weights, p: TextParams, layers: list, *, embed_scale: float | None = None,
+                   softcap: float | None = None) -> Model:
+    """The model around `layers` as most families have it: token_embd (scaled by
+    `embed_scale`), output_norm, the output head (tied where output.weight is absent)."""
+    embed = w.embedding("token_embd.weight", p.vocab_size, p.hidden, scale=embed_scale)
+    return Model(ops, embed, layers, w.vector("output_norm.weight", p.hidden), output_head(w, p.vocab_size, p.hidden),
+                 p.eps, p.vocab_size, softcap=softcap)

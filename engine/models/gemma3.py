@@ -1,47 +1,48 @@
-"""Gemma 3 (text): sandwich norms around attention and the MLP, RMS-normalized q and
+"""gemma3 (text): sandwich norms around attention and the MLP, RMS-normalized q and
 k heads, embeddings scaled by sqrt(hidden), GeGLU (tanh GELU), queries scaled by
 query_pre_attn_scalar^-0.5, and sliding-window layers (their own rotary base)
-interleaved with global ones. The head is tied to the embedding."""
+interleaved with global ones (every 6th). The head is tied to the embedding."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ...gguf_io import Keys
 from ..cache import LayerCache
 from ..modules import Weights
-from .base import MLP, Attention, Model, Rope, output_head, rope_from_config
+from .base import Metadata, Model, TextParams, standard_model
+from .layers import MLP, Attention, Rope, RopeScaling
+
+ARCHITECTURE = "gemma3"
+CHAT_TEMPLATE_FALLBACK = "gemma"
+SLIDING_WINDOW_PATTERN = 6  # every 6th layer attends globally (llama.cpp: set_swa_pattern(6))
+LOCAL_ROPE_BASE = 10000.0  # llama.cpp: rope_freq_base_train_swa for Gemma 3
 
 
 @dataclass
-class Gemma3Params:
-    vocab_size: int
-    hidden: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    ffn: int
-    eps: float
-    window: int
-    sliding: list[bool]  # per layer: sliding-window attention
-    query_scale: float
-    attn_softcap: float | None
-    final_softcap: float | None
+class Params(TextParams):
+    window: int = 4096
+    sliding: list[bool] = field(default_factory=list)  # per layer: sliding-window attention
+    local_rope_theta: float = LOCAL_ROPE_BASE
+    query_scale: float = 1.0
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
 
     @classmethod
-    def from_config(cls, config) -> "Gemma3Params":
-        return cls(
-            vocab_size=config.vocab_size, hidden=config.hidden_size, n_layers=config.num_hidden_layers,
-            n_heads=config.num_attention_heads, n_kv_heads=config.num_key_value_heads, head_dim=config.head_dim,
-            ffn=config.intermediate_size, eps=config.rms_norm_eps, window=config.sliding_window,
-            sliding=[t == "sliding_attention" for t in config.layer_types],
-            query_scale=config.query_pre_attn_scalar ** -0.5,
-            attn_softcap=config.attn_logit_softcapping, final_softcap=config.final_logit_softcapping,
-        )
+    def from_gguf(cls, m: Metadata) -> "Params":
+        c = cls.common(m)
+        n = c["n_layers"]
+        # llama.cpp scales queries by 1/sqrt(head_dim), except the 27B (62 layers): 1/sqrt(hidden/heads)
+        scalar = c["hidden"] // c["n_heads"] if n == 62 else c["head_dim"]
+        return cls(**c, window=m.get(Keys.SLIDING_WINDOW, 4096),
+                   sliding=[(i + 1) % SLIDING_WINDOW_PATTERN != 0 for i in range(n)],
+                   local_rope_theta=float(m.get(Keys.ROPE_FREQ_BASE_SWA, LOCAL_ROPE_BASE)),
+                   query_scale=scalar ** -0.5, attn_softcap=m.get(Keys.ATTN_LOGIT_SOFTCAPPING, None),
+                   final_softcap=m.get(Keys.FINAL_LOGIT_SOFTCAPPING, None))
 
 
 class Gemma3Layer:
-    def __init__(self, w: Weights, i: int, p: Gemma3Params, rope: Rope, ops):
+    def __init__(self, w: Weights, i: int, p: Params, rope: Rope, ops):
         n = lambda name: w.vector(f"blk.{i}.{name}.weight", p.hidden)  # noqa: E731
         self.ops, self.eps = ops, p.eps
         self.attn_norm, self.post_attn_norm = n("attn_norm"), n("post_attention_norm")
@@ -60,12 +61,8 @@ class Gemma3Layer:
         return norm_add(self.mlp(norm(h, self.ffn_norm, eps)), self.post_ffn_norm, eps, h)
 
 
-def build(arch: str, config, w: Weights, ops) -> Model:
-    p = Gemma3Params.from_config(config)
-    ropes = {kind: rope_from_config(config, config.rope_parameters[kind], p.head_dim, True, layer_type=kind)
-             for kind in ("sliding_attention", "full_attention")}
-    layers = [Gemma3Layer(w, i, p, ropes["sliding_attention" if p.sliding[i] else "full_attention"], ops)
-              for i in range(p.n_layers)]
-    embed = w.embedding("token_embd.weight", p.vocab_size, p.hidden, scale=p.hidden ** 0.5)
-    return Model(ops, embed, layers, w.vector("output_norm.weight", p.hidden), output_head(w, p.vocab_size, p.hidden),
-                 p.eps, p.vocab_size, softcap=p.final_softcap)
+def build(p: Params, w: Weights, ops) -> Model:
+    full = Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, context_length=p.context_length)
+    local = Rope.build(p.local_rope_theta, p.rope_dims, RopeScaling(), context_length=p.context_length)
+    layers = [Gemma3Layer(w, i, p, local if p.sliding[i] else full, ops) for i in range(p.n_layers)]
+    return standard_model(ops, w, p, layers, embed_scale=p.hidden ** 0.5, softcap=p.final_softcap)

@@ -1,31 +1,28 @@
-"""The Llama family: llama (and Mistral files), qwen2, qwen3, qwen3moe, phi3.
+"""llama (also Mistral files, which llama.cpp writes as `llama`): x → x + attn(norm(x))
+→ h + mlp(norm(h)). Its q/k rows are in llama.cpp's interleaved order (the converter
+permutes them), so its rotary pairs adjacent dimensions (GPT-J style); a rope_freqs
+tensor (Llama 3.1) divides the frequencies.
 
-x → x + attn(norm(x)) → h + mlp(norm(h)). The members differ only in named switches:
-Llama's q/k rows are in llama.cpp's interleaved order (GPT-J rotary), the others use
-NeoX rotary; Qwen2 has q/k/v biases, Qwen3 RMS-normalizes each q and k head, Phi-3
-fuses qkv and gate/up, Qwen3-MoE routes its feed-forward through experts."""
+The llama-family files (qwen2, qwen3, qwen3moe, phi3) reuse `LlamaLayer` and
+`build` with their own switches."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...gguf_io import Keys
 from ..cache import LayerCache
 from ..modules import Weights
-from .base import Attention, Model, Rope, feed_forward, output_head, rope_from_config
+from .base import Metadata, Model, TextParams, standard_model
+from .layers import Attention, Rope, feed_forward
+
+ARCHITECTURE = "llama"
 
 
 @dataclass
-class LlamaParams:
-    vocab_size: int
-    hidden: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    ffn: int
-    eps: float
-    neox: bool = True  # rotary pairing; False: GPT-J pairs (Llama files)
-    qk_norm: bool = False
+class Params(TextParams):
+    neox: bool = False  # rotary pairing: NeoX halves, or GPT-J pairs (llama.cpp's permuted q/k)
+    qk_norm: bool = False  # RMS norms on each q and k head
     fused: bool = False  # one attn_qkv and one gate+up matrix (Phi-3)
     window: int = 0  # sliding-window attention in every layer (0: none)
     n_experts: int = 0  # > 0: routed experts in every layer
@@ -33,24 +30,15 @@ class LlamaParams:
     expert_ffn: int = 0
     norm_topk: bool = True
 
-    @classmethod
-    def from_config(cls, arch: str, config) -> "LlamaParams":
-        moe = getattr(config, "num_experts", 0) or 0
-        return cls(
-            vocab_size=config.vocab_size, hidden=config.hidden_size, n_layers=config.num_hidden_layers,
-            n_heads=config.num_attention_heads, n_kv_heads=config.num_key_value_heads,
-            head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
-            ffn=config.intermediate_size, eps=config.rms_norm_eps,
-            neox=arch != "llama", qk_norm=arch in ("qwen3", "qwen3moe"), fused=arch == "phi3",
-            window=(getattr(config, "sliding_window", None) or 0) if arch == "phi3" else 0,
-            n_experts=moe, n_experts_used=getattr(config, "num_experts_per_tok", 0) if moe else 0,
-            expert_ffn=getattr(config, "moe_intermediate_size", 0) if moe else 0,
-            norm_topk=bool(getattr(config, "norm_topk_prob", True)),
-        )
+    @staticmethod
+    def experts(m: Metadata) -> dict:
+        """The routed experts' fields, for the MoE members."""
+        return dict(n_experts=m.get(Keys.EXPERT_COUNT), n_experts_used=m.get(Keys.EXPERT_USED_COUNT),
+                    expert_ffn=m.get(Keys.EXPERT_FEED_FORWARD_LENGTH))
 
 
 class LlamaLayer:
-    def __init__(self, w: Weights, i: int, p: LlamaParams, rope: Rope, ops):
+    def __init__(self, w: Weights, i: int, p: Params, rope: Rope, ops):
         self.ops, self.eps = ops, p.eps
         self.attn_norm = w.vector(f"blk.{i}.attn_norm.weight", p.hidden)
         self.ffn_norm = w.vector(f"blk.{i}.ffn_norm.weight", p.hidden)
@@ -68,11 +56,13 @@ class LlamaLayer:
         return h + self.mlp(self.ops.rms_norm(h, self.ffn_norm, self.eps))
 
 
-def build(arch: str, config, w: Weights, ops) -> Model:
-    p = LlamaParams.from_config(arch, config)
+def rope(p: Params, w: Weights) -> Rope:
+    """The rotary of every layer: the file's base, scaling and rope_freqs factors."""
     factors = w.vector("rope_freqs.weight") if w.has("rope_freqs.weight") else None
-    rope = rope_from_config(config, config.rope_parameters, p.head_dim, p.neox, freq_factors=factors)
-    layers = [LlamaLayer(w, i, p, rope, ops) for i in range(p.n_layers)]
-    embed = w.embedding("token_embd.weight", p.vocab_size, p.hidden)
-    return Model(ops, embed, layers, w.vector("output_norm.weight", p.hidden), output_head(w, p.vocab_size, p.hidden),
-                 p.eps, p.vocab_size)
+    return Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, neox=p.neox, context_length=p.context_length,
+                      freq_factors=factors)
+
+
+def build(p: Params, w: Weights, ops) -> Model:
+    r = rope(p, w)
+    return standard_model(ops, w, p, [LlamaLayer(w, i, p, r, ops) for i in range(p.n_layers)])

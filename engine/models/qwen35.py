@@ -12,56 +12,65 @@ multi-section rotary reduces to plain NeoX)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
+from ...gguf_io import Keys
 from ..cache import LayerCache, linear
 from ..modules import LinearGroup, Weights
-from .base import Attention, Model, Rope, feed_forward, output_head, rope_from_config
+from .base import Metadata, Model, TextParams, standard_model
+from .layers import Attention, Rope, feed_forward
+
+ARCHITECTURE = "qwen35"
+CHAT_TEMPLATE_FALLBACK = "chatml"
+SSM_CONV_KERNEL = "{arch}.ssm.conv_kernel"
+SSM_STATE_SIZE = "{arch}.ssm.state_size"
+SSM_GROUP_COUNT = "{arch}.ssm.group_count"
+SSM_TIME_STEP_RANK = "{arch}.ssm.time_step_rank"
+SSM_INNER_SIZE = "{arch}.ssm.inner_size"
+FULL_ATTENTION_INTERVAL = "{arch}.full_attention_interval"
+RECURRENT_LAYERS = "{arch}.attention.recurrent_layers"
 
 
 @dataclass
-class Qwen35Params:
-    vocab_size: int
-    hidden: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    ffn: int
-    eps: float
-    linear_layers: list[bool]
-    conv_kernel: int
-    n_k_heads: int  # linear attention: key heads
-    n_v_heads: int  # value heads
-    k_dim: int
-    v_dim: int
-    n_experts: int = 0
+class Params(TextParams):
+    linear_layers: list[bool] = field(default_factory=list)  # per layer: Gated DeltaNet (else attention)
+    conv_kernel: int = 4
+    n_k_heads: int = 0  # linear attention: key heads
+    n_v_heads: int = 0  # value heads
+    k_dim: int = 0
+    v_dim: int = 0
+    n_experts: int = 0  # qwen35moe: routed experts and a gated shared expert in every layer
     n_experts_used: int = 0
     expert_ffn: int = 0
     shared_ffn: int = 0
 
     @classmethod
-    def from_config(cls, config) -> "Qwen35Params":
-        moe = getattr(config, "num_experts", 0) or 0
-        return cls(
-            vocab_size=config.vocab_size, hidden=config.hidden_size, n_layers=config.num_hidden_layers,
-            n_heads=config.num_attention_heads, n_kv_heads=config.num_key_value_heads, head_dim=config.head_dim,
-            ffn=config.intermediate_size, eps=config.rms_norm_eps,
-            linear_layers=[t == "linear_attention" for t in config.layer_types],
-            conv_kernel=config.linear_conv_kernel_dim, n_k_heads=config.linear_num_key_heads,
-            n_v_heads=config.linear_num_value_heads, k_dim=config.linear_key_head_dim,
-            v_dim=config.linear_value_head_dim, n_experts=moe,
-            n_experts_used=config.num_experts_per_tok if moe else 0,
-            expert_ffn=config.moe_intermediate_size if moe else 0,
-            shared_ffn=getattr(config, "shared_expert_intermediate_size", 0) if moe else 0,
-        )
+    def hybrid(cls, m: Metadata) -> dict:
+        """The fields qwen35 and qwen35moe share: common ones, the layer pattern, the
+        linear attention's shape. Rotary over the first quarter of each head by default."""
+        c = cls.common(m)
+        n = c["n_layers"]
+        recurrent = m.get(RECURRENT_LAYERS, None)
+        if isinstance(recurrent, list) and len(recurrent) >= n:
+            linear_layers = [bool(r) for r in recurrent[:n]]
+        else:
+            interval = m.get(FULL_ATTENTION_INTERVAL, 4)
+            linear_layers = [(i + 1) % interval != 0 for i in range(n)]
+        c["rope_dims"] = m.get(Keys.ROPE_DIMENSION_COUNT, c["head_dim"] // 4)
+        n_k, n_v = m.get(SSM_GROUP_COUNT), m.get(SSM_TIME_STEP_RANK)
+        return dict(c, linear_layers=linear_layers, conv_kernel=m.get(SSM_CONV_KERNEL), n_k_heads=n_k, n_v_heads=n_v,
+                    k_dim=m.get(SSM_STATE_SIZE), v_dim=m.get(SSM_INNER_SIZE) // n_v)
+
+    @classmethod
+    def from_gguf(cls, m: Metadata) -> "Params":
+        return cls(**cls.hybrid(m))
 
 
 class GatedDeltaNet:
-    def __init__(self, w: Weights, i: int, p: Qwen35Params, ops):
+    def __init__(self, w: Weights, i: int, p: Params, ops):
         pre = f"blk.{i}."
         self.layer, self.ops, self.eps = i, ops, p.eps
         self.n_k, self.n_v, self.dk, self.dv = p.n_k_heads, p.n_v_heads, p.k_dim, p.v_dim
@@ -99,7 +108,7 @@ class GatedDeltaNet:
 
 
 class Qwen35Layer:
-    def __init__(self, w: Weights, i: int, p: Qwen35Params, rope: Rope, ops):
+    def __init__(self, w: Weights, i: int, p: Params, rope: Rope, ops):
         self.ops, self.eps = ops, p.eps
         self.attn_norm = w.vector(f"blk.{i}.attn_norm.weight", p.hidden)
         self.post_attn_norm = w.vector(f"blk.{i}.post_attention_norm.weight", p.hidden)
@@ -120,10 +129,7 @@ class Qwen35Layer:
         return h + self.mlp(self.ops.rms_norm(h, self.post_attn_norm, self.eps))
 
 
-def build(arch: str, config, w: Weights, ops) -> Model:
-    p = Qwen35Params.from_config(config)
-    rope = rope_from_config(config, config.rope_parameters, p.head_dim, True)
-    layers = [Qwen35Layer(w, i, p, rope, ops) for i in range(p.n_layers)]
-    embed = w.embedding("token_embd.weight", p.vocab_size, p.hidden)
-    return Model(ops, embed, layers, w.vector("output_norm.weight", p.hidden), output_head(w, p.vocab_size, p.hidden),
-                 p.eps, p.vocab_size)
+def build(p: Params, w: Weights, ops) -> Model:
+    # text positions only: the multi-section rotary (rope.dimension_sections) reduces to plain NeoX
+    rope = Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, context_length=p.context_length)
+    return standard_model(ops, w, p, [Qwen35Layer(w, i, p, rope, ops) for i in range(p.n_layers)])

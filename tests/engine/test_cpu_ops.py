@@ -72,10 +72,8 @@ def _attention_case(n_kv, n_heads, d, window, gated, seqs, n_cells, n_slots=3, s
     """A layer's fused q/k/v projection for a batch of `seqs` (slot, new tokens, position),
     over a cache whose slots already hold random earlier positions: fresh, identical
     inputs on every call (the native op works in place)."""
-    from types import SimpleNamespace
-
     from gguf_serve.engine.cache import KVCache, attention
-    from gguf_serve.engine.models.base import Rope
+    from gguf_serve.engine.models.layers import AttentionSpec, Rope
 
     g = torch.Generator().manual_seed(seed)
     batch = Batch.of([(slot, list(range(n)), pos) for slot, n, pos in seqs])
@@ -87,10 +85,10 @@ def _attention_case(n_kv, n_heads, d, window, gated, seqs, n_cells, n_slots=3, s
     cache.k[0].copy_(torch.randn(cache.k[0].shape, generator=g))
     cache.v[0].copy_(torch.randn(cache.v[0].shape, generator=g))
     rope = Rope(1.0 / 10000 ** (torch.arange(d // 4).float() / (d // 4)), 1.0, True)
-    attn = SimpleNamespace(layer=0, n_heads=n_heads, n_kv_heads=n_kv, head_dim=d, gated=gated,
-                           q_norm=torch.randn(d, generator=g), k_norm=torch.randn(d, generator=g), eps=1e-6,
-                           rope=rope, window=window, scale=d ** -0.5, softcap=None)
-    return attn, qkv, batch, cache
+    spec = AttentionSpec(layer=0, n_heads=n_heads, n_kv_heads=n_kv, head_dim=d, rope=rope, scale=d ** -0.5,
+                         eps=1e-6, window=window, gated=gated, q_norm=torch.randn(d, generator=g),
+                         k_norm=torch.randn(d, generator=g))
+    return spec, qkv, batch, cache
 
 
 @pytest.mark.parametrize("neox", [True, False])
@@ -105,9 +103,9 @@ def test_attention_equals_torch(isa, layout, neox):
     }
     results = []
     for ops in (CPU_OPS, TORCH_OPS):
-        attn, qkv, batch, cache = _attention_case(*cases[layout])
-        attn.rope.neox = neox
-        results.append((ops.self_attention(attn, qkv, batch, cache), cache))
+        spec, qkv, batch, cache = _attention_case(*cases[layout])
+        spec.rope.neox = neox
+        results.append((ops.self_attention(qkv, spec, batch, cache), cache))
     (ours, c1), (ref, c2) = results
     close(ours, ref, tol=5e-5)
     close(c1.k[0], c2.k[0])

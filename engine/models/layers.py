@@ -1,0 +1,204 @@
+"""The pieces the architecture files build their layers from: rotary frequencies
+(`Rope`), self-attention over the KV cache (`Attention`, whose switches are an
+`AttentionSpec` handed to the dense ops as an argument), the gated MLP and the
+mixture-of-experts block.
+
+The weights are the file's, in the file's layout: norms as llama.cpp stores them
+(Gemma's and Qwen3.5's `1 + w` already added), Llama's q/k rows in llama.cpp's
+interleaved order (so their rotary is GPT-J style). `ops` is the dense ops object
+(kernels.ops) of the model's device."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..batch import Batch
+from ..cache import KVCache, LayerCache, attention
+from ..kernels.ops import rope_tables
+from ..modules import LinearGroup, Weights
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """How rotary frequencies are stretched beyond the trained context: "none",
+    "linear" (divided by `factor`) or "yarn" (llama.cpp's rope.scaling.* keys)."""
+
+    kind: str = "none"
+    factor: float = 1.0
+    original_context: int = 0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float | None = None
+
+    @classmethod
+    def read(cls, kind: str, factor: float, original_context: int) -> "RopeScaling":
+        if kind not in ("none", "linear", "yarn"):
+            raise ValueError(f"rotary scaling {kind!r} is not supported (none, linear, yarn)")
+        return cls(kind, float(factor or 1.0), int(original_context or 0))
+
+
+@dataclass(eq=False)
+class Rope:
+    """Rotary frequencies of one layer kind: inv_freq (rot / 2,), the cos/sin scaling
+    (YaRN's attention factor, else 1) and the pairing (NeoX halves or GPT-J pairs).
+    An empty inv_freq rotates nothing (layers without rotary)."""
+
+    inv_freq: torch.Tensor
+    scaling: float = 1.0
+    neox: bool = True
+
+    @classmethod
+    def build(cls, theta: float, dims: int, scaling: RopeScaling = RopeScaling(), *, neox: bool = True,
+              context_length: int = 0, freq_factors: torch.Tensor | None = None) -> "Rope":
+        """Frequencies over the first `dims` dimensions of a head for base `theta`, as
+        transformers computes them; `freq_factors` (llama.cpp's rope_freqs tensor, Llama
+        3.1 files) divide them."""
+        inv_freq = 1.0 / (float(theta) ** (torch.arange(0, dims, 2, dtype=torch.int64).float() / dims))
+        attn = 1.0
+        if scaling.kind == "linear":
+            inv_freq = inv_freq / scaling.factor
+        elif scaling.kind == "yarn":
+            inv_freq, attn = _yarn(inv_freq, float(theta), dims, scaling, context_length)
+        if freq_factors is not None:
+            inv_freq = inv_freq / freq_factors.float().cpu()[: inv_freq.shape[0]]
+        return cls(inv_freq.float(), float(attn), neox)
+
+    @classmethod
+    def none(cls) -> "Rope":
+        return cls(torch.empty(0))
+
+    def tables(self, batch: Batch):
+        dev = batch.positions.device
+        if self.inv_freq.device != dev:  # built on the CPU; moved once to the model's device
+            self.inv_freq = self.inv_freq.to(dev)
+        return rope_tables(batch, ("rope", id(self)), self.inv_freq, self.scaling)
+
+
+def _yarn(inv_freq: torch.Tensor, base: float, dim: int, s: RopeScaling, context_length: int):
+    """YaRN: dimensions rotating faster than beta_fast turns over the original context keep
+    their frequency, slower than beta_slow are divided by the factor, a linear ramp
+    between; cos/sin scaled by 0.1 ln(factor) + 1 unless the file says otherwise."""
+    orig = s.original_context or context_length
+
+    def dim_for(turns: float) -> float:  # the dimension that turns `turns` times over `orig` positions
+        return dim * math.log(orig / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(dim_for(s.beta_fast)), 0)
+    high = min(math.ceil(dim_for(s.beta_slow)), dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp  # 1: extrapolate (keep the frequency), 0: interpolate (divide by factor)
+    inv = inv_freq / s.factor * (1 - keep) + inv_freq * keep
+    return inv, s.attention_factor or (0.1 * math.log(s.factor) + 1.0)
+
+
+@dataclass(eq=False)
+class AttentionSpec:
+    """One layer's attention as the dense ops see it: its cache layer, heads, rotary,
+    query scale, and the family's switches: `window` (sliding-window attention, 0:
+    none), `softcap` (tanh capping of the scores), `gated` (Qwen3.5: each query head
+    followed by a sigmoid gate on its output), `q_norm`/`k_norm` (RMSNorm weights of
+    each q and k head)."""
+
+    layer: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    rope: Rope
+    scale: float
+    eps: float = 1e-6
+    window: int = 0
+    softcap: float | None = None
+    gated: bool = False
+    q_norm: torch.Tensor | None = None
+    k_norm: torch.Tensor | None = None
+
+    @property
+    def q_width(self) -> int:
+        """Columns of the fused projection that hold the queries (and gates)."""
+        return self.n_heads * self.head_dim * (2 if self.gated else 1)
+
+
+class Attention:
+    """q/k/v projections (separate, or one attn_qkv matrix with `fused_qkv`), the ops'
+    attention over the cache, the output projection. `qk_norm`: per-head q/k norms."""
+
+    def __init__(self, w: Weights, layer: int, ops, *, hidden: int, n_heads: int, n_kv_heads: int, head_dim: int,
+                 eps: float, rope: Rope, scale: float, window: int = 0, softcap: float | None = None,
+                 qk_norm: bool = False, fused_qkv: bool = False, gated: bool = False):
+        p = f"blk.{layer}."
+        self.ops = ops
+        self.spec = AttentionSpec(
+            layer, n_heads, n_kv_heads, head_dim, rope, scale, eps, window, softcap, gated,
+            q_norm=w.vector(p + "attn_q_norm.weight", head_dim) if qk_norm else None,
+            k_norm=w.vector(p + "attn_k_norm.weight", head_dim) if qk_norm else None)
+        q_rows, kv_rows = self.spec.q_width, n_kv_heads * head_dim
+        if fused_qkv:
+            self.qkv = w.linear(p + "attn_qkv.weight", q_rows + 2 * kv_rows, hidden, bias=p + "attn_qkv.bias")
+        else:
+            self.qkv = LinearGroup([w.linear(p + f"attn_{n}.weight", rows, hidden, bias=p + f"attn_{n}.bias")
+                                    for n, rows in (("q", q_rows), ("k", kv_rows), ("v", kv_rows))])
+        self.o = w.linear(p + "attn_output.weight", hidden, n_heads * head_dim, bias=p + "attn_output.bias")
+
+    def cache_spec(self) -> LayerCache:
+        return attention(self.spec.n_kv_heads, self.spec.head_dim, self.spec.window)
+
+    def __call__(self, x: torch.Tensor, batch: Batch, cache: KVCache) -> torch.Tensor:
+        return self.o(self.ops.self_attention(self.qkv(x), self.spec, batch, cache))
+
+
+class MLP:
+    """down(act(gate(x)) * up(x)), gate and up computed as one; `fused` when one ffn_up matrix holds both
+    (Phi-3), `suffix` for a shared expert's tensors (ffn_*_shexp)."""
+
+    def __init__(self, w: Weights, layer: int, ops, *, hidden: int, ffn: int, act: str, fused: bool = False,
+                 suffix: str = ""):
+        p = f"blk.{layer}."
+        self.ops, self.act, self.ffn = ops, act, ffn
+        if fused:
+            self.gate_up = w.linear(f"{p}ffn_up{suffix}.weight", 2 * ffn, hidden)
+        else:
+            self.gate_up = LinearGroup([w.linear(f"{p}ffn_{n}{suffix}.weight", ffn, hidden) for n in ("gate", "up")])
+        self.down = w.linear(f"{p}ffn_down{suffix}.weight", hidden, ffn)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.ops.gated_mul(self.gate_up(x), self.ffn, self.act))
+
+
+class MoE:
+    """Routed experts: softmax over the router's logits, the top `n_used` experts
+    (their weights renormalized with `norm_topk`); optionally a shared expert scaled
+    by a sigmoid gate (Qwen3.5 MoE)."""
+
+    def __init__(self, w: Weights, layer: int, ops, *, hidden: int, n_experts: int, n_used: int, expert_ffn: int,
+                 act: str, norm_topk: bool = True, shared_ffn: int = 0):
+        p = f"blk.{layer}."
+        self.ops, self.act, self.n_used, self.norm_topk = ops, act, n_used, norm_topk
+        self.router = w.linear(p + "ffn_gate_inp.weight", n_experts, hidden)
+        self.experts = w.experts(layer, n_experts, hidden, expert_ffn)
+        self.shared = self.shared_gate = None
+        if shared_ffn:
+            self.shared = MLP(w, layer, ops, hidden=hidden, ffn=shared_ffn, act=act, suffix="_shexp")
+            self.shared_gate = w.linear(p + "ffn_gate_inp_shexp.weight", 1, hidden)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        weights, ids = self.ops.moe_route(self.router(x), self.n_used, self.norm_topk)
+        y = self.ops.moe_combine(self.experts(x, ids, self.ops, self.act), weights)
+        y = y if y.dtype is x.dtype else y.to(x.dtype)
+        if self.shared is not None:
+            y = y + torch.sigmoid(self.shared_gate(x)) * self.shared(x)
+        return y
+
+
+def feed_forward(w: Weights, layer: int, ops, *, hidden: int, ffn: int, act: str = "silu", n_experts: int = 0,
+                 n_used: int = 0, expert_ffn: int = 0, norm_topk: bool = True, shared_ffn: int = 0,
+                 fused: bool = False):
+    """A layer's feed-forward: routed experts (MoE) when the family has them, else the MLP."""
+    if n_experts:
+        return MoE(w, layer, ops, hidden=hidden, n_experts=n_experts, n_used=n_used, expert_ffn=expert_ffn, act=act,
+                   norm_topk=norm_topk, shared_ffn=shared_ffn)
+    return MLP(w, layer, ops, hidden=hidden, ffn=ffn, act=act, fused=fused)

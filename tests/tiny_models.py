@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Phi3Config,
-                          Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
-                          Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM,
-                          Qwen3_5MoeTextConfig, Qwen3_5TextConfig)
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Olmo2Config,
+                          Olmo2ForCausalLM, Olmo3Config, Olmo3ForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3_5ForCausalLM,
+                          Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig, Qwen3_5TextConfig, SmolLM3Config,
+                          SmolLM3ForCausalLM)
 
 from gguf_serve.gguf_io import GGMLType, GGUFWriter, dequantize, quantize
 
@@ -86,6 +87,8 @@ QWEN35_NAMES = {
     "mlp.gate": "ffn_gate_inp", "mlp.shared_expert.gate_proj": "ffn_gate_shexp", "mlp.shared_expert.up_proj": "ffn_up_shexp",
     "mlp.shared_expert.down_proj": "ffn_down_shexp", "mlp.shared_expert_gate": "ffn_gate_inp_shexp",
 }
+OLMO2_NAMES = {**LLAMA_NAMES, "post_attention_layernorm": "post_attention_norm",
+               "post_feedforward_layernorm": "post_ffw_norm"}
 PHI3_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
               "self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
               "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
@@ -131,6 +134,14 @@ def spec(arch: str) -> Spec:
                                rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
                                                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
         return Spec(arch, Gemma3ForCausalLM, cfg, GEMMA3_NAMES)
+    if arch == "smollm3":  # four layers: the fourth has no rotary
+        cfg = SmolLM3Config(**dict(common, num_hidden_layers=4), no_rope_layer_interval=4, pad_token_id=0)
+        return Spec(arch, SmolLM3ForCausalLM, cfg, LLAMA_NAMES)
+    if arch == "olmo2":
+        return Spec(arch, Olmo2ForCausalLM, Olmo2Config(**common), OLMO2_NAMES)
+    if arch == "olmo3":  # llama.cpp writes OLMo 3 as olmo2, with its sliding-window pattern
+        cfg = Olmo3Config(**dict(common, num_hidden_layers=4), sliding_window=8, pad_token_id=0)
+        return Spec("olmo2", Olmo3ForCausalLM, cfg, OLMO2_NAMES)
     if arch == "phi3":
         return Spec(arch, Phi3ForCausalLM, Phi3Config(**dict(common, num_key_value_heads=4), pad_token_id=0), PHI3_NAMES)
     raise KeyError(arch)
@@ -193,6 +204,10 @@ def _qwen35_reorder(cfg, name: str, value: np.ndarray) -> np.ndarray:
         elif "out_proj" in name:
             value = _reorder_v(value, 1, n_k, per_k, hv)
     return value
+
+
+# architectures whose q/k rows the converter permutes (LlamaModel and its subclasses)
+PERMUTED = ("llama", "smollm3")
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -260,6 +275,11 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
         if arch == "gemma3":
             w.add(f"{arch}.rope.freq_base", float(rope["full_attention"]["rope_theta"]))
             w.add(f"{arch}.attention.sliding_window", cfg.sliding_window)
+        elif "full_attention" in rope:  # OLMo 3: both layer kinds share a base
+            w.add(f"{arch}.rope.freq_base", float(rope["full_attention"]["rope_theta"]))
+            w.add(f"{arch}.rope.dimension_count", head_dim)
+            w.add(f"{arch}.attention.sliding_window", cfg.sliding_window)
+            w.add(f"{arch}.attention.sliding_window_pattern", [t == "sliding_attention" for t in cfg.layer_types])
         else:
             w.add(f"{arch}.rope.freq_base", float(rope["rope_theta"]))
             rot = int(head_dim * rope.get("partial_rotary_factor", 1.0))
@@ -320,7 +340,7 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                 layer, module, kind = parts[2], ".".join(parts[3:-1]), parts[-1]
                 gname = f"blk.{layer}.{s.names[module]}.{kind}"
             stored = value
-            if arch == "llama" and ("attn_q." in gname or "attn_k." in gname):
+            if arch in PERMUTED and ("attn_q." in gname or "attn_k." in gname):
                 heads = cfg.num_attention_heads if "attn_q." in gname else cfg.num_key_value_heads
                 stored = _permute(value, heads)
             if arch == "gemma3" and gname.endswith("norm.weight"):
@@ -334,7 +354,7 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                 packed = quantize(stored, qt)
                 w.add_tensor(gname, packed, ggml_type=qt, shape=stored.shape)
                 back = dequantize(packed, qt, stored.shape)
-                if arch == "llama" and ("attn_q." in gname or "attn_k." in gname):
+                if arch in PERMUTED and ("attn_q." in gname or "attn_k." in gname):
                     heads = cfg.num_attention_heads if "attn_q." in gname else cfg.num_key_value_heads
                     hd = back.shape[0] // heads
                     back = back.reshape(heads, hd // 2, 2, -1).swapaxes(1, 2).reshape(back.shape)

@@ -19,7 +19,7 @@ from gguf_serve.gguf_io import GGUFWriter
 
 from tiny_models import random_model, spec, write_gguf
 
-ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "gemma3", "phi3"]
+ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "gemma3", "phi3", "smollm3", "olmo2", "olmo3"]
 MIXES = ["F32", "F16", "Q8_0", "K"]
 TOL = 2e-4  # float32 everywhere; differences come from summation order (chunked matmuls, SDPA)
 
@@ -89,7 +89,7 @@ def test_step_by_step_decode_equals_dense(tiny, arch):
     assert lm.cache.lengths[slot] == 16
 
 
-@pytest.mark.parametrize("arch", ["gemma3", "qwen35", "llama"])
+@pytest.mark.parametrize("arch", ["gemma3", "qwen35", "llama", "olmo3"])
 def test_long_prompt_in_chunks_equals_dense(tiny, arch):
     """max_batch 32: a 150-token prompt runs in five chunks; Gemma's window of 8 then
     wraps its ring of 40 cells several times; Qwen3.5 carries its recurrent state across

@@ -232,6 +232,33 @@ def test_engine_uses_native_kernels_on_cpu_and_stays_close_to_exact(gemma_path):
     assert torch.corrcoef(torch.stack([short, exact]))[0, 1] > 0.995
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen35", "smollm3", "olmo2", "olmo3"])
+def test_every_dense_architecture_on_the_native_path_stays_close_to_transformers(arch, tmp_path):
+    """The native kernels and dense ops (8-bit activations, the one-call attention with
+    its rotary, q/k norms and windows) on each architecture's tiny Q8_0 file: a prompt,
+    then decode steps one token at a time, each row's logits correlated > 0.99 with the
+    dense transformers model and the same argmax on most rows."""
+    from gguf_serve.engine.batch import Batch
+
+    from tiny_models import random_model, spec, write_gguf
+
+    s = spec(arch)
+    dense = write_gguf(s, random_model(s, seed=7), tmp_path / "m.gguf", "Q8_0")
+    kernels.reset()
+    lm = load_model(str(tmp_path / "m.gguf"), device="cpu")
+    assert lm.model.ops.name == "cpu-native"
+    ids = torch.randint(0, 250, (14,), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        ref = dense(input_ids=ids[None]).logits[0]
+    slot = lm.cache.allocate()
+    rows = [lm.forward(Batch.of([(slot, ids[:8].tolist(), 0)], want="all"))]
+    rows += [lm.forward(Batch.of([(slot, [int(ids[t])], t)])) for t in range(8, 14)]
+    ours = torch.cat(rows)
+    corr = [float(torch.corrcoef(torch.stack([a, b]))[0, 1]) for a, b in zip(ours, ref)]
+    assert min(corr) > 0.99, corr
+    assert int((ours.argmax(-1) == ref.argmax(-1)).sum()) >= 12
+
+
 @pytest.mark.parametrize("arch", ["qwen3moe", "qwen35moe"])
 def test_moe_engine_decodes_with_native_mul_mat_id(arch, tmp_path, monkeypatch):
     """A tiny mixture-of-experts model in the K mix: a decode step makes one native call

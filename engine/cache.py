@@ -11,7 +11,7 @@ for a fixed number of sequence slots.
 
 Attention reads the buffers (`kv`, `linear`) and the per-token cell indices (`cells`);
 nothing else touches them. A slot is allocated, filled by forward passes (`begin`
-checks each batch against what the slot holds), forked, and freed."""
+checks each batch against what the slot holds), copied up to a prefix, and freed."""
 
 from __future__ import annotations
 
@@ -144,10 +144,6 @@ class KVCache:
     @property
     def free_slots(self) -> int:
         return len(self._free)
-
-    def fork(self, src: int, dst: int) -> None:
-        """Make `dst` hold exactly what `src` holds (n > 1 choices share one prefill)."""
-        self.copy_prefix(src, dst, self.lengths[src])
 
     def copy_prefix(self, src: int, dst: int, n: int) -> None:
         """Make `dst` hold `src`'s state after its first `n` tokens: exact only where `src`

@@ -20,12 +20,10 @@ from . import kernels
 from .batch import Batch
 from .cache import KVCache, bytes_per_token, fixed_bytes
 from .models import Architecture, Model, TextParams, architecture_for
-from .modules import Weights, WeightError
+from .modules import Weights
 from .threads import ThreadPolicy
 
 log = logging.getLogger("gguf_serve.engine")
-
-ModelLoadError = WeightError  # the name callers know
 
 MAX_BATCH = 512  # tokens per forward pass; longer prompts run in chunks of this size
 KV_MEMORY_SHARE = 0.25  # default KV cache: at most this share of the memory available at load

@@ -91,12 +91,12 @@ def tiny_models(tmp_path_factory):
 
 
 @pytest.mark.parametrize("arch", ["gemma3", "qwen35"])
-def test_a_forked_slot_goes_on_exactly_like_its_source(tiny_models, arch):
+def test_a_slot_copied_whole_goes_on_exactly_like_its_source(tiny_models, arch):
     lm = load_model(tiny_models[arch], device="cpu", n_seq=2)
     ids = torch.randint(0, 250, (30,), generator=torch.Generator().manual_seed(4)).tolist()
     a, b = lm.cache.allocate(), lm.cache.allocate()
     lm.forward(Batch.of([(a, ids[:20], 0)]))
-    lm.cache.fork(a, b)
+    lm.cache.copy_prefix(a, b, 20)
     assert lm.cache.lengths[b] == 20
     out_a = lm.forward(Batch.of([(a, ids[20:], 20)]))
     out_b = lm.forward(Batch.of([(b, ids[20:], 20)]))

@@ -14,9 +14,8 @@
 #define QK_K 256
 
 enum {
-    T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
+    T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
     T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ4_NL = 20, T_IQ4_XS = 23,
-    T_BF16 = 30,
     T_Q5_0_X8 = 0x100 | T_Q5_0, /* Q5_0 repacked at load in groups of eight rows (gc_repack); not a file type */
 };
 
@@ -2353,4 +2352,3 @@ int gc_repack(int type, const void *w, int64_t n_rows, int64_t n_cols, void *out
     return -1;
 }
 
-int gc_abi_version(void) { return 1; }

@@ -64,3 +64,12 @@ def chat_template_for(reader: GGUFReader, arch) -> str:
 def render(tokenizer, template: str, messages: list[dict], *, add_generation_prompt: bool = True, **kwargs) -> str:
     return tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False,
                                          add_generation_prompt=add_generation_prompt, **kwargs)
+
+
+def rendered_ids(tokenizer, text: str) -> list[int]:
+    """A rendered chat prompt's token ids. The template writes BOS and every turn's
+    markup itself, so nothing is added (the one place this is decided, for the engine's
+    generate() and the server alike)."""
+    from .tokenizer import encode
+
+    return encode(tokenizer, text, add_special=False)

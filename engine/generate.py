@@ -113,20 +113,18 @@ def prompt_ids_for(lm, prompt, **template_kwargs) -> list[int]:
 
         return encode(lm.tokenizer, prompt)
     if prompt and isinstance(prompt[0], dict):
-        from .chat import render
+        from .chat import render, rendered_ids
 
-        text = render(lm.tokenizer, lm.chat_template, list(prompt), **template_kwargs)
-        return lm.tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids
+        return rendered_ids(lm.tokenizer, render(lm.tokenizer, lm.chat_template, list(prompt), **template_kwargs))
     return [int(i) for i in prompt]
 
 
 def generate(lm, prompt, params: SamplingParams | None = None,
-             cancel: threading.Event | None = None, max_context: int | None = None,
-             **template_kwargs) -> Iterator[Step]:
+             cancel: threading.Event | None = None, **template_kwargs) -> Iterator[Step]:
     """Stream a completion of `prompt`: token ids, a text, or chat messages. This is the
     scheduler (engine.scheduler) with one request: one sequence slot of the model's KV
     cache is held for the generation."""
     from .scheduler import run_one
 
     prompt_ids = prompt_ids_for(lm, prompt, **template_kwargs)
-    return run_one(lm, prompt_ids, params or SamplingParams(), cancel, max_context)
+    return run_one(lm, prompt_ids, params or SamplingParams(), cancel)

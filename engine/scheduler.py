@@ -51,7 +51,6 @@ class Request:
     params: list[SamplingParams]
     emit: Callable[[object], None]
     cancel: threading.Event = field(default_factory=threading.Event)
-    max_context: int | None = None
     done: bool = False
 
 
@@ -175,8 +174,7 @@ class Scheduler:
         self.waiting.append(req)
 
     def _budget(self, req: Request) -> int:
-        limit = min(req.max_context or self.cache.n_ctx, self.cache.n_ctx)
-        return limit - len(req.prompt_ids)
+        return self.cache.n_ctx - len(req.prompt_ids)  # the context limit: the cache's, decided at load
 
     def _budget_for(self, req: Request, p: SamplingParams) -> int:
         b = self._budget(req)
@@ -366,11 +364,10 @@ class Scheduler:
         self.running = [r for r in self.running if not r.req.done]
 
 
-def run_one(lm, prompt_ids: list[int], params: SamplingParams, cancel: threading.Event | None = None,
-            max_context: int | None = None):
+def run_one(lm, prompt_ids: list[int], params: SamplingParams, cancel: threading.Event | None = None):
     """A scheduler with one request, its Steps as they come (generate()'s loop)."""
     out: deque = deque()
-    req = Request(list(prompt_ids), [params], out.append, cancel or threading.Event(), max_context)
+    req = Request(list(prompt_ids), [params], out.append, cancel or threading.Event())
     sched = Scheduler(lm, prefix_cache=False)
     try:
         sched.add(req)

@@ -18,6 +18,14 @@ def _human(n: float, unit: str = "B") -> str:
     return f"{n} {unit}"
 
 
+def _quantization(ftype, mix_bytes: Counter) -> str | None:
+    """The file's quantization as users name it (Q4_K_M, F16): its file type, else the
+    tensor type holding most of its bytes."""
+    if ftype is not None:
+        return str(FILE_TYPES.get(ftype, ftype)).replace("MOSTLY_", "")
+    return mix_bytes.most_common(1)[0][0] if mix_bytes else None
+
+
 def describe(reader: GGUFReader) -> dict[str, Any]:
     """Architecture, size, quantization mix, context and tokenizer facts, tensor table."""
     arch = reader.architecture
@@ -42,6 +50,7 @@ def describe(reader: GGUFReader) -> dict[str, Any]:
         "parameters": n_params,
         "bits_per_weight": round(8 * tensor_bytes / n_params, 3) if n_params else None,
         "file_type": FILE_TYPES.get(ftype, ftype) if ftype is not None else None,
+        "quantization": _quantization(ftype, mix_bytes),
         "quant_mix": {k: {"tensors": mix_count[k], "bytes": mix_bytes[k]} for k, _ in mix_bytes.most_common()},
         "context_length": reader.get(Keys.CONTEXT_LENGTH),
         "embedding_length": reader.get(Keys.EMBEDDING_LENGTH),
@@ -51,7 +60,7 @@ def describe(reader: GGUFReader) -> dict[str, Any]:
         "expert_count": reader.get(Keys.EXPERT_COUNT),
         "tokenizer": reader.get(Keys.TOKENIZER_MODEL),
         "vocab_size": len(tokens) if isinstance(tokens, list) else None,
-        "chat_template": template is not None,
+        "chat_template": bool(template),  # False: a base model (chat goes through a fallback)
         "tensors": [
             {"name": t.name, "type": t.ggml_type.name, "shape": list(t.shape), "bytes": t.nbytes}
             for t in tensors

@@ -18,7 +18,8 @@ from typing import Any
 from ..engine import load_model
 from ..engine.sampling import SamplingParams
 from ..engine.scheduler import Request, Scheduler
-from ..gguf_io import GGUFError, GGUFReader, Keys
+from ..gguf_io import GGUFError, GGUFReader
+from ..gguf_io.summary import describe
 from . import hub
 from .default_model import default_model_path
 from .errors import ModelLoadFailed, ModelNotFound, Overloaded
@@ -46,8 +47,8 @@ class Job:
             for f in self.done_callbacks:
                 f()
 
-    def request(self, max_context: int | None) -> Request:
-        return Request(self.prompt_ids, self.params, self.emit, self.cancel, max_context)
+    def request(self) -> Request:
+        return Request(self.prompt_ids, self.params, self.emit, self.cancel)
 
 
 class Worker:
@@ -55,11 +56,10 @@ class Worker:
     wait in a bounded queue (429 beyond it) and join the running batch, first come first
     served, as sequence slots free up; each step is one forward over all of them."""
 
-    def __init__(self, name: str, lm, max_queue: int, max_context: int | None, metrics=None):
+    def __init__(self, name: str, lm, max_queue: int, metrics=None):
         self.name = name
         self.metrics = metrics
         self.lm = lm
-        self.max_context = max_context
         self.scheduler = Scheduler(lm)
         self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self._hits = 0
@@ -102,7 +102,7 @@ class Worker:
             if job is None:
                 return False
             try:
-                s.add(job.request(self.max_context))
+                s.add(job.request())
             except Exception as e:  # refused by the scheduler (the service checks first): this job only
                 job.emit(e)
         return True
@@ -301,22 +301,13 @@ class Registry:
             r = GGUFReader(entry.path)
         except (GGUFError, OSError) as e:
             raise ModelLoadFailed(f"cannot read {entry.id}: {e}") from e
-        ftype = r.get(Keys.FILE_TYPE)
-        from ..gguf_io import FILE_TYPES
-
-        if ftype is not None:
-            quant = FILE_TYPES.get(ftype, str(ftype)).replace("MOSTLY_", "")
-        else:  # no file type recorded: the type holding most of the bytes
-            by_type: dict[str, int] = {}
-            for t in r.tensors.values():
-                by_type[t.ggml_type.name] = by_type.get(t.ggml_type.name, 0) + t.nbytes
-            quant = max(by_type, key=by_type.get) if by_type else None
+        d = describe(r)
         entry.info = {
             "created": int(os.path.getmtime(entry.path)),
-            "chat_template": bool(r.get(Keys.CHAT_TEMPLATE)),  # False: a base model, chat uses a fallback
-            "context_length": r.get(Keys.CONTEXT_LENGTH),
-            "quantization": quant,
-            "size_bytes": sum(os.path.getsize(f.path) for f in r.files),
+            "chat_template": d["chat_template"],
+            "context_length": d["context_length"],
+            "quantization": d["quantization"],
+            "size_bytes": d["file_size"],
         }
 
     def get(self, model_id: str) -> Entry:
@@ -363,7 +354,7 @@ class Registry:
                     raise ModelLoadFailed(entry.error) from e
                 finally:
                     bar.close()
-                entry.worker = Worker(entry.id, entry.lm, self.settings.max_queue, self.settings.ctx_size, self.metrics)
+                entry.worker = Worker(entry.id, entry.lm, self.settings.max_queue, self.metrics)
                 elapsed = time.perf_counter() - t
                 if self.metrics:
                     self.metrics.load_time.labels(entry.id).observe(elapsed)

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import AsyncIterator
 
-from ..engine.chat import render
+from ..engine.chat import render, rendered_ids
 from ..engine.grammar import GrammarError, GrammarMask, ThinkingBudget, json_grammar, schema_of
 from ..engine.sampling import SamplingParams
 from ..engine.tokenizer import encode
@@ -163,8 +163,7 @@ class Service:
         return await asyncio.to_thread(self.registry.ensure_loaded, entry)
 
     def _context(self, entry) -> int:
-        ctx = entry.lm.n_ctx
-        return min(ctx, self.settings.ctx_size) if self.settings.ctx_size else ctx
+        return entry.lm.n_ctx  # the cache's, sized at load from --ctx-size or the memory available
 
     def _check_length(self, entry, n_prompt: int, max_tokens: int | None, param: str) -> None:
         if n_prompt == 0:  # nothing to condition on (a model that adds no BOS, an empty prompt)
@@ -236,7 +235,7 @@ class Service:
         tools, grammar_for_tools, family = self._tools(req, lm, messages, kwargs)
         prompt = await asyncio.to_thread(_render, lm, messages, kwargs)
         await self._measure(entry, prompt, "messages")
-        ids = await asyncio.to_thread(encode, lm.tokenizer, prompt, add_special=False)  # the template has BOS
+        ids = await asyncio.to_thread(rendered_ids, lm.tokenizer, prompt)
         max_tokens = req.max_completion_tokens or req.max_tokens
         self._check_length(entry, len(ids), max_tokens, "messages")
         if max_tokens is None:  # the server's cap for requests that set none, within the context left

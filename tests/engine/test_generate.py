@@ -93,7 +93,8 @@ def test_stop_strings_hold_back_partial_matches():
 def test_max_tokens_and_context_limit(tiny):
     steps, _ = _run(tiny, [1, 2, 3], temperature=0, max_tokens=5, ignore_eos=True)
     assert len(steps) == 5 and steps[-1].finish_reason == "length" and steps[-1].completion_tokens == 5
-    steps = list(tiny.generate([1, 2, 3], SamplingParams(temperature=0, ignore_eos=True), max_context=7))
+    short = load_model(tiny.gguf.path, device="cpu", n_ctx=7, n_seq=1)  # the limit is the cache's context
+    steps = list(short.generate([1, 2, 3], SamplingParams(temperature=0, ignore_eos=True)))
     assert steps[-1].completion_tokens == 4 and steps[-1].finish_reason == "length"
 
 

@@ -15,7 +15,7 @@ from gguf_serve.server.registry import Job, Worker
 
 def test_stop_with_a_full_queue_returns_at_once(tiny_path):
     lm = load_model(tiny_path, n_seq=1)
-    worker = Worker("tiny", lm, max_queue=1, max_context=None)
+    worker = Worker("tiny", lm, max_queue=1)
 
     async def scenario():
         loop = asyncio.get_running_loop()

@@ -15,7 +15,7 @@ import pytest
 from gguf_serve.server.tools import (HERMES, LLAMA3, MISTRAL, CallFormat, ToolCallSplitter, call_format, family_of,
                                      parse_call, required_grammar)
 
-from server_harness import TOOL_TEMPLATE, server
+from server_harness import server
 from tiny_models import tiny_chat_model
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {

@@ -1,4 +1,4 @@
-"""The native CPU kernels (engine/kernels/csrc/gguf_cpu.c), built by the package's own
+"""The native CPU kernels (engine/kernels/csrc/: quants.c, arch/, matmul.c, ...), built by the package's own
 build and loaded with ctypes: activation rows are quantized once to 8-bit blocks and
 multiplied against the packed weight blocks with integer dot products, threads over
 output rows (one pool, sized like torch's: torch.get_num_threads() at import, or
@@ -10,6 +10,7 @@ on AArch64); by default the best the CPU runs."""
 from __future__ import annotations
 
 import ctypes
+import enum
 import importlib.machinery
 import logging
 import os
@@ -167,6 +168,30 @@ def _f32(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype is torch.float32 and x.is_contiguous() else x.float().contiguous()
 
 
+class Status(enum.IntEnum):
+    """gc_status (csrc/gc.h): what the library's status-returning calls return."""
+
+    OK = 0
+    UNSUPPORTED = -1  # a type, shape or layout the kernels do not take
+    NO_MEMORY = -2  # scratch memory could not be allocated
+    BAD_EXPERT = -3  # an expert index outside 0..n_experts - 1
+
+
+class KernelError(RuntimeError):
+    """A native kernel call failed; the message names the call, its status and its operands."""
+
+
+def check(rc: int, fn: str, what: str) -> None:
+    """Raise for a status other than OK: MemoryError for NO_MEMORY, KernelError otherwise,
+    each naming the call `fn`, the status and `what` it was given."""
+    if rc == Status.OK:
+        return
+    name = Status(rc).name if rc in Status._value2member_map_ else f"unknown status {rc}"
+    if rc == Status.NO_MEMORY:
+        raise MemoryError(f"{fn}: {name} (scratch for {what})")
+    raise KernelError(f"{fn}: {name} for {what}")
+
+
 def _mul_mat_rows(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_features: int) -> torch.Tensor:
     """y (n, out) = x (n, in) · W^T for packed rows W (out, row_bytes), float32, with
     gc_mul_mat; float32 contiguous input passes without a copy (or a cast call: decode
@@ -177,8 +202,7 @@ def _mul_mat_rows(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_fea
     y = torch.empty(n, out_features, dtype=torch.float32)
     rc = (_lib or load()).gc_mul_mat(ggml_type, w.data_ptr(), out_features, cols, x.data_ptr(), n, y.data_ptr(),
                                      _threads)
-    if rc != 0:
-        raise RuntimeError(f"gc_mul_mat failed ({rc}) for {GGMLType(ggml_type).name}, {cols} columns")
+    check(rc, "gc_mul_mat", f"{GGMLType(ggml_type).name}, {out_features} x {cols}, {n} rows")
     return y
 
 
@@ -186,8 +210,7 @@ def _dequantize_rows(weight: torch.Tensor, ggml_type: int, rows: int, cols: int)
     w = weight if weight.is_contiguous() else weight.contiguous()
     y = torch.empty(rows, cols, dtype=torch.float32)
     rc = (_lib or load()).gc_dequantize(ggml_type, w.data_ptr(), rows, cols, y.data_ptr(), _threads)
-    if rc != 0:
-        raise RuntimeError(f"gc_dequantize failed ({rc}) for {GGMLType(ggml_type).name}, {cols} columns")
+    check(rc, "gc_dequantize", f"{GGMLType(ggml_type).name}, {rows} x {cols}")
     return y
 
 
@@ -321,8 +344,7 @@ class MulMatGroup:
         y = torch.empty(x.shape[0], self.total, dtype=torch.float32)
         rc = _lib.gc_mul_mat_multi(self._n, self._types, self._ptrs, self._rows, self.cols, x.data_ptr(),
                                    x.shape[0], y.data_ptr(), _threads)
-        if rc != 0:
-            raise RuntimeError(f"gc_mul_mat_multi failed ({rc}) for {self._n} matrices of {self.cols} columns")
+        check(rc, "gc_mul_mat_multi", f"{self._n} matrices of {self.cols} columns, {x.shape[0]} rows")
         return y
 
 
@@ -348,10 +370,9 @@ def _mul_mat_id_rows(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, g
 
 
 def _check_mul_mat_id(rc: int, fn: str, n_experts: int, ids: torch.Tensor, what: str) -> None:
-    if rc == -3:
-        raise IndexError(f"expert index out of range 0..{n_experts - 1} in {ids.tolist()}")
-    if rc != 0:
-        raise RuntimeError(f"{fn} failed ({rc}) for {what}")
+    if rc == Status.BAD_EXPERT:
+        raise IndexError(f"{fn}: expert index out of range 0..{n_experts - 1} in {ids.tolist()}")
+    check(rc, fn, what)
 
 
 def mul_mat_id2(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, type_a: GGMLType,
@@ -371,7 +392,7 @@ def mul_mat_id2(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, ids: torch.Te
     rc = (_lib or load()).gc_mul_mat_id2(int(type_a), a.data_ptr(), int(type_b), b.data_ptr(), a.shape[0],
                                          out_features, x.shape[-1], x.data_ptr(), ids.data_ptr(), t, k, y.data_ptr(),
                                          _threads)
-    if rc == -1:
+    if rc == Status.UNSUPPORTED:
         return None
     _check_mul_mat_id(rc, "gc_mul_mat_id2", a.shape[0], ids, f"{x.shape[-1]} columns")
     return y

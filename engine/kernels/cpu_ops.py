@@ -208,8 +208,9 @@ class CpuOps(TorchOps):
         rc = _LIB.gc_causal_conv(x.data_ptr(), x.stride(0), out.data_ptr(), x.shape[1], weight.data_ptr(),
                                  weight.shape[0], conv_state.data_ptr(), n, slot.data_ptr(), start.data_ptr(),
                                  length.data_ptr(), cpu.threads())
-        if rc != 0:
+        if rc == cpu.Status.UNSUPPORTED:  # a kernel size the native op does not take
             return super().causal_conv(x, conv_state, weight, batch)
+        cpu.check(rc, "gc_causal_conv", f"{x.shape[1]} channels, kernel {weight.shape[0]}")
         return out
 
     def gated_delta_rule(self, q, k, v, g, beta, state, batch):
@@ -225,8 +226,9 @@ class CpuOps(TorchOps):
         rc = _LIB.gc_gated_delta(q.data_ptr(), q.stride(0), k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0),
                                  g.data_ptr(), beta.data_ptr(), out.data_ptr(), n_k, n_v, dk, dv, state.data_ptr(), n,
                                  slot.data_ptr(), start.data_ptr(), length.data_ptr(), cpu.threads())
-        if rc != 0:
+        if rc == cpu.Status.UNSUPPORTED:  # head sizes the native op does not take
             return super().gated_delta_rule(q, k, v, g, beta, state, batch)
+        cpu.check(rc, "gc_gated_delta", f"{n_k} key / {n_v} value heads of {dk} / {dv}")
         return out
 
 

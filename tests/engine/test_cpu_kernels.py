@@ -27,7 +27,7 @@ def restore_isa():
 
 
 def test_the_library_is_built_by_the_install():
-    assert cpu.load() is not None, "pip install should have compiled engine/kernels/csrc/gguf_cpu.c"
+    assert cpu.load() is not None, "pip install should have compiled engine/kernels/csrc/"
     assert all(cpu.supports(t) for t in TYPES)
     assert not cpu.supports(GGMLType.IQ2_XXS)  # those keep the torch path
 
@@ -582,3 +582,14 @@ def test_a_decode_steps_embedding_rows_equal_the_gathered_lookup(gemma_path):
     for bad in ([5, 262144], [-1]):
         with pytest.raises(IndexError, match="out of range"):
             emb(torch.tensor(bad))
+
+
+def test_a_failing_native_call_names_the_call_and_its_status():
+    """The library's status codes arrive with their names (gc.h's gc_status), not bare numbers."""
+    w = torch.zeros(4, 64 * 4, dtype=torch.uint8)
+    with pytest.raises(cpu.KernelError, match=r"gc_dequantize: UNSUPPORTED for F32, 4 x 64"):
+        cpu._dequantize_rows(w, int(GGMLType.F32), 4, 64)
+    with pytest.raises(cpu.KernelError, match=r"gc_mul_mat: UNSUPPORTED for Q4_K, 4 x 100"):
+        cpu._mul_mat_rows(w, torch.zeros(1, 100), int(GGMLType.Q4_K), 4)
+    assert [s.name for s in cpu.Status] == ["OK", "UNSUPPORTED", "NO_MEMORY", "BAD_EXPERT"]
+

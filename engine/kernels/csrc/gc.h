@@ -17,6 +17,15 @@
 
 #define GC_HIDDEN __attribute__((visibility("hidden")))
 
+/* What the library's status-returning entry points return; engine/kernels/cpu.py
+ * (Status) names them for the Python side. */
+enum gc_status {
+    GC_OK = 0,
+    GC_UNSUPPORTED = -1, /* a type, shape or layout these kernels do not take: the caller uses another path */
+    GC_NO_MEMORY = -2,   /* scratch memory could not be allocated */
+    GC_BAD_EXPERT = -3,  /* an expert index outside 0..n_experts - 1 */
+};
+
 /* ISA levels: 0 is the portable C; above it this architecture's SIMD builds, each
  * level running on CPUs that run the one below. */
 #if defined(GC_X86)

@@ -461,11 +461,11 @@ static void conv_task(void *vctx, int64_t a, int64_t b) {
  * last K - 1 inputs, oldest first. */
 int gc_causal_conv(const float *x, int64_t x_row, float *out, int64_t C, const float *w, int K, float *state,
                    int n_seq, const int64_t *slot, const int64_t *start, const int64_t *len, int n_threads) {
-    if (K < 2 || K > MAX_KERNEL) return -1;
+    if (K < 2 || K > MAX_KERNEL) return GC_UNSUPPORTED;
     conv_ctx c = {x, x_row, C, out, state, w, K, slot, start, len};
     const int64_t items = n_seq * ((C + CONV_BLOCK - 1) / CONV_BLOCK);
     gc_parallel_for(n_threads, items, 1, conv_task, &c);
-    return 0;
+    return GC_OK;
 }
 
 /* ------------------------------------------- Qwen3.5: gated delta rule */
@@ -569,9 +569,9 @@ static void delta_task(void *vctx, int64_t a, int64_t b) {
 int gc_gated_delta(const float *q, int64_t q_row, const float *k, int64_t k_row, const float *v, int64_t v_row,
                    const float *g, const float *beta, float *out, int n_k, int n_v, int dk, int dv, float *state,
                    int n_seq, const int64_t *slot, const int64_t *start, const int64_t *len, int n_threads) {
-    if (dk > MAX_HEAD_DIM || dv > MAX_HEAD_DIM || n_v % n_k) return -1;
+    if (dk > MAX_HEAD_DIM || dv > MAX_HEAD_DIM || n_v % n_k) return GC_UNSUPPORTED;
     delta_ctx c = {q, k, v, g, beta, q_row, k_row, v_row, out, state, n_k, n_v, dk, dv, slot, start, len};
     const int64_t items = (int64_t)n_seq * n_v;
     gc_parallel_for(n_threads, items, 1, delta_task, &c);
-    return 0;
+    return GC_OK;
 }

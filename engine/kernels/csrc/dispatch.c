@@ -1,0 +1,114 @@
+/* The kernel table (each weight type's block size, activation format, dot product per
+ * ISA level, dequantizer) and the choice of ISA level: the best this CPU runs, or the
+ * one gc_set_isa asks for. */
+
+#include "quants.h"
+
+#if defined(GC_X86)
+static const char *const ISA_NAMES[N_ISA] = {"scalar", "avx2", "avx512"};
+#elif defined(GC_NEON)
+static const char *const ISA_NAMES[N_ISA] = {"scalar", "neon"};
+#else
+static const char *const ISA_NAMES[N_ISA] = {"scalar"};
+#endif
+
+
+#if defined(GC_X86)
+#define K(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s, dot_##name##_avx2, dot_##name##_avx512}, deq_##name, NULL}
+#define K4(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s, dot_##name##_avx2, dot_##name##_avx512}, deq_##name, \
+                                 (void *)dot4_##name##_avx2}
+#elif defined(GC_NEON)
+#define K(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s, dot_##name##_neon}, deq_##name, NULL}
+#define K4 K
+#else
+#define K(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s}, deq_##name, NULL}
+#define K4 K
+#endif
+
+static const kernel_t KERNELS[] = {
+    K4(T_Q4_0, 32, 0, sizeof(blk_q4_0), q4_0),
+    K4(T_Q4_1, 32, 0, sizeof(blk_q4_1), q4_1),
+    K4(T_Q5_0, 32, 0, sizeof(blk_q5_0), q5_0),
+    K4(T_Q5_1, 32, 0, sizeof(blk_q5_1), q5_1),
+    K4(T_Q8_0, 32, 0, sizeof(blk_q8_0), q8_0),
+    K4(T_IQ4_NL, 32, 0, sizeof(blk_iq4_nl), iq4_nl),
+    K(T_Q2_K, QK_K, 1, sizeof(blk_q2_K), q2_K),
+    K(T_Q3_K, QK_K, 1, sizeof(blk_q3_K), q3_K),
+    K4(T_Q4_K, QK_K, 1, sizeof(blk_q4_K), q4_K),
+    K4(T_Q5_K, QK_K, 1, sizeof(blk_q5_K), q5_K),
+    K4(T_Q6_K, QK_K, 1, sizeof(blk_q6_K), q6_K),
+    K(T_IQ4_XS, QK_K, 1, sizeof(blk_iq4_xs), iq4_xs),
+#if defined(GC_X86)
+    {T_Q5_0_X8, 32, 0, sizeof(blk_q5_0), {NULL}, NULL, NULL, 1, {dot8_q5_0x8_s, dot8_q5_0x8_avx2, dot8_q5_0x8_avx2},
+     deq8_q5_0x8},
+#endif
+};
+
+static int g_isa = -1;
+
+static int detect_isa(void) {
+#if defined(GC_X86)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma"))
+        return ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return ISA_AVX2;
+#elif defined(GC_NEON)
+    return ISA_NEON; /* part of every AArch64 CPU */
+#endif
+    return ISA_SCALAR;
+}
+
+/* the best ISA level this CPU runs */
+int gc_best_isa(void) { return detect_isa(); }
+
+/* the name of an ISA level on this architecture, or NULL past the last */
+const char *gc_isa_name(int isa) { return isa >= 0 && isa < N_ISA ? ISA_NAMES[isa] : NULL; }
+
+/* select an ISA level (clamped to what the CPU runs); returns the one in use */
+int gc_set_isa(int isa) {
+    const int best = detect_isa();
+    g_isa = (isa < 0 || isa > best) ? best : isa;
+    return g_isa;
+}
+
+int gc_isa(void) {
+    if (g_isa < 0) gc_set_isa(-1);
+    return g_isa;
+}
+
+const kernel_t *find(int type) {
+    for (size_t i = 0; i < sizeof(KERNELS) / sizeof(KERNELS[0]); i++)
+        if (KERNELS[i].type == type) return &KERNELS[i];
+    return NULL;
+}
+
+/* the dot product of the selected level, or the best one below it */
+int pick_level(const kernel_t *k) {
+    int level = gc_isa();
+    while (level > 0 && !(k->rows8 ? (void *)k->dot8[level] : (void *)k->dot[level])) level--;
+    return level;
+}
+
+dot_fn pick(const kernel_t *k) { return k->dot[pick_level(k)]; }
+
+dot8_fn pick8(const kernel_t *k) { return k->rows8 ? k->dot8[pick_level(k)] : NULL; }
+
+/* the four-row dot product where the selected level has one (x86-64: AVX2 and up) */
+const void *pick4(const kernel_t *k) {
+#if defined(GC_X86)
+    if (gc_isa() >= ISA_AVX2) return k->dot4;
+#endif
+    (void)k;
+    return NULL;
+}
+
+/* 1 if mul_mat handles this type */
+int gc_supports(int type) { return find(type) != NULL; }
+
+/* the ISA of the dot product mul_mat uses for this type under the current selection, or -1 */
+int gc_path_isa(int type) {
+    const kernel_t *k = find(type);
+    return k ? pick_level(k) : -1;
+}

@@ -1,0 +1,82 @@
+/* Weights repacked at load into the layout this machine's kernels read fastest: Q5_0 in
+ * groups of eight rows (blk_q5_0x8, quants.h) on x86-64 with AVX2, and the scalar dot and
+ * dequantizer of that layout for the lower ISA levels. */
+
+#include "quants.h"
+
+#if defined(GC_X86) /* made on x86-64 with AVX2 only (gc_repack); the scalar dot for the lower ISA levels */
+
+
+static inline uint8_t every_fourth_bit(uint32_t x) { /* bits 0, 4, ..., 28 of x as bits 0..7 */
+    x &= 0x11111111u;
+    x = (x | x >> 3) & 0x03030303u;
+    x = (x | x >> 6) & 0x000F000Fu;
+    return (uint8_t)(x | x >> 12);
+}
+
+/* eight rows of nb Q5_0 blocks (row_bytes apart) -> nb blk_q5_0x8 */
+void repack_q5_0x8(const uint8_t *w, int64_t row_bytes, int nb, blk_q5_0x8 *out) {
+    for (int i = 0; i < nb; i++)
+        for (int k = 0; k < 8; k++) {
+            const blk_q5_0 *b = (const blk_q5_0 *)(w + k * row_bytes) + i;
+            uint32_t qh;
+            memcpy(&qh, b->qh, 4);
+            out[i].d[k] = b->d;
+            for (int p = 0; p < 4; p++) memcpy(out[i].qs + 32 * p + 4 * k, b->qs + 4 * p, 4);
+            for (int j = 0; j < 4; j++) out[i].hb[4 * k + j] = every_fourth_bit(qh >> j);
+        }
+}
+
+/* row k's block back in the file's layout */
+static void unpack_q5_0x8(const blk_q5_0x8 *g, int k, blk_q5_0 *b) {
+    uint32_t qh = 0;
+    b->d = g->d[k];
+    for (int p = 0; p < 4; p++) memcpy(b->qs + 4 * p, g->qs + 32 * p + 4 * k, 4);
+    for (int j = 0; j < 4; j++)
+        for (int bit = 0; bit < 8; bit++) qh |= (uint32_t)((g->hb[4 * k + j] >> bit) & 1) << (4 * bit + j);
+    memcpy(b->qh, &qh, 4);
+}
+
+void dot8_q5_0x8_s(const void *vw, const void *vx, int nb, float *out) {
+    const blk_q5_0x8 *w = vw;
+    for (int k = 0; k < 8; k++) {
+        float acc = 0.f;
+        for (int i = 0; i < nb; i++) {
+            blk_q5_0 b;
+            unpack_q5_0x8(&w[i], k, &b);
+            acc += dot_q5_0_s(&b, (const act32 *)vx + i, 1);
+        }
+        out[k] = acc;
+    }
+}
+
+/* a group's eight rows as floats, rows n_cols apart */
+void deq8_q5_0x8(const void *vw, float *y, int nb, int64_t n_cols) {
+    const blk_q5_0x8 *w = vw;
+    for (int k = 0; k < 8; k++)
+        for (int i = 0; i < nb; i++) {
+            blk_q5_0 b;
+            unpack_q5_0x8(&w[i], k, &b);
+            deq_q5_0(&b, y + k * n_cols + 32 * i, 1);
+        }
+}
+
+#endif
+
+/* W's rows in the layout this machine's kernels read fastest, where the type has one:
+ * Q5_0 in groups of eight rows (blk_q5_0x8) with AVX2, n_rows a multiple of 8. Writes
+ * `out` (as many bytes as W) and returns the new type for gc_mul_mat, gc_mul_mat_multi
+ * and gc_dequantize; GC_UNSUPPORTED (out untouched) where there is none. */
+int gc_repack(int type, const void *w, int64_t n_rows, int64_t n_cols, void *out) {
+#if defined(GC_X86)
+    if (type == T_Q5_0 && gc_isa() >= ISA_AVX2 && n_rows % 8 == 0 && n_cols % 32 == 0 && n_rows > 0) {
+        const int nb = (int)(n_cols / 32);
+        const int64_t row_bytes = nb * (int64_t)sizeof(blk_q5_0);
+        for (int64_t g = 0; g < n_rows; g += 8)
+            repack_q5_0x8((const uint8_t *)w + g * row_bytes, row_bytes, nb, (blk_q5_0x8 *)((uint8_t *)out + g * row_bytes));
+        return T_Q5_0_X8;
+    }
+#endif
+    (void)type; (void)w; (void)n_rows; (void)n_cols; (void)out;
+    return GC_UNSUPPORTED;
+}

@@ -5,11 +5,14 @@ Hugging Face cache through huggingface_hub."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
 
 from ..gguf_io.reader import SHARD_PATTERN
+
+log = logging.getLogger("gguf_serve.engine")
 
 _REPO = r"[A-Za-z0-9][\w.\-]*/[\w.\-]+"
 _ID = re.compile(rf"^(?P<repo>{_REPO})(?:@(?P<rev>[\w.\-/]+?))?(?::(?P<tail>[^:]+))?$")
@@ -64,10 +67,14 @@ def download(repo: str, filename: str, revision: str | None = None, cached_only:
 def cached_gguf_models() -> list[tuple[str, str]]:
     """(model id, local path) of every .gguf file in the Hub cache (first shards only)."""
     from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound, CorruptedCacheException
 
     try:
         info = scan_cache_dir()
-    except Exception:
+    except CacheNotFound:  # no cache yet: nothing cached
+        return []
+    except CorruptedCacheException as e:  # said, and served without the cache's models
+        log.warning("the Hugging Face cache cannot be read, so its models are not listed: %s", e)
         return []
     out = []
     for repo in info.repos:

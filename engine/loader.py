@@ -88,7 +88,7 @@ def resolve_path(path_or_id: str | os.PathLike) -> str:
     p = os.fspath(path_or_id)
     if os.path.exists(p):
         return p
-    from .hub import download, parse
+    from .fetch import download, parse
 
     ref = parse(p)
     if ref is not None and ref.filename is not None:

@@ -19,8 +19,8 @@ from fastapi.responses import Response
 
 from .errors import APIError, BadRequest, HTTPStatus, InternalError, PayloadTooLarge, Unauthorized
 from .metrics import Metrics
-from .openapi import API_ERRORS, ResponseObject, errors, generating, install
-from .protocol import (ChatCompletion, ChatCompletionRequest, Completion, CompletionRequest, DetokenizeRequest, Model,
+from .openapi import API_ERRORS, ResponseObject, errors, generating, install, ref, sse_event
+from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Completion, CompletionRequest, DetokenizeRequest, Model,
                        ModelList, ResponsesRequest, TokenizeRequest)
 from .registry import Registry
 from .responses import Responses
@@ -146,6 +146,19 @@ async def unless_disconnected(request: Request, work):
     return None
 
 
+async def _json_error(request: Request, error: dict) -> str:
+    """What is wrong with a body that is not JSON, and where (line and column)."""
+    reason = (error.get("ctx") or {}).get("error", "not valid JSON")
+    loc = error.get("loc") or ()
+    pos = loc[-1] if loc and isinstance(loc[-1], int) else None
+    if pos is None:
+        return f"the request body is not valid JSON: {reason}"
+    body = (await request.body()).decode("utf-8", "replace")
+    line = body.count("\n", 0, pos) + 1
+    col = pos - (body.rfind("\n", 0, pos) + 1) + 1
+    return f"the request body is not valid JSON: {reason} at line {line}, column {col} (character {pos})"
+
+
 def create_app(settings: ServerSettings) -> FastAPI:
     metrics = Metrics()
     registry = Registry(settings, metrics)
@@ -166,7 +179,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 except Exception as e:  # this model only
                     reason = str(e.message if isinstance(e, APIError) else e)
                     state["failed"][spec] = reason
-                    registry.add_failed(spec, reason)
+                    registry.add_failed(spec, e)
                     log.error("%s: %s", spec, reason)
             if settings.models and len(state["failed"]) == len(settings.models):
                 state["fatal"] = True
@@ -209,14 +222,25 @@ def create_app(settings: ServerSettings) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {}
+        if first.get("type") == "json_invalid":  # loc holds a character offset, not a field
+            return BadRequest(await _json_error(request, first)).response()
+        ctx = first.get("ctx") or {}
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        param = ".".join(loc) or None
-        msg = f"{param}: {first.get('msg', 'invalid request')}" if param else first.get("msg", "invalid request")
-        return BadRequest(msg, param=param).response()
+        param = ctx.get("field") or ".".join(loc) or None
+        msg = first.get("msg", "invalid request")
+        return BadRequest(f"{param}: {msg}" if param else msg, param=param).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
-        return HTTPStatus(exc.status_code, str(exc.detail)).response()
+        where = f"{request.method} {request.url.path}"
+        if exc.status_code == 404:
+            return HTTPStatus(404, f"Invalid URL ({where}): this server does not serve that path",
+                              code="unknown_url").response()
+        if exc.status_code == 405:
+            allowed = (exc.headers or {}).get("allow") or (exc.headers or {}).get("Allow")
+            return HTTPStatus(405, f"{where}: method not allowed" + (f" (allowed: {allowed})" if allowed else ""),
+                              headers=dict(exc.headers or {})).response()
+        return HTTPStatus(exc.status_code, f"{where}: {exc.detail}", headers=dict(exc.headers or {})).response()
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
@@ -278,14 +302,15 @@ def create_app(settings: ServerSettings) -> FastAPI:
         return Response(status_code=499)
 
     @app.post("/v1/chat/completions", responses=generating(
-        ChatCompletion, "`chat.completion.chunk` objects as `data:` lines, then `data: [DONE]`"))
+        ChatCompletion, "`chat.completion.chunk` objects as `data:` lines, then `data: [DONE]`",
+        sse_event(ref(ChatCompletionChunk))))
     async def chat_completions(req: ChatCompletionRequest, request: Request):
         if req.stream:
             return await stream(await service.chat_stream(req))
         return await unless_disconnected(request, service.chat(req)) or gone()
 
     @app.post("/v1/completions", responses=generating(
-        Completion, "`text_completion` objects as `data:` lines, then `data: [DONE]`"))
+        Completion, "`text_completion` objects as `data:` lines, then `data: [DONE]`", sse_event(ref(Completion))))
     async def completions(req: CompletionRequest, request: Request):
         if req.stream:
             return await stream(await service.completion_stream(req))
@@ -293,7 +318,11 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     @app.post("/v1/responses", responses=generating(
         ResponseObject, "Responses events (`event:` and `data:` lines, from `response.created` to "
-                        "`response.completed`)"))
+                        "`response.completed`)",
+        sse_event({"type": "object", "required": ["type", "sequence_number"],
+                   "properties": {"type": {"type": "string"}, "sequence_number": {"type": "integer"}}},
+                  event={"type": "string", "pattern": "^(response\\.|error$)",
+                         "description": "the event's type, as its data's `type` says"}, done=False)))
     async def create_response(req: ResponsesRequest, request: Request):
         if req.stream:
             return await stream(await responses.stream(req))

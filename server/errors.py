@@ -45,13 +45,22 @@ class Unauthorized(APIError):
     type = "authentication_error"
 
 
+class Forbidden(APIError):
+    """The model exists where it comes from, but this server may not fetch it (a gated or
+    private Hub repository without a token that has access)."""
+
+    status = 403
+    type = "permission_error"
+
+
 class ModelNotFound(APIError):
-    """The requested model is not one this server knows."""
+    """The requested model is not one this server knows, or not where its ID points."""
 
     status = 404
 
-    def __init__(self, model: str):
-        super().__init__(f"The model '{model}' does not exist", param="model", code="model_not_found")
+    def __init__(self, model: str, detail: str | None = None):
+        super().__init__(f"The model '{model}' does not exist" + (f": {detail}" if detail else ""), param="model",
+                         code="model_not_found")
 
 
 class PayloadTooLarge(APIError):
@@ -70,8 +79,8 @@ class Overloaded(APIError):
 class HTTPStatus(APIError):
     """A routing-level HTTP error (unknown path, wrong method) with its own status."""
 
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
+    def __init__(self, status: int, message: str, *, code: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message, code=code, headers=headers)
         self.status = status
 
 
@@ -79,6 +88,13 @@ class InternalError(APIError):
     """Something failed inside the server."""
 
     status = 500
+    type = "server_error"
+
+
+class Unavailable(APIError):
+    """Something the request needs is out of reach for now (the Hub does not answer)."""
+
+    status = 503
     type = "server_error"
 
 

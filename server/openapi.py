@@ -30,12 +30,36 @@ def errors(*statuses: int) -> dict[int, dict]:
     return {s: {"model": ErrorResponse, "description": WHY[s]} for s in statuses}
 
 
-def generating(model: type[BaseModel], events: str) -> dict[int, dict]:
+STREAM_MODELS: list[type[BaseModel]] = []  # chunk models that only streams carry, added to the components
+
+
+def sse_event(data: dict, *, event: dict | None = None, done: bool = True) -> dict:
+    """The schema of one server-sent event of a stream (OpenAPI 3.0/3.1 put it under
+    `schema`; validators such as schemathesis check each parsed event against it): its
+    `data` line is a JSON document shaped by `data` (or `[DONE]` at the end), `event` the
+    event line where the stream names its events."""
+    payload = {"type": "string", "contentMediaType": "application/json", "contentSchema": data,
+               "description": "one JSON object" + (", or `[DONE]` after the last" if done else "")}
+    props = {"data": payload, "id": {"type": "string"}, "retry": {"type": "integer"}}
+    props["event"] = event or {"type": "string", "enum": ["message"], "description": "unnamed (`message`)"}
+    return {"type": "object", "required": ["data"], "properties": props}
+
+
+def generating(model: type[BaseModel], events: str, event_schema: dict) -> dict[int, dict]:
     """A generating endpoint's answers: `model` as JSON, or with `stream: true` the SSE
-    stream of `events`; and its errors (refusals come before a stream starts)."""
+    stream of `events` (each event shaped by `event_schema`, see sse_event); and its
+    errors (refusals come before a stream starts)."""
     return {200: {"model": model, "description": f"The reply; with `stream: true`, {events}",
-                  "content": {"text/event-stream": {"schema": {"type": "string", "description": events}}}},
+                  "content": {"text/event-stream": {"schema": event_schema}}},
             **errors(*API_ERRORS)}
+
+
+def ref(model: type[BaseModel]) -> dict:
+    """A reference to `model`'s schema in the document's components (a chunk model that
+    no route returns as JSON is added there by install)."""
+    if model not in STREAM_MODELS:
+        STREAM_MODELS.append(model)
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
 
 
 class ResponseObject(BaseModel):
@@ -62,9 +86,15 @@ def install(app: FastAPI) -> None:
             for ops in doc.get("paths", {}).values():
                 for op in ops.values():
                     op.get("responses", {}).pop("422", None)
-            schemas = doc.get("components", {}).get("schemas", {})
+            schemas = doc.setdefault("components", {}).setdefault("schemas", {})
             for name in ("HTTPValidationError", "ValidationError"):
                 schemas.pop(name, None)
+            for model in STREAM_MODELS:  # the streamed events' data, referenced by sse_event schemas
+                if model.__name__ not in schemas:
+                    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                    for name, sub in schema.pop("$defs", {}).items():
+                        schemas.setdefault(name, sub)
+                    schemas[model.__name__] = schema
             app.openapi_schema = doc
         return app.openapi_schema
 

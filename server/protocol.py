@@ -10,6 +10,7 @@ import uuid
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 
 def _lone_surrogate(value: Any, path: str = "") -> str | None:
@@ -41,8 +42,9 @@ class OpenAIRequest(OpenAIModel):
     @classmethod
     def _valid_unicode(cls, data: Any) -> Any:
         where = _lone_surrogate(data)
-        if where:
-            raise ValueError(f"{where}: the string is not valid Unicode (a lone surrogate)")
+        if where:  # the field travels in ctx: the error handler names it in `param`
+            raise PydanticCustomError("invalid_unicode", "the string is not valid Unicode (a lone surrogate)",
+                                      {"field": where})
         return data
 
 

@@ -6,6 +6,7 @@ in arrival order."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import os
 import queue
@@ -20,9 +21,9 @@ from ..engine.sampling import SamplingParams
 from ..engine.scheduler import Request, Scheduler
 from ..gguf_io import GGUFError, GGUFReader
 from ..gguf_io.summary import describe
-from . import hub
+from . import resolve
 from .default_model import default_model_path
-from .errors import ModelLoadFailed, ModelNotFound, Overloaded
+from .errors import APIError, ModelLoadFailed, ModelNotFound, Overloaded
 
 log = logging.getLogger("gguf_serve.server")
 
@@ -162,6 +163,7 @@ class Entry:
     worker: Worker | None = None
     info: dict = field(default_factory=dict)
     error: str | None = None  # why it cannot be served (a file that failed to read or load)
+    failure: Any = None  # the APIError that said so, where one did (its status is kept: 403, 404, 503, ...)
 
 
 class Registry:
@@ -193,27 +195,25 @@ class Registry:
             for name in {spec, path} - {mid}:
                 self.aliases[name] = mid
             return entry
-        ref = hub.parse(spec)
+        ref = resolve.parse(spec)
         if ref is None:
             raise ModelNotFound(spec)
-        try:
-            if not self._online():
-                raise ModelNotFound(spec)  # the cache is all there is
-            files = hub.gguf_files(ref.repo, ref.revision)
-        except ModelNotFound:
-            if ref.filename is None:  # offline or unknown: only the cache can answer
-                files = [mid.split(":", 1)[1] for mid, _ in hub.cached_gguf_models()
-                         if mid.split(":", 1)[0] == ref.repo]
-                if not files:
-                    raise
-            else:
-                files = [ref.filename]
-        chosen = hub.choose_file(ref, files)
+        if self._online():
+            files = resolve.gguf_files(ref.repo, ref.revision)  # the Hub's answer (403, 404, 503) stands
+        elif ref.filename is not None:
+            files = [ref.filename]  # fetched from the cache, or a 404/503 saying why not
+        else:  # offline, or a Hub that does not answer: only the cache can choose a file
+            files = [mid.split(":", 1)[1] for mid, _ in resolve.cached_gguf_models() if mid.split(":", 1)[0] == ref.repo]
+            if not files:
+                why = ("--offline (HF_HUB_OFFLINE) is set" if resolve.offline()
+                       else f"the Hub at {resolve.endpoint()} does not answer")
+                raise ModelNotFound(spec, f"no file of {ref.repo} is in the Hub cache and {why}")
+        chosen = resolve.choose_file(ref, files)
         for f in files:
-            mid = hub.model_id(ref.repo, f, ref.revision)
+            mid = resolve.model_id(ref.repo, f, ref.revision)
             if mid not in self.entries:
                 self.entries[mid] = Entry(mid, None, hub_ref=(ref.repo, f, ref.revision))
-        entry = self.entries[hub.model_id(ref.repo, chosen, ref.revision)]
+        entry = self.entries[resolve.model_id(ref.repo, chosen, ref.revision)]
         self._fetch(entry)
         for name in (spec, alias):
             if name and name != entry.id:
@@ -228,7 +228,7 @@ class Registry:
         for d, dirs, files in os.walk(root):
             dirs.sort()
             for f in sorted(files):
-                if f.lower().endswith(".gguf") and not hub.is_follow_on_shard(f):
+                if f.lower().endswith(".gguf") and not resolve.is_follow_on_shard(f):
                     found.append(os.path.join(d, f))
         if not found:
             raise ModelLoadFailed(f"no .gguf files under {root}")
@@ -245,18 +245,19 @@ class Registry:
             entries.append(entry)
         return entries
 
-    def add_failed(self, spec: str, error: str) -> Entry:
+    def add_failed(self, spec: str, error: Exception) -> Entry:
         """A model named at startup that could not be registered or loaded: listed with
-        its error, refused with it."""
+        its error, refused with it (with its status where it was an API error)."""
         entry = self.entries.get(spec) or self.entries.get(self.aliases.get(spec, ""))
         if entry is None:
             entry = self.entries[spec] = Entry(spec, None)
-        entry.error = error
+        entry.error = error.message if isinstance(error, APIError) else str(error)
+        entry.failure = error if isinstance(error, APIError) else None
         return entry
 
     def add_cached(self) -> None:
         """Every GGUF model in the Hub cache, loaded on first request."""
-        for mid, path in hub.cached_gguf_models():
+        for mid, path in resolve.cached_gguf_models():
             if mid not in self.entries:
                 repo, f = mid.split(":", 1)
                 self.entries[mid] = Entry(mid, path, hub_ref=(repo, f, None))
@@ -275,24 +276,18 @@ class Registry:
         known in seconds, and cached files are served without waiting on retries."""
         now = time.monotonic()
         if self._reach is None or now - self._reach[1] > 60:
-            self._reach = (hub.reachable(), now)
-            if not self._reach[0]:
-                log.warning("the Hub at %s does not answer: serving from the cache only", hub.endpoint())
+            self._reach = (resolve.reachable(), now)
+            if not self._reach[0] and not resolve.offline():
+                log.warning("the Hub at %s does not answer: serving from the cache only", resolve.endpoint())
         return self._reach[0]
 
     def _fetch(self, entry: Entry) -> None:
         if entry.path is None:
             repo, f, rev = entry.hub_ref
-            online = self._online()
             try:
-                entry.path = hub.download(repo, f, rev, cached_only=not online)
+                entry.path = resolve.download(repo, f, rev, cached_only=not self._online())
             except Exception as e:
-                if not online and not hub.offline():
-                    raise ModelLoadFailed(f"cannot download {entry.id}: the Hub at {hub.endpoint()} does not answer "
-                                          f"and the file is not in the cache (with --offline, only cached files are "
-                                          f"served)") from e
-                raise ModelLoadFailed(f"cannot download {entry.id} from {hub.endpoint()}: {e} (if the Hub is "
-                                      f"unreachable, --offline serves the files already in the cache)") from e
+                raise resolve.hub_error(e, entry.id) from e
         if not entry.info:
             self._describe(entry)
 
@@ -322,7 +317,7 @@ class Registry:
 
     def ensure_loaded(self, entry: Entry) -> Entry:
         if entry.error is not None:
-            raise ModelLoadFailed(entry.error)
+            raise copy.copy(entry.failure) if entry.failure is not None else ModelLoadFailed(entry.error)
         with self.lock:
             self._fetch(entry)
             if entry.lm is None:

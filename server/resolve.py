@@ -9,7 +9,7 @@
 
 Split models are one model named by their first shard; fetching it fetches every shard.
 Downloads land in the standard Hub cache (HF_HOME, HF_TOKEN, HF_HUB_OFFLINE honoured).
-Parsing IDs and fetching files live in engine.hub (load_model takes the same IDs);
+Parsing IDs and fetching files live in engine.fetch (load_model takes the same IDs);
 this module adds what needs the repo's file list: quant and bare-repo choices."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import os
 import re
 
 # re-exported: the server reaches every Hub helper through this module
-from ..engine.hub import ModelRef, cached_gguf_models, download, is_follow_on_shard, model_id, parse  # noqa: F401
-from .errors import BadRequest, ModelNotFound
+from ..engine.fetch import ModelRef, cached_gguf_models, download, is_follow_on_shard, model_id, parse  # noqa: F401
+from .errors import APIError, BadRequest, Forbidden, ModelNotFound, Unavailable
 
 DEFAULT_QUANT = "Q4_K_M"
 REACH_TIMEOUT = 3.0  # seconds for the one quick probe of the endpoint
@@ -53,17 +53,53 @@ def reachable() -> bool:
 
 
 def gguf_files(repo: str, revision: str | None = None) -> list[str]:
-    """The repo's .gguf files (split models by their first shard only)."""
+    """The repo's .gguf files (split models by their first shard only); a failure is the
+    API error it means (hub_error)."""
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
     try:
         files = HfApi().list_repo_files(repo, revision=revision)
-    except RepositoryNotFoundError:
-        raise ModelNotFound(repo) from None
-    except Exception as e:  # offline, unreachable (requests' or httpx's errors) or garbled
-        raise ModelNotFound(f"{repo} (the Hub could not be listed: {e})") from None
+    except Exception as e:  # every Hub failure, mapped to what it means
+        raise hub_error(e, model_id(repo, "", revision).rstrip(":")) from e
     return sorted(f for f in files if f.lower().endswith(".gguf") and not is_follow_on_shard(f))
+
+
+TOKEN_HINT = "set HF_TOKEN (or run `hf auth login`) with a token that has access"
+
+
+def hub_error(e: Exception, what: str) -> APIError:
+    """A huggingface_hub failure as the API error it means, naming `what` was asked for:
+    a gated or forbidden repository 403 (naming the token setting), a missing repository,
+    revision or file 404, a Hub that does not answer 503 (naming --offline), and with
+    --offline a file not in the cache 404 (saying that --offline keeps it from being
+    fetched). Anything else is re-raised as it is."""
+    import httpx
+    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled,
+                                        RemoteEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError)
+
+    status = getattr(getattr(e, "response", None), "status_code", None)
+    if isinstance(e, GatedRepoError):
+        return Forbidden(f"{what} is a gated repository on {endpoint()}: accept its conditions on the Hub and "
+                         f"{TOKEN_HINT}", param="model", code="model_access_denied")
+    if isinstance(e, RepositoryNotFoundError):
+        return ModelNotFound(what, f"no such repository on {endpoint()} (if it is private, {TOKEN_HINT})")
+    if isinstance(e, RevisionNotFoundError):
+        return ModelNotFound(what, f"no such revision on {endpoint()}")
+    if isinstance(e, RemoteEntryNotFoundError):
+        return ModelNotFound(what, f"no such file in the repository on {endpoint()}")
+    if isinstance(e, (LocalEntryNotFoundError, OfflineModeIsEnabled)):
+        if offline():
+            return ModelNotFound(what, "not in the Hub cache, and --offline (HF_HUB_OFFLINE) keeps it from being "
+                                       "downloaded")
+        return Unavailable(f"cannot fetch {what}: the Hub at {endpoint()} does not answer and it is not in the "
+                           f"cache (--offline serves the files already cached)", code="hub_unreachable")
+    if isinstance(e, HfHubHTTPError) and status in (401, 403):
+        return Forbidden(f"{endpoint()} refused access to {what} ({status}): {TOKEN_HINT}", param="model",
+                         code="model_access_denied")
+    if isinstance(e, HfHubHTTPError) or isinstance(e, (httpx.HTTPError, ConnectionError, TimeoutError)):
+        return Unavailable(f"cannot fetch {what} from {endpoint()}: {e} (--offline serves the files already cached)",
+                           code="hub_unreachable")
+    raise e
 
 
 _SHARD_SUFFIX = re.compile(r"-\d{5}-of-\d{5}$")

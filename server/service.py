@@ -249,9 +249,9 @@ class Service:
         think = {"after": think_close, "optional": think_open, "waiting": split["in_reasoning"]} \
             if split["enabled"] else {}
         if grammar_for_tools is not None:
-            await asyncio.to_thread(self._constrain, lm, grammar_for_tools, params, think)
+            await asyncio.to_thread(self._constrain, lm, grammar_for_tools, params, think, "tool_choice")
         elif req.response_format and req.response_format.get("type") in ("json_object", "json_schema"):
-            await asyncio.to_thread(self._constrain, lm, req.response_format, params, think)
+            await asyncio.to_thread(self._constrain, lm, req.response_format, params, think, "response_format")
         budget = req.thinking_budget_tokens
         budget = self.settings.reasoning_budget if budget is None else budget
         if budget is not None and split["enabled"] and think_close is not None:  # else: no block to close
@@ -299,17 +299,18 @@ class Service:
         return req.tools, grammar, fmt.family
 
     @staticmethod
-    def _constrain(lm, constraint: dict | str, params: list[SamplingParams], think: dict) -> None:
-        """A grammar mask per choice (llguidance): a response_format's JSON, or a grammar;
-        for a thinking model (`think`: GrammarMask's reasoning arguments) it starts once the
-        reasoning block closes. Off the event loop: the first one builds the grammar
-        vocabulary (~3 s for a 262k-token one)."""
+    def _constrain(lm, constraint: dict | str, params: list[SamplingParams], think: dict, field: str) -> None:
+        """A grammar mask per choice (llguidance): a response_format's JSON, or a grammar
+        (a forced tool call's); for a thinking model (`think`: GrammarMask's reasoning
+        arguments) it starts once the reasoning block closes. `field`: the request field
+        a failure is reported against. Off the event loop: the first one builds the
+        grammar vocabulary (~3 s for a 262k-token one)."""
         try:
             grammar = constraint if isinstance(constraint, str) else json_grammar(schema_of(constraint))
             for p in params:
                 p.logits_processor = GrammarMask(lm, grammar, **think)
         except (GrammarError, json.JSONDecodeError) as e:
-            raise BadRequest(f"response_format: {e}", param="response_format") from None
+            raise BadRequest(f"{field}: {e}", param=field) from None
 
     def _submit(self, prep: Prepared) -> Job:
         job = Job(prep.prompt_ids, prep.params, asyncio.get_running_loop(), asyncio.Queue())

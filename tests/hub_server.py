@@ -29,6 +29,7 @@ class Repo:
 class HubServer:
     def __init__(self):
         self.repos: dict[str, Repo] = {}
+        self.gated: set[str] = set()  # repos that answer as the Hub does a gated repo to a client without access
         self.requests: list[str] = []
         hub = self
 
@@ -87,12 +88,26 @@ class HubServer:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _refuse_gated(self) -> bool:
+                m = re.match(r"^/(?:api/models/|models/)?(?P<repo>[^/]+/[^/?]+)", self.path)
+                if not m or m["repo"] not in hub.gated:
+                    return False
+                self.send_response(401)
+                self.send_header("X-Error-Code", "GatedRepo")
+                self.send_header("X-Error-Message", f"Access to model {m['repo']} is restricted.")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return True
+
             def do_HEAD(self):
                 hub.requests.append(f"HEAD {self.path}")
-                self._resolve(head=True)
+                if not self._refuse_gated():
+                    self._resolve(head=True)
 
             def do_GET(self):
                 hub.requests.append(f"GET {self.path}")
+                if self._refuse_gated():
+                    return
                 if self.path.startswith("/api/"):
                     self._api()
                 else:

@@ -49,10 +49,10 @@ _HUB: list = []  # [KernelOps | None] once tried
 def hub_ops() -> KernelOps | None:
     """The hub kernel's ops, loaded once (None when it cannot be had)."""
     if not _HUB:
-        from . import hub
+        from . import hub_kernel
 
-        mod = hub.load()
-        _HUB.append(hub.ops_from_module(mod, f"hub:{hub.HUB_REPO}") if mod is not None else None)
+        mod = hub_kernel.load()
+        _HUB.append(hub_kernel.ops_from_module(mod, f"hub:{hub_kernel.HUB_REPO}") if mod is not None else None)
     return _HUB[0]
 
 

@@ -16,7 +16,7 @@ log = logging.getLogger("gguf_serve.kernels")
 
 HUB_REPO = "ggml-org/ggml-quantization"
 HUB_VERSION = 1
-GEMV_MAX_ROWS = 8
+HUB_GEMV_ROWS = 8  # rows the hub kernel's own GEMV takes (its mul_mat_vec serves decode); more: dequantize + matmul
 
 
 def load(repo: str = HUB_REPO):
@@ -40,7 +40,7 @@ def ops_from_module(mod, name: str):
         cols = x.shape[-1]
         lead = x.shape[:-1]
         x2 = x.reshape(-1, cols)
-        if x2.shape[0] <= GEMV_MAX_ROWS and int(ggml_type) in gemv_types:
+        if x2.shape[0] <= HUB_GEMV_ROWS and int(ggml_type) in gemv_types:
             return mod.mul_mat_vec(weight, x2, int(ggml_type), out_features).reshape(*lead, out_features)
         out = reference.matmul_by_tiles(weight, x2, out_features, reference.rows_per_chunk(cols),
                                         lambda rows, n: mod.dequantize(rows, int(ggml_type), n, cols, x.dtype))

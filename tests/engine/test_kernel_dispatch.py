@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gguf_serve.engine import kernels, load_model
-from gguf_serve.engine.kernels import hub
+from gguf_serve.engine.kernels import hub_kernel as hub
 from gguf_serve.gguf_io import GGMLType
 
 from tiny_models import random_model, spec, write_gguf

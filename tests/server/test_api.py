@@ -216,9 +216,9 @@ BAD_VALUES = [  # (endpoint, fields, param): values the server once took uncheck
     ("chat", {"repetition_penalty": 5e-324}, "repetition_penalty"),
     ("completions", {"seed": 2 ** 64}, "seed"),
     ("chat", {"seed": -(2 ** 63) - 1}, "seed"),
-    ("chat", {"messages": [{"role": "user", "content": "a\ud800b"}]}, None),
-    ("chat", {"model": "x\ud800"}, None),
-    ("completions", {"prompt": "\udfff"}, None),
+    ("chat", {"messages": [{"role": "user", "content": "a\ud800b"}]}, "messages.0.content"),
+    ("chat", {"model": "x\ud800"}, "model"),
+    ("completions", {"prompt": "\udfff"}, "prompt"),
     ("completions", {"prompt": ""}, "prompt"),
     ("completions", {"prompt": [""]}, "prompt"),
     ("completions", {"max_tokens": 1000}, "prompt"),
@@ -236,10 +236,27 @@ def test_bad_values_are_400_naming_the_field_before_anything_runs(srv, tiny_path
                    headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == 400, r.text
     err = r.json()["error"]
-    assert err["type"] == "invalid_request_error" and (param is None or err["param"] == param)
-    if param is None:
-        assert "not valid Unicode" in err["message"]
+    assert err["type"] == "invalid_request_error" and err["param"] == param
+    if "\\ud" in content or "\\udfff" in content:
+        assert err["message"] == f"{param}: the string is not valid Unicode (a lone surrogate)"
     assert httpx.get(f"{srv}/health").status_code == 200
+
+
+def test_a_body_that_is_not_json_says_so_and_where(srv):
+    r = httpx.post(f"{srv}/v1/chat/completions", content=b'{"model": "x",\n "messages": [',
+                   headers={"content-type": "application/json"})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] is None, r.text
+    assert err["message"].startswith("the request body is not valid JSON: ") and "line 2, column 15" in err["message"]
+
+
+@pytest.mark.parametrize("method,path,status", [("POST", "/v1/embeddings", 404), ("GET", "/v1/nothing/here", 404),
+                                                ("DELETE", "/v1/models", 405)])
+def test_paths_not_served_answer_in_openais_envelope_naming_them(srv, method, path, status):
+    r = httpx.request(method, f"{srv}{path}", json={})
+    err = r.json()["error"]
+    assert r.status_code == status and f"{method} {path}" in err["message"], r.text
+    assert err["type"] == "invalid_request_error" and err["code"] == ("unknown_url" if status == 404 else None)
 
 
 def test_a_vanishing_temperature_is_greedy_not_an_error(client, tiny_path):

@@ -5,7 +5,7 @@ import httpx
 import openai
 import pytest
 
-from gguf_serve.server import hub
+from gguf_serve.server import resolve
 from gguf_serve.server.errors import BadRequest, ModelNotFound
 
 from helpers import split_gguf
@@ -14,39 +14,39 @@ from server_harness import server
 
 
 @pytest.mark.parametrize("spec,expected", [
-    ("org/repo:Model-Q4_K_M.gguf", hub.ModelRef("org/repo", None, "Model-Q4_K_M.gguf", None)),
-    ("org/repo@dev:sub/Model.gguf", hub.ModelRef("org/repo", "dev", "sub/Model.gguf", None)),
-    ("org/repo:q8_0", hub.ModelRef("org/repo", None, None, "q8_0")),
-    ("org/repo", hub.ModelRef("org/repo", None, None, None)),
+    ("org/repo:Model-Q4_K_M.gguf", resolve.ModelRef("org/repo", None, "Model-Q4_K_M.gguf", None)),
+    ("org/repo@dev:sub/Model.gguf", resolve.ModelRef("org/repo", "dev", "sub/Model.gguf", None)),
+    ("org/repo:q8_0", resolve.ModelRef("org/repo", None, None, "q8_0")),
+    ("org/repo", resolve.ModelRef("org/repo", None, None, None)),
     ("just-a-name", None),
 ])
 def test_parse(spec, expected):
-    assert hub.parse(spec) == expected
+    assert resolve.parse(spec) == expected
 
 
 FILES = ["M-Q4_K_M.gguf", "M-Q4_K_S.gguf", "M-Q8_0.gguf", "M-IQ4_XS.gguf", "big/M-F16-00001-of-00002.gguf"]
 
 
 @pytest.mark.parametrize("ref,expected", [
-    (hub.ModelRef("o/r", None, None, "q8_0"), "M-Q8_0.gguf"),
-    (hub.ModelRef("o/r", None, None, "Q4_K"), "M-Q4_K_M.gguf"),  # no exact-end match: the first containing it
-    (hub.ModelRef("o/r", None, None, "iq4_xs"), "M-IQ4_XS.gguf"),
-    (hub.ModelRef("o/r", None, None, "F16"), "big/M-F16-00001-of-00002.gguf"),
-    (hub.ModelRef("o/r", None, None, None), "M-Q4_K_M.gguf"),  # bare repo: Q4_K_M
-    (hub.ModelRef("o/r", None, "M-Q8_0.gguf", None), "M-Q8_0.gguf"),
+    (resolve.ModelRef("o/r", None, None, "q8_0"), "M-Q8_0.gguf"),
+    (resolve.ModelRef("o/r", None, None, "Q4_K"), "M-Q4_K_M.gguf"),  # no exact-end match: the first containing it
+    (resolve.ModelRef("o/r", None, None, "iq4_xs"), "M-IQ4_XS.gguf"),
+    (resolve.ModelRef("o/r", None, None, "F16"), "big/M-F16-00001-of-00002.gguf"),
+    (resolve.ModelRef("o/r", None, None, None), "M-Q4_K_M.gguf"),  # bare repo: Q4_K_M
+    (resolve.ModelRef("o/r", None, "M-Q8_0.gguf", None), "M-Q8_0.gguf"),
 ])
 def test_choose_file(ref, expected):
-    assert hub.choose_file(ref, FILES) == expected
+    assert resolve.choose_file(ref, FILES) == expected
 
 
 def test_choose_file_errors_list_the_choices():
     with pytest.raises(BadRequest, match="no Q2_K file; choices: M-Q8_0.gguf, M-F16.gguf"):
-        hub.choose_file(hub.ModelRef("o/r", None, None, "Q2_K"), ["M-Q8_0.gguf", "M-F16.gguf"])
+        resolve.choose_file(resolve.ModelRef("o/r", None, None, "Q2_K"), ["M-Q8_0.gguf", "M-F16.gguf"])
     with pytest.raises(BadRequest, match="has 2 GGUF files; name one"):
-        hub.choose_file(hub.ModelRef("o/r", None, None, None), ["M-Q8_0.gguf", "M-F16.gguf"])
-    assert hub.choose_file(hub.ModelRef("o/r", None, None, None), ["only.gguf"]) == "only.gguf"
+        resolve.choose_file(resolve.ModelRef("o/r", None, None, None), ["M-Q8_0.gguf", "M-F16.gguf"])
+    assert resolve.choose_file(resolve.ModelRef("o/r", None, None, None), ["only.gguf"]) == "only.gguf"
     with pytest.raises(ModelNotFound):
-        hub.choose_file(hub.ModelRef("o/r", None, "missing.gguf", None), ["only.gguf"])
+        resolve.choose_file(resolve.ModelRef("o/r", None, "missing.gguf", None), ["only.gguf"])
 
 
 def test_quant_id_lists_every_file_and_shards_download_together(tiny_path, tmp_path):
@@ -129,3 +129,47 @@ def test_an_unreachable_hub_fails_in_seconds_and_cached_files_still_serve(tiny_p
         assert time.perf_counter() - t < 30
         c = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
         assert c.completions.create(model="org/kept-GGUF:kept-Q8_0.gguf", prompt="hi", max_tokens=2).choices
+
+
+def test_hub_failures_keep_their_meaning(tiny_path, tmp_path):
+    """A model the Hub refuses (gated) is a 403 naming the token setting, one it does not
+    have a 404, a file that cannot be fetched while the Hub is gone a 503 naming
+    --offline; the other models serve on (a local file beside them)."""
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1", "HF_HUB_OFFLINE": "0"}
+    with HubServer() as h:
+        h.add_repo("org/locked-GGUF", {"locked-Q8_0.gguf": tiny_path})
+        h.gated.add("org/locked-GGUF")
+        with server(tiny_path, "org/locked-GGUF:locked-Q8_0.gguf", "org/missing-GGUF:m-Q8_0.gguf",
+                    env={**env, "HF_ENDPOINT": h.url}) as base:
+            health = httpx.get(f"{base}/health").json()
+            assert set(health["failed"]) == {"org/locked-GGUF:locked-Q8_0.gguf", "org/missing-GGUF:m-Q8_0.gguf"}
+            body = {"prompt": "hi", "max_tokens": 1}
+            r = httpx.post(f"{base}/v1/completions", json={**body, "model": "org/locked-GGUF:locked-Q8_0.gguf"})
+            err = r.json()["error"]
+            assert r.status_code == 403 and "gated" in err["message"] and "HF_TOKEN" in err["message"], r.text
+            assert err["type"] == "permission_error" and err["param"] == "model"
+            r = httpx.post(f"{base}/v1/completions", json={**body, "model": "org/missing-GGUF:m-Q8_0.gguf"})
+            assert r.status_code == 404 and "no such repository" in r.json()["error"]["message"], r.text
+            r = httpx.post(f"{base}/v1/completions", json={**body, "model": "tiny-qwen3.gguf"})
+            assert r.status_code == 200, r.text
+
+
+def test_offline_says_offline(tmp_path):
+    """With --offline nothing says the Hub does not answer: a model not in the cache is a
+    404 that names --offline as the reason."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from server_harness import free_port
+
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1"}
+    exe = shutil.which("gguf-serve")
+    cmd = ([exe] if exe else [sys.executable, "-m", "gguf_serve.server.cli"])
+    r = subprocess.run(cmd + ["org/gone:model-Q4_K_M.gguf", "--offline", "--port", str(free_port())],
+                       capture_output=True, text=True, timeout=120, env=env)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "--offline" in out and "does not answer" not in out and "local_files_only" not in out, out
+

@@ -102,3 +102,42 @@ def test_random_requests_never_reach_a_5xx(srv, tiny_path):
     assert httpx.get(f"{srv}/health", timeout=10).status_code == 200
     r = httpx.post(f"{srv}/v1/completions", json={"model": "tiny-qwen3.gguf", "prompt": "hi", "max_tokens": 2})
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1  # still generating
+
+
+STREAMS = {  # a streamed request per generating path
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0},
+    "/v1/completions": {"prompt": "hi", "max_tokens": 3, "temperature": 0},
+    "/v1/responses": {"input": "hi", "max_output_tokens": 3, "temperature": 0},
+}
+
+
+def _events(text: str) -> list[dict]:
+    """A text/event-stream body parsed into events as SSE clients (and schemathesis) do."""
+    out = []
+    for block in text.strip().split("\n\n"):
+        event = {"event": "message"}
+        for line in block.splitlines():
+            field, _, value = line.partition(": ")
+            event[field] = event[field] + "\n" + value if field == "data" and "data" in event else value
+        out.append(event)
+    return out
+
+
+@pytest.mark.parametrize("path", sorted(STREAMS))
+def test_each_streamed_event_has_a_schema_and_fits_it(srv, path):
+    """The document gives each stream's per-event schema (not a bare string): every event
+    of a real stream fits it, and each event's JSON data fits the schema it names."""
+    import jsonschema
+
+    doc = httpx.get(f"{srv}/openapi.json").json()
+    event_schema = doc["paths"][path]["post"]["responses"]["200"]["content"]["text/event-stream"]["schema"]
+    assert event_schema["type"] == "object" and event_schema["required"] == ["data"]
+    data_schema = {**event_schema["properties"]["data"]["contentSchema"], "components": doc["components"]}
+    r = httpx.post(f"{srv}{path}", json={"model": "tiny-qwen3.gguf", "stream": True, **STREAMS[path]}, timeout=60)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    events = _events(r.text)
+    assert len(events) >= 2  # at least one object, then [DONE] or the closing Responses event
+    for e in events:
+        jsonschema.validate(e, event_schema)
+        if e["data"] != "[DONE]":
+            jsonschema.validate(json.loads(e["data"]), data_schema)

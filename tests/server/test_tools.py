@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import httpx
+
 import jsonschema
 import openai
 import pytest
@@ -331,6 +333,19 @@ def test_tool_choice_none_renders_no_tools(base):
     none = c.chat.completions.create(model="tiny-tools.gguf", messages=[{"role": "user", "content": "x"}],
                                      tools=TOOLS, tool_choice="none", max_tokens=1)
     assert none.usage.prompt_tokens < with_tools.usage.prompt_tokens
+
+
+def test_a_tool_grammar_that_cannot_be_built_is_a_400_naming_tool_choice(base):
+    """A forced call's grammar is built from the tool's schema: where that fails, the
+    request field at fault is tool_choice's tools, not response_format."""
+    bad = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string", "pattern": "(?<=x)y"}}, "required": ["a"]}}}
+    r = httpx.post(f"{base}/v1/chat/completions", json={"model": "tiny-tools.gguf", "tools": [bad], "max_tokens": 2,
+                                                         "tool_choice": "required",
+                                                         "messages": [{"role": "user", "content": "x"}]})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "tool_choice", r.text
+    assert err["message"].startswith("tool_choice: ") and "look-around" in err["message"]
 
 
 def test_mistral_call_ids_go_back_through_its_template(base):

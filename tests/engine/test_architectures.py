@@ -17,6 +17,7 @@ from gguf_serve.engine.batch import Batch
 from gguf_serve.engine.modules import GgufEmbedding, GgufLinear
 from gguf_serve.gguf_io import GGUFWriter
 
+from helpers import no_llama_cpp
 from tiny_models import random_model, spec, write_gguf
 
 ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "gemma3", "phi3", "smollm3", "olmo2", "olmo3"]
@@ -179,6 +180,43 @@ def test_logits_equal_transformers_gguf_loader(tiny, arch):
     lm = load_model(path, device="cpu")
     ids = torch.randint(0, 250, (12,), generator=torch.Generator().manual_seed(2))
     torch.testing.assert_close(prompt_logits(lm, ids.tolist()), dense_logits(ref, ids), rtol=TOL, atol=TOL)
+
+
+LLAMA_CPP_LOGITS = """
+import sys, json, llama_cpp, numpy as np
+m = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, n_threads=1, logits_all=True, verbose=False)
+ids = json.loads(sys.argv[2])
+m.eval(ids)
+print(json.dumps(np.asarray(m.scores[:len(ids)]).tolist()))
+"""
+
+
+# phi3: these tiny files carry a byte-level BPE vocabulary, where the converter writes
+# Phi-3's SentencePiece one, and llama.cpp refuses that pairing when loading the vocabulary
+@pytest.mark.parametrize("arch", [a for a in ARCHS if a != "phi3"])
+def test_llama_cpp_reads_each_file_and_computes_the_same_logits(tiny, arch):
+    """The second oracle: llama.cpp itself loads every architecture's tiny file (F32) and
+    its logits for a prompt equal ours (within its float16 KV cache's rounding), so the
+    files hold the names, keys and layouts llama.cpp's converter writes."""
+    import json
+    import subprocess
+    import sys
+
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        no_llama_cpp()
+    path, _ = tiny(arch, "F32")
+    lm = load_model(path, device="cpu")
+    ids = torch.randint(0, 250, (12,), generator=torch.Generator().manual_seed(8)).tolist()
+    ours = prompt_logits(lm, ids)
+    p = subprocess.run([sys.executable, "-c", LLAMA_CPP_LOGITS, path, json.dumps(ids)], capture_output=True,
+                       text=True, timeout=120)  # a child: a crash inside llama.cpp fails this test only
+    assert p.returncode == 0, p.stderr[-2000:]
+    ref = torch.tensor(json.loads(p.stdout))
+    assert ours.shape == ref.shape
+    assert float((ours - ref).abs().max() / ref.abs().max()) < 3e-3
+    assert torch.equal(ours.argmax(-1), ref.argmax(-1))
 
 
 def test_tied_head_shares_the_embedding_bytes(tiny):

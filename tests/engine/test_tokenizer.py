@@ -8,6 +8,7 @@ import pytest
 from gguf_serve.engine.tokenizer import TokenizerError, encode, load_tokenizer
 from gguf_serve.gguf_io import GGUFReader, GGUFWriter
 
+from helpers import no_llama_cpp
 from tiny_models import random_model, spec, write_gguf
 
 TEXTS = ["Hello world", "  leading spaces and trailing  ", "The quick brown fox jumps over the lazy dog.",
@@ -40,7 +41,10 @@ def test_gemma_encoding_equals_recorded_llama_cpp(gemma_tok, text):
 
 
 def test_gemma_encoding_equals_live_llama_cpp(gemma_path, gemma_tok):
-    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (cross-check outside CI)")
+    try:
+        import llama_cpp
+    except ImportError:
+        no_llama_cpp()
     ref = llama_cpp.Llama(model_path=gemma_path, vocab_only=True, verbose=False)
     for text in TEXTS:
         assert encode(gemma_tok, text) == ref.tokenize(text.encode(), add_bos=True, special=True), repr(text)

@@ -11,7 +11,7 @@ import pytest
 from gguf_serve.gguf_io import GGMLType, GGUFReader, TYPE_INFO, dequantize
 from gguf_serve.gguf_io.constants import NON_WEIGHT_TYPES
 
-from helpers import ggml_lib, random_packed
+from helpers import ggml_lib, no_llama_cpp, random_packed
 
 QUANTIZED = [t for t in GGMLType if TYPE_INFO[t].quantized]
 GGUF_PY_TYPES = {int(t) for t in gguf.GGMLQuantizationType}
@@ -112,7 +112,7 @@ def test_random_blocks_match_llama_cpp_ggml(gtype):
     """Cross-check against llama.cpp's C dequantizers (run where llama-cpp-python is installed)."""
     lib = ggml_lib()
     if lib is None:
-        pytest.skip("llama-cpp-python is not installed (cross-check outside CI)")
+        no_llama_cpp()
     lib.ggml_get_type_traits.restype = ctypes.POINTER(_TypeTraits)
     traits = lib.ggml_get_type_traits(int(gtype)).contents
     assert traits.to_float, f"ggml has no dequantizer for {gtype.name}"

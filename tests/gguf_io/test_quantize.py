@@ -10,7 +10,7 @@ import pytest
 
 from gguf_serve.gguf_io import GGMLType, dequantize, quantize
 
-from helpers import ggml_lib
+from helpers import ggml_lib, no_llama_cpp
 
 LEGACY = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.BF16, GGMLType.F16]
 KQUANTS = [GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]
@@ -87,7 +87,7 @@ def test_error_no_worse_than_llama_cpp(gtype, kind):
     """Against llama.cpp's ggml_quantize_chunk (where llama-cpp-python is installed)."""
     lib = ggml_lib()
     if lib is None:
-        pytest.skip("llama-cpp-python is not installed (cross-check outside CI)")
+        no_llama_cpp()
     lib.ggml_quantize_chunk.restype = ctypes.c_size_t
     lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                         ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]

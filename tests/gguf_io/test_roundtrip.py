@@ -9,7 +9,7 @@ import pytest
 
 from gguf_serve.gguf_io import GGMLType, GGUFError, GGUFReader, GGUFValueType as V, GGUFWriter, TYPE_INFO, dequantize
 
-from helpers import llama_cpp_gguf_counts, random_packed, write_small_model
+from helpers import llama_cpp_gguf_counts, no_llama_cpp, random_packed, write_small_model
 
 A = V.ARRAY
 EVERY_VALUE = {
@@ -146,7 +146,7 @@ def test_llama_cpp_reads_every_type_we_write(tmp_path):
     try:
         llama_cpp_gguf_counts(os.devnull)
     except LookupError:
-        pytest.skip("llama-cpp-python is not installed (cross-check outside CI)")
+        no_llama_cpp()
     path = tmp_path / "all.gguf"
     rng = np.random.default_rng(0)
     with GGUFWriter(path) as w:

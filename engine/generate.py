@@ -1,108 +1,17 @@
-"""Generation: token ids in, a stream of (token, text) steps out.
+"""Generation: a prompt (ids, text or chat messages) in, a stream of Steps out.
 
 Templating happens before it (engine.chat) and detokenization at its edge
-(`Detokenizer`); stop strings are held back until they cannot match (`StopStrings`).
-The loop itself is the scheduler's (engine.scheduler): `generate()` runs one request
-through it, which checks its cancel flag before every forward pass."""
+(engine.text). The loop itself is the scheduler's (engine.scheduler): `generate()`
+runs one request through it, which checks its cancel flag before every forward pass."""
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Iterator
 
-from ..gguf_io import Keys
 from .sampling import SamplingParams
-
-END_OF_GENERATION_TEXTS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>",
-                           "<|endoftext|>", "</s>", "<|end_of_text|>")
-
-
-@dataclass
-class Step:
-    """One streamed step. `text` is new, complete text (never half a UTF-8 character);
-    the last step carries `finish_reason` ("stop", "length" or "cancelled"). `index` is
-    the choice (of a request with several); `cached_tokens` the prompt tokens taken from
-    the prefix cache; `logprob` / `top_logprobs` come when the
-    sampling parameters ask for them."""
-
-    token_id: int | None
-    text: str
-    finish_reason: str | None
-    prompt_tokens: int
-    completion_tokens: int
-    index: int = 0
-    cached_tokens: int = 0  # prompt tokens the prefix cache supplied (not prefilled)
-    logprob: float | None = None
-    top_logprobs: list[tuple[int, float]] | None = None
-
-
-class Detokenizer:
-    """Incremental decoding: emits text only once it no longer ends in a partial
-    character, decoding a small window so that leading-space rules stay right."""
-
-    def __init__(self, tokenizer, prompt_ids: list[int], window: int = 6):
-        self.tok = tokenizer
-        self.ids = list(prompt_ids[-window:])
-        self.prefix = 0
-        self.read = len(self.ids)
-
-    def _decode(self, ids) -> str:
-        return self.tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-    def push(self, token_id: int) -> str:
-        self.ids.append(token_id)
-        before = self._decode(self.ids[self.prefix:self.read])
-        after = self._decode(self.ids[self.prefix:])
-        if len(after) > len(before) and not after.endswith("\ufffd"):
-            self.prefix, self.read = self.read, len(self.ids)
-            return after[len(before):]
-        return ""
-
-
-def end_of_generation_ids(lm) -> set[int]:
-    """EOS and every end-of-turn token the vocabulary has (llama.cpp's EOG set, in spirit)."""
-    md = lm.gguf.metadata
-    ids = {md.get(k) for k in (Keys.TOKENIZER_EOS_ID, Keys.TOKENIZER_EOT_ID, Keys.TOKENIZER_EOM_ID)}
-    ids |= {lm.tokenizer.backend_tokenizer.token_to_id(t) for t in END_OF_GENERATION_TEXTS}
-    return {i for i in ids if isinstance(i, int)}
-
-
-def held_back(text: str, needles: list[str]) -> int:
-    """Length of the longest end of `text` that may be the start of one of `needles`
-    (streamed text must wait for the next piece before it can be emitted)."""
-    hold = 0
-    for needle in needles:
-        for n in range(min(len(needle) - 1, len(text)), hold, -1):
-            if text.endswith(needle[:n]):
-                hold = n
-                break
-    return hold
-
-
-class StopStrings:
-    """Holds back text that may be the start of a stop string; cuts at a full match."""
-
-    def __init__(self, stops: list[str]):
-        self.stops = [s for s in stops if s]
-        self.pending = ""
-
-    def feed(self, text: str) -> tuple[str, bool]:
-        self.pending += text
-        if not self.stops:
-            out, self.pending = self.pending, ""
-            return out, False
-        cut = min((i for i in (self.pending.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
-            out, self.pending = self.pending[:cut], ""
-            return out, True
-        out = self.pending[: len(self.pending) - held_back(self.pending, self.stops)]
-        self.pending = self.pending[len(out):]
-        return out, False
-
-    def flush(self) -> str:
-        out, self.pending = self.pending, ""
-        return out
+from .scheduler import run_one
+from .text import Step
 
 
 def prompt_ids_for(lm, prompt, **template_kwargs) -> list[int]:
@@ -124,7 +33,5 @@ def generate(lm, prompt, params: SamplingParams | None = None,
     """Stream a completion of `prompt`: token ids, a text, or chat messages. This is the
     scheduler (engine.scheduler) with one request: one sequence slot of the model's KV
     cache is held for the generation."""
-    from .scheduler import run_one
-
     prompt_ids = prompt_ids_for(lm, prompt, **template_kwargs)
     return run_one(lm, prompt_ids, params or SamplingParams(), cancel)

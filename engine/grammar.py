@@ -21,7 +21,7 @@ import threading
 
 import torch
 
-from .generate import end_of_generation_ids
+from .text import end_of_generation_ids
 
 # between JSON tokens: a few spaces or newlines (pretty-printed replies), never unbounded
 # (a model that likes whitespace could otherwise fill max_tokens with it): one space, or a

@@ -35,7 +35,7 @@ import torch
 
 from .batch import Batch
 from .cache import CacheError
-from .generate import Detokenizer, Step, StopStrings, end_of_generation_ids
+from .text import Detokenizer, Step, StopStrings, end_of_generation_ids
 from .sampling import SamplingParams, apply_logit_bias, apply_penalties, sample, token_logprobs
 
 PREFILL_CHUNK = 128  # prompt tokens per step while other sequences decode

@@ -24,7 +24,8 @@ from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionReques
                        ModelList, ResponsesRequest, TokenizeRequest)
 from .registry import Registry
 from .responses import Responses
-from .service import Service, detokenize, sse_error, tokenize
+from .service import Service
+from .wire import detokenize, sse_error, tokenize
 from .settings import ServerSettings
 
 log = logging.getLogger("gguf_serve.server")

@@ -1,15 +1,13 @@
-"""Which models this server offers, loading them on demand, and one generation worker
-per loaded model. Generation runs on the worker's thread (the model's scheduler),
-never on the event loop; requests wait in a bounded queue and join the running batch
-in arrival order."""
+"""Which models this server offers (local files, directories, Hub IDs and the Hub cache,
+the embedded default), their names and aliases, loading them on demand and unloading
+the least recently used beyond --max-loaded; each loaded model gets its generation
+worker (server.worker)."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 import os
-import queue
 import threading
 import time
 from collections import OrderedDict
@@ -17,141 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine import load_model
-from ..engine.sampling import SamplingParams
-from ..engine.scheduler import Request, Scheduler
 from ..gguf_io import GGUFError, GGUFReader
 from ..gguf_io.summary import describe
 from . import resolve
 from .default_model import default_model_path
-from .errors import APIError, ModelLoadFailed, ModelNotFound, Overloaded
+from .errors import APIError, ModelLoadFailed, ModelNotFound
+from .worker import Worker
 
 log = logging.getLogger("gguf_serve.server")
 
 DEFAULT_MODEL_ID = "embedded:gemma-3-270m-q4_k_m.gguf"
-
-
-@dataclass(eq=False)
-class Job:
-    """A request on its way to the model's scheduler: its Steps (then None, or an
-    Exception) come back into `out` on the event loop."""
-
-    prompt_ids: list[int]
-    params: list[SamplingParams]  # one per choice
-    loop: asyncio.AbstractEventLoop
-    out: asyncio.Queue
-    cancel: threading.Event = field(default_factory=threading.Event)
-    done_callbacks: list = field(default_factory=list)  # called on the worker's thread once it has ended
-
-    def emit(self, item) -> None:
-        self.loop.call_soon_threadsafe(self.out.put_nowait, item)
-        if item is None or isinstance(item, Exception):
-            for f in self.done_callbacks:
-                f()
-
-    def request(self) -> Request:
-        return Request(self.prompt_ids, self.params, self.emit, self.cancel)
-
-
-class Worker:
-    """One thread per loaded model, running its scheduler (engine.scheduler): requests
-    wait in a bounded queue (429 beyond it) and join the running batch, first come first
-    served, as sequence slots free up; each step is one forward over all of them."""
-
-    def __init__(self, name: str, lm, max_queue: int, metrics=None):
-        self.name = name
-        self.metrics = metrics
-        self.lm = lm
-        self.scheduler = Scheduler(lm)
-        self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
-        self._hits = 0
-        self.live: set[Job] = set()  # submitted and not finished
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=f"gen-{name}", daemon=True)
-        self.thread.start()
-
-    def cancel_all(self) -> None:
-        """Cancel every request queued or running (shutdown): each leaves at the next step,
-        its stream closed with a finish reason. Callable from any thread."""
-        for job in list(self.live):
-            job.cancel.set()
-
-    def submit(self, job: Job) -> None:
-        self.live.add(job)
-        job.done_callbacks.append(lambda: self.live.discard(job))
-        try:
-            self.jobs.put_nowait(job)
-        except queue.Full:
-            self.live.discard(job)
-            raise Overloaded("the model's request queue is full; retry shortly",
-                             headers={"Retry-After": "1"}) from None
-        if self.metrics:
-            self.metrics.queue_depth.labels(self.name).set(self.jobs.qsize() + len(self.scheduler.waiting))
-
-    def _take(self) -> bool:
-        """Move queued jobs into the scheduler while it has slots for them (waiting for
-        one when it has nothing to do); False once told to stop."""
-        s = self.scheduler
-        block = not s.busy
-        while s.has_room():
-            if self.stopping.is_set():
-                return False
-            try:
-                job = self.jobs.get(block=block)
-            except queue.Empty:
-                return True
-            block = False
-            if job is None:
-                return False
-            try:
-                s.add(job.request())
-            except Exception as e:  # refused by the scheduler (the service checks first): this job only
-                job.emit(e)
-        return True
-
-    def _run(self) -> None:
-        s = self.scheduler
-        going = True
-        while going or s.busy:
-            if going:
-                going = self._take()
-            try:
-                n = s.step()
-            except Exception:  # the requests in that step got the error; the others go on
-                log.exception("generation step failed")
-                n = 0
-            self._observe(n)
-        s.close()
-        while True:  # queued behind the stop: the model is gone, the client may retry
-            try:
-                job = self.jobs.get_nowait()
-            except queue.Empty:
-                return
-            if job is not None:
-                job.emit(Overloaded("the model was unloaded; retry shortly", headers={"Retry-After": "1"}))
-
-    def _observe(self, n_tokens: int) -> None:
-        m, s = self.metrics, self.scheduler
-        if not m:
-            return
-        m.queue_depth.labels(self.name).set(self.jobs.qsize() + len(s.waiting))
-        m.running.labels(self.name).set(len(s.running))
-        m.sequences_running.labels(self.name).set(s.n_running)
-        if n_tokens:
-            m.batch_tokens.labels(self.name).observe(n_tokens)
-        if s.prefix_hit_tokens != self._hits:
-            m.prefix_hit_tokens.labels(self.name).inc(s.prefix_hit_tokens - self._hits)
-            self._hits = s.prefix_hit_tokens
-        for state, count in s.slots().items():
-            m.kv_slots.labels(self.name, state).set(count)
-
-    def stop(self) -> None:
-        """Finish what runs and waits in the scheduler, then end the thread; what is still
-        queued is refused (retry). Never blocks: the caller may be the event loop."""
-        self.stopping.set()
-        try:
-            self.jobs.put_nowait(None)  # wakes a worker waiting for work (its queue is then empty)
-        except queue.Full:
-            pass  # a full queue means the worker is busy: it sees `stopping` at its next step
 
 
 @dataclass

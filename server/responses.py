@@ -20,7 +20,8 @@ from typing import AsyncIterator
 
 from .errors import APIError, BadRequest
 from .protocol import ChatCompletionRequest, ResponsesRequest
-from .service import Service, Tally, chat_logprobs
+from .service import Service
+from .wire import Tally, chat_logprobs
 
 log = logging.getLogger("gguf_serve.server")
 

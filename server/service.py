@@ -1,5 +1,7 @@
-"""From an OpenAI request to the engine and back: templating, sampling settings, the
-worker queue, reasoning split, and the response in its streamed or folded form. The
+"""From an OpenAI request to the engine and back: the chat or completion prompt (its
+templating, the context check; the settings themselves come from server.prepare), the
+worker queue, the reasoning and tool-call split of what the model writes, and the
+response in its streamed or folded form (wire details in server.wire). The
 non-streaming reply is built by folding the stream, so there is one generation path."""
 
 from __future__ import annotations
@@ -9,146 +11,25 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass, field, replace
 from typing import AsyncIterator
 
-from ..engine.chat import render, rendered_ids
-from ..engine.grammar import GrammarError, GrammarMask, ThinkingBudget, json_grammar, schema_of
-from ..engine.sampling import SamplingParams
+from ..engine.chat import rendered_ids
+from ..engine.grammar import ThinkingBudget
 from ..engine.tokenizer import encode
 from .errors import BadRequest, ContextLengthExceeded
-from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChoiceLogprobs, ChunkChoice,
-                       Completion, CompletionChoice, CompletionLogprobs, CompletionRequest, Delta, ResponseMessage,
-                       TokenLogprob, TopLogprob, Usage, new_id, now, unsupported_fields)
+from .prepare import (Prepared, constrain, per_choice, refuse_parts, refuse_unsupported, render_chat, template_tool_calls,
+                      tools_for)
+from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Completion,
+                       CompletionChoice, CompletionRequest, Delta, ResponseMessage, new_id, now)
 from .reasoning import THINK_CLOSE, THINK_OPEN, ReasoningSplitter, enable_thinking, starts_in_reasoning, template_has_switch
-from .registry import Job, Registry
-from .tools import (HERMES, Family, ToolCallSplitter, call_format, for_template, render_fallback, required_grammar,
-                    template_renders_tools)
+from .registry import Registry
+from .tool_parse import ToolCallSplitter
+from .wire import SYSTEM_FINGERPRINT, Piece, Tally, chat_logprobs, completion_logprobs, reply_content
+from .worker import Job
 
 log = logging.getLogger("gguf_serve.server")
 
-SYSTEM_FINGERPRINT = "gguf-serve"  # OpenAI's backend-configuration tag, in every chunk and reply
 MEASURE_PIECE = 1 << 16  # characters tokenized at a time while a long prompt is measured
-
-
-@dataclass
-class Piece:
-    """One streamed piece of one choice."""
-
-    index: int
-    content: str = ""
-    reasoning: str = ""
-    finish_reason: str | None = None
-    logprobs: list = field(default_factory=list)  # (token id, logprob, [(id, logprob)...]) of its tokens
-    tool_calls: list = field(default_factory=list)  # ToolCall, whole
-    tool_deltas: list = field(default_factory=list)  # the calls as OpenAI stream deltas, as they form
-
-
-@dataclass
-class Tally:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    reasoning_tokens: int = 0
-    cached_tokens: int = 0
-
-    def usage(self) -> Usage:
-        return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-                     total_tokens=self.prompt_tokens + self.completion_tokens,
-                     prompt_tokens_details={"cached_tokens": self.cached_tokens},
-                     completion_tokens_details={"reasoning_tokens": self.reasoning_tokens})
-
-
-@dataclass
-class Prepared:
-    entry: object
-    prompt_ids: list[int]
-    params: list[SamplingParams]
-    splitter_args: dict = field(default_factory=dict)
-    job: Job | None = None  # queued before a stream starts
-    tools: list = field(default_factory=list)  # the tools the reply may call (their calls parsed out)
-    family: Family = HERMES  # how the model writes them
-
-
-def _stops(stop) -> list[str]:
-    if stop is None:
-        return []
-    return [stop] if isinstance(stop, str) else list(stop)
-
-
-def _sampling(req, max_tokens: int | None, vocab_size: int) -> SamplingParams:
-    bias = {}
-    for k, v in (req.logit_bias or {}).items():
-        try:
-            token = int(k)
-        except ValueError:
-            raise BadRequest(f"logit_bias keys must be token ids, got {k!r}", param="logit_bias") from None
-        if not 0 <= token < vocab_size:
-            raise BadRequest(f"logit_bias: token id {token} is outside the vocabulary (0..{vocab_size - 1})",
-                             param="logit_bias")
-        bias[token] = float(v)
-    return SamplingParams(
-        temperature=req.temperature if req.temperature is not None else 1.0,
-        top_p=req.top_p if req.top_p is not None else 1.0,
-        top_k=req.top_k or 0,
-        min_p=req.min_p or 0.0,
-        repetition_penalty=req.repetition_penalty or 1.0,
-        presence_penalty=req.presence_penalty or 0.0,
-        frequency_penalty=req.frequency_penalty or 0.0,
-        seed=req.seed,
-        stop=_stops(req.stop),
-        max_tokens=max_tokens,
-        logit_bias=bias,
-        ignore_eos=bool(req.ignore_eos),
-    )
-
-
-def _template_tool_calls(calls: list[dict], i: int) -> list[dict]:
-    """An assistant message's tool_calls as chat templates read them: arguments as a mapping."""
-    out = []
-    for j, c in enumerate(calls):
-        f = c.get("function") if isinstance(c, dict) else None
-        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
-            raise BadRequest("a tool call needs function.name", param=f"messages.{i}.tool_calls.{j}")
-        args = f.get("arguments") or "{}"
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except ValueError:
-                raise BadRequest("tool call arguments must be a JSON object",
-                                 param=f"messages.{i}.tool_calls.{j}.function.arguments") from None
-        out.append({"id": c.get("id"), "type": "function", "function": {"name": f["name"], "arguments": args}})
-    return out
-
-
-def _refuse_parts(m, i: int) -> None:
-    """Content this server cannot use is refused, never dropped: non-text parts (images,
-    audio, files)."""
-    if isinstance(m.content, list):
-        for j, part in enumerate(m.content):
-            if part.type != "text":
-                raise BadRequest(f"content parts of type {part.type!r} are not supported (text only)",
-                                 param=f"messages.{i}.content.{j}", code="unsupported_parameter")
-
-
-def _refuse_unsupported(req) -> None:
-    bad = unsupported_fields(req)
-    if bad:
-        raise BadRequest(f"'{bad[0]}' is not supported by this server yet", param=bad[0], code="unsupported_parameter")
-
-
-def _per_choice(req, max_tokens: int | None, lm, logprobs: int | None) -> list[SamplingParams]:
-    """One SamplingParams per requested choice (n), built and checked once; a seed
-    advances by one per choice (within the 64 bits a generator takes)."""
-    n = req.n or 1
-    if n > lm.cache.n_seq:
-        raise BadRequest(f"n={n} choices need as many sequence slots; this server runs {lm.cache.n_seq} "
-                         f"(--parallel)", param="n")
-    base = _sampling(req, max_tokens, lm.model.vocab_size)
-    base.logprobs = logprobs
-    if base.seed is None:
-        return [replace(base) for _ in range(n)]
-    return [replace(base, seed=base.seed + i if base.seed + i < 2 ** 64 else base.seed + i - 2 ** 64)
-            for i in range(n)]
 
 
 class Service:
@@ -209,15 +90,15 @@ class Service:
     # ------------------------------------------------------------- chat
 
     async def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
-        _refuse_unsupported(req)
+        refuse_unsupported(req)
         entry = await self._entry(req.model)
         lm = entry.lm
         messages = []
         for i, m in enumerate(req.messages):
-            _refuse_parts(m, i)
+            refuse_parts(m, i)
             msg = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
             if m.tool_calls:
-                msg["tool_calls"] = _template_tool_calls(m.tool_calls, i)
+                msg["tool_calls"] = template_tool_calls(m.tool_calls, i)
             if m.tool_call_id:
                 msg["tool_call_id"] = m.tool_call_id
             if m.reasoning_content:
@@ -232,8 +113,8 @@ class Service:
             elif entry.id not in self._warned_no_switch:
                 self._warned_no_switch.add(entry.id)
                 log.info("%s: its chat template has no thinking switch; the reasoning setting is ignored", entry.id)
-        tools, grammar_for_tools, family = self._tools(req, lm, messages, kwargs)
-        prompt = await asyncio.to_thread(_render, lm, messages, kwargs)
+        tools, grammar_for_tools, family = tools_for(req, lm, messages, kwargs)
+        prompt = await asyncio.to_thread(render_chat, lm, messages, kwargs)
         await self._measure(entry, prompt, "messages")
         ids = await asyncio.to_thread(rendered_ids, lm.tokenizer, prompt)
         max_tokens = req.max_completion_tokens or req.max_tokens
@@ -244,14 +125,14 @@ class Service:
         vocab_thinks = think_open is not None or (lm.chat_template and THINK_OPEN in lm.chat_template)
         split = {"in_reasoning": starts_in_reasoning(prompt) and thinking is not False,
                  "enabled": bool(vocab_thinks) and thinking is not False}
-        params = _per_choice(req, max_tokens, lm, (req.top_logprobs or 0) if req.logprobs else None)
+        params = per_choice(req, max_tokens, lm, (req.top_logprobs or 0) if req.logprobs else None)
         # a grammar mask waits for the reasoning block to close, or lets one open first
         think = {"after": think_close, "optional": think_open, "waiting": split["in_reasoning"]} \
             if split["enabled"] else {}
         if grammar_for_tools is not None:
-            await asyncio.to_thread(self._constrain, lm, grammar_for_tools, params, think, "tool_choice")
+            await asyncio.to_thread(constrain, lm, grammar_for_tools, params, think, "tool_choice")
         elif req.response_format and req.response_format.get("type") in ("json_object", "json_schema"):
-            await asyncio.to_thread(self._constrain, lm, req.response_format, params, think, "response_format")
+            await asyncio.to_thread(constrain, lm, req.response_format, params, think, "response_format")
         budget = req.thinking_budget_tokens
         budget = self.settings.reasoning_budget if budget is None else budget
         if budget is not None and split["enabled"] and think_close is not None:  # else: no block to close
@@ -259,58 +140,6 @@ class Service:
                 p.logits_processor = ThinkingBudget(budget, think_close, think_open, split["in_reasoning"],
                                                     inner=p.logits_processor)
         return Prepared(entry, ids, params, split, tools=tools, family=family)
-
-    @staticmethod
-    def _tools(req, lm, messages: list[dict], kwargs: dict) -> tuple[list[dict], str | None, Family]:
-        """The tools the reply may call (empty: none), for `tool_choice` required or a named
-        function the grammar its reply must follow, and the family its calls are written
-        in. Renders them: through the template when it knows tools, else as a system
-        message (the generic fallback)."""
-        choice = req.tool_choice
-        if not req.tools or choice == "none":
-            return [], None, HERMES
-        for j, t in enumerate(req.tools):
-            f = t.get("function") if t.get("type") == "function" else None
-            if not isinstance(f, dict) or not isinstance(f.get("name"), str):
-                raise BadRequest("each tool must be {'type': 'function', 'function': {'name': ..., ...}}",
-                                 param=f"tools.{j}")
-        fmt = call_format(lm.chat_template, lm.tokenizer.backend_tokenizer.token_to_id)
-        if template_renders_tools(lm.chat_template):
-            kwargs["tools"] = req.tools
-            for_template(messages, fmt.family)
-        else:
-            render_fallback(messages, req.tools)
-        name = None
-        if isinstance(choice, dict):
-            name = (choice.get("function") or {}).get("name")
-            if not isinstance(name, str):
-                raise BadRequest("tool_choice must be 'none', 'auto', 'required' or "
-                                 "{'type': 'function', 'function': {'name': ...}}", param="tool_choice")
-        elif choice not in (None, "auto", "required"):
-            raise BadRequest(f"tool_choice {choice!r} is not 'none', 'auto' or 'required'", param="tool_choice")
-        grammar = None
-        if choice == "required" or name is not None:
-            try:
-                # a named function is one call (as OpenAI and vLLM make it); `required`, one or more
-                parallel = name is None and req.parallel_tool_calls is not False
-                grammar = required_grammar(req.tools, name, parallel, fmt)
-            except ValueError as e:
-                raise BadRequest(str(e), param="tool_choice") from None
-        return req.tools, grammar, fmt.family
-
-    @staticmethod
-    def _constrain(lm, constraint: dict | str, params: list[SamplingParams], think: dict, field: str) -> None:
-        """A grammar mask per choice (llguidance): a response_format's JSON, or a grammar
-        (a forced tool call's); for a thinking model (`think`: GrammarMask's reasoning
-        arguments) it starts once the reasoning block closes. `field`: the request field
-        a failure is reported against. Off the event loop: the first one builds the
-        grammar vocabulary (~3 s for a 262k-token one)."""
-        try:
-            grammar = constraint if isinstance(constraint, str) else json_grammar(schema_of(constraint))
-            for p in params:
-                p.logits_processor = GrammarMask(lm, grammar, **think)
-        except (GrammarError, json.JSONDecodeError) as e:
-            raise BadRequest(f"{field}: {e}", param=field) from None
 
     def _submit(self, prep: Prepared) -> Job:
         job = Job(prep.prompt_ids, prep.params, asyncio.get_running_loop(), asyncio.Queue())
@@ -427,7 +256,7 @@ class Service:
             t["finish"] = p.finish_reason or t["finish"]
             t["logprobs"] += p.logprobs
         tok = prep.entry.lm.tokenizer
-        choices = [Choice(index=i, message=ResponseMessage(content=_content(t),
+        choices = [Choice(index=i, message=ResponseMessage(content=reply_content(t),
                                                            reasoning_content="".join(t["reasoning"]) or None,
                                                            tool_calls=[c.openai() for c in t["calls"]] or None),
                           logprobs=chat_logprobs(tok, t["logprobs"]) if req.logprobs else None,
@@ -438,7 +267,7 @@ class Service:
     # ------------------------------------------------------- completions
 
     async def prepare_completion(self, req: CompletionRequest) -> Prepared:
-        _refuse_unsupported(req)
+        refuse_unsupported(req)
         if isinstance(req.prompt, list):
             if len(req.prompt) != 1:
                 raise BadRequest("only one prompt string per request is supported", param="prompt")
@@ -449,7 +278,7 @@ class Service:
         await self._measure(entry, prompt, "prompt")
         ids = await asyncio.to_thread(encode, entry.lm.tokenizer, prompt)
         self._check_length(entry, len(ids), req.max_tokens, "prompt")
-        params = _per_choice(req, req.max_tokens, entry.lm, req.logprobs)
+        params = per_choice(req, req.max_tokens, entry.lm, req.logprobs)
         return Prepared(entry, ids, params, {"in_reasoning": False, "enabled": False})
 
     async def completion_stream(self, req: CompletionRequest) -> tuple[AsyncIterator[str], threading.Event]:
@@ -489,62 +318,3 @@ class Service:
                                    for i, t in enumerate(texts)], usage=tally.usage())
 
 
-def _render(lm, messages: list[dict], kwargs: dict) -> str:
-    try:
-        return render(lm.tokenizer, lm.chat_template, messages, **kwargs)
-    except Exception as e:  # a template raising on these messages (e.g. role order)
-        raise BadRequest(f"the chat template rejected these messages: {e}", param="messages") from None
-
-
-def _content(t: dict) -> str | None:
-    """A reply's content; with tool calls, what is left around them (None if only whitespace)."""
-    text = "".join(t["content"])
-    if t["calls"]:
-        return text.strip() or None
-    return text
-
-
-def tokenize(lm, text: str, add_special: bool, with_pieces: bool) -> dict:
-    ids = encode(lm.tokenizer, text, add_special=add_special)
-    if not with_pieces:
-        return {"tokens": ids}
-    return {"tokens": [{"id": t, "piece": _token_text(lm.tokenizer, t)} for t in ids]}
-
-
-def detokenize(lm, ids: list[int]) -> dict:
-    n = lm.model.vocab_size
-    bad = next((i for i, t in enumerate(ids) if not 0 <= t < n), None)
-    if bad is not None:
-        raise BadRequest(f"token id {ids[bad]} is outside the vocabulary (0..{n - 1})", param=f"tokens.{bad}")
-    return {"content": lm.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)}
-
-
-def _token_text(tok, token_id: int) -> str:
-    return tok.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-
-def chat_logprobs(tok, entries: list) -> ChoiceLogprobs:
-    """OpenAI's chat logprobs from (token id, logprob, top [(id, logprob)]) entries."""
-    def top(token_id: int, logprob: float) -> TopLogprob:
-        text = _token_text(tok, token_id)
-        return TopLogprob(token=text, logprob=logprob, bytes=list(text.encode()))
-
-    return ChoiceLogprobs(content=[TokenLogprob(**top(t, lp).model_dump(), top_logprobs=[top(a, b) for a, b in alts])
-                                   for t, lp, alts in entries])
-
-
-def completion_logprobs(tok, entries: list, offset: int = 0) -> CompletionLogprobs:
-    """The completions endpoint's parallel lists; text offsets count from the completion's start."""
-    out = CompletionLogprobs()
-    for t, lp, alts in entries:
-        text = _token_text(tok, t)
-        out.tokens.append(text)
-        out.token_logprobs.append(lp)
-        out.top_logprobs.append({_token_text(tok, a): b for a, b in alts})
-        out.text_offset.append(offset)
-        offset += len(text)
-    return out
-
-
-def sse_error(body: dict) -> str:
-    return f"data: {json.dumps(body)}\n\n"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gguf_serve.engine import load_model
-from gguf_serve.engine.generate import Detokenizer, StopStrings
+from gguf_serve.engine.text import Detokenizer, StopStrings
 from gguf_serve.engine.sampling import (SamplingParams, apply_logit_bias, apply_penalties, min_p_filter, sample,
                                         top_k_filter, top_p_filter)
 from gguf_serve.engine.tokenizer import encode

@@ -14,8 +14,9 @@ import jsonschema
 import openai
 import pytest
 
-from gguf_serve.server.tools import (HERMES, LLAMA3, MISTRAL, CallFormat, ToolCallSplitter, call_format, family_of,
-                                     parse_call, required_grammar)
+from gguf_serve.server.tool_grammar import required_grammar
+from gguf_serve.server.tool_parse import ToolCallSplitter, parse_call
+from gguf_serve.server.tools import HERMES, LLAMA3, MISTRAL, CallFormat, call_format, family_of
 
 from server_harness import server
 from tiny_models import tiny_chat_model

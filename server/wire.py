@@ -1,0 +1,96 @@
+"""What goes on the wire besides the protocol models themselves: a streamed piece of a
+choice (`Piece`) and the usage it adds up to (`Tally`), token logprobs in the chat and
+completions forms, the /tokenize and /detokenize answers, an error inside a stream."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from ..engine.tokenizer import encode
+from .errors import BadRequest
+from .protocol import ChoiceLogprobs, CompletionLogprobs, TokenLogprob, TopLogprob, Usage
+
+
+SYSTEM_FINGERPRINT = "gguf-serve"  # OpenAI's backend-configuration tag, in every chunk and reply
+
+
+@dataclass
+class Piece:
+    """One streamed piece of one choice."""
+
+    index: int
+    content: str = ""
+    reasoning: str = ""
+    finish_reason: str | None = None
+    logprobs: list = field(default_factory=list)  # (token id, logprob, [(id, logprob)...]) of its tokens
+    tool_calls: list = field(default_factory=list)  # ToolCall, whole
+    tool_deltas: list = field(default_factory=list)  # the calls as OpenAI stream deltas, as they form
+
+
+@dataclass
+class Tally:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    cached_tokens: int = 0
+
+    def usage(self) -> Usage:
+        return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                     total_tokens=self.prompt_tokens + self.completion_tokens,
+                     prompt_tokens_details={"cached_tokens": self.cached_tokens},
+                     completion_tokens_details={"reasoning_tokens": self.reasoning_tokens})
+
+
+def reply_content(t: dict) -> str | None:
+    """A reply's content; with tool calls, what is left around them (None if only whitespace)."""
+    text = "".join(t["content"])
+    if t["calls"]:
+        return text.strip() or None
+    return text
+
+
+def tokenize(lm, text: str, add_special: bool, with_pieces: bool) -> dict:
+    ids = encode(lm.tokenizer, text, add_special=add_special)
+    if not with_pieces:
+        return {"tokens": ids}
+    return {"tokens": [{"id": t, "piece": _token_text(lm.tokenizer, t)} for t in ids]}
+
+
+def detokenize(lm, ids: list[int]) -> dict:
+    n = lm.model.vocab_size
+    bad = next((i for i, t in enumerate(ids) if not 0 <= t < n), None)
+    if bad is not None:
+        raise BadRequest(f"token id {ids[bad]} is outside the vocabulary (0..{n - 1})", param=f"tokens.{bad}")
+    return {"content": lm.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)}
+
+
+def _token_text(tok, token_id: int) -> str:
+    return tok.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def chat_logprobs(tok, entries: list) -> ChoiceLogprobs:
+    """OpenAI's chat logprobs from (token id, logprob, top [(id, logprob)]) entries."""
+    def top(token_id: int, logprob: float) -> TopLogprob:
+        text = _token_text(tok, token_id)
+        return TopLogprob(token=text, logprob=logprob, bytes=list(text.encode()))
+
+    return ChoiceLogprobs(content=[TokenLogprob(**top(t, lp).model_dump(), top_logprobs=[top(a, b) for a, b in alts])
+                                   for t, lp, alts in entries])
+
+
+def completion_logprobs(tok, entries: list, offset: int = 0) -> CompletionLogprobs:
+    """The completions endpoint's parallel lists; text offsets count from the completion's start."""
+    out = CompletionLogprobs()
+    for t, lp, alts in entries:
+        text = _token_text(tok, t)
+        out.tokens.append(text)
+        out.token_logprobs.append(lp)
+        out.top_logprobs.append({_token_text(tok, a): b for a, b in alts})
+        out.text_offset.append(offset)
+        offset += len(text)
+    return out
+
+
+def sse_error(body: dict) -> str:
+    return f"data: {json.dumps(body)}\n\n"

@@ -1,0 +1,142 @@
+"""One generation worker per loaded model: a thread running the model's scheduler
+(engine.scheduler), never the event loop. Requests (`Job`) wait in a bounded queue
+(429 beyond it) and join the running batch in arrival order; their Steps come back to
+the event loop through each job's queue."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+
+from ..engine.sampling import SamplingParams
+from ..engine.scheduler import Request, Scheduler
+from .errors import Overloaded
+
+log = logging.getLogger("gguf_serve.server")
+
+
+@dataclass(eq=False)
+class Job:
+    """A request on its way to the model's scheduler: its Steps (then None, or an
+    Exception) come back into `out` on the event loop."""
+
+    prompt_ids: list[int]
+    params: list[SamplingParams]  # one per choice
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue
+    cancel: threading.Event = field(default_factory=threading.Event)
+    done_callbacks: list = field(default_factory=list)  # called on the worker's thread once it has ended
+
+    def emit(self, item) -> None:
+        self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        if item is None or isinstance(item, Exception):
+            for f in self.done_callbacks:
+                f()
+
+    def request(self) -> Request:
+        return Request(self.prompt_ids, self.params, self.emit, self.cancel)
+
+
+class Worker:
+    """One thread per loaded model, running its scheduler (engine.scheduler): requests
+    wait in a bounded queue (429 beyond it) and join the running batch, first come first
+    served, as sequence slots free up; each step is one forward over all of them."""
+
+    def __init__(self, name: str, lm, max_queue: int, metrics=None):
+        self.name = name
+        self.metrics = metrics
+        self.lm = lm
+        self.scheduler = Scheduler(lm)
+        self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
+        self._hits = 0
+        self.live: set[Job] = set()  # submitted and not finished
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"gen-{name}", daemon=True)
+        self.thread.start()
+
+    def cancel_all(self) -> None:
+        """Cancel every request queued or running (shutdown): each leaves at the next step,
+        its stream closed with a finish reason. Callable from any thread."""
+        for job in list(self.live):
+            job.cancel.set()
+
+    def submit(self, job: Job) -> None:
+        self.live.add(job)
+        job.done_callbacks.append(lambda: self.live.discard(job))
+        try:
+            self.jobs.put_nowait(job)
+        except queue.Full:
+            self.live.discard(job)
+            raise Overloaded("the model's request queue is full; retry shortly",
+                             headers={"Retry-After": "1"}) from None
+        if self.metrics:
+            self.metrics.queue_depth.labels(self.name).set(self.jobs.qsize() + len(self.scheduler.waiting))
+
+    def _take(self) -> bool:
+        """Move queued jobs into the scheduler while it has slots for them (waiting for
+        one when it has nothing to do); False once told to stop."""
+        s = self.scheduler
+        block = not s.busy
+        while s.has_room():
+            if self.stopping.is_set():
+                return False
+            try:
+                job = self.jobs.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if job is None:
+                return False
+            try:
+                s.add(job.request())
+            except Exception as e:  # refused by the scheduler (the service checks first): this job only
+                job.emit(e)
+        return True
+
+    def _run(self) -> None:
+        s = self.scheduler
+        going = True
+        while going or s.busy:
+            if going:
+                going = self._take()
+            try:
+                n = s.step()
+            except Exception:  # the requests in that step got the error; the others go on
+                log.exception("generation step failed")
+                n = 0
+            self._observe(n)
+        s.close()
+        while True:  # queued behind the stop: the model is gone, the client may retry
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                job.emit(Overloaded("the model was unloaded; retry shortly", headers={"Retry-After": "1"}))
+
+    def _observe(self, n_tokens: int) -> None:
+        m, s = self.metrics, self.scheduler
+        if not m:
+            return
+        m.queue_depth.labels(self.name).set(self.jobs.qsize() + len(s.waiting))
+        m.running.labels(self.name).set(len(s.running))
+        m.sequences_running.labels(self.name).set(s.n_running)
+        if n_tokens:
+            m.batch_tokens.labels(self.name).observe(n_tokens)
+        if s.prefix_hit_tokens != self._hits:
+            m.prefix_hit_tokens.labels(self.name).inc(s.prefix_hit_tokens - self._hits)
+            self._hits = s.prefix_hit_tokens
+        for state, count in s.slots().items():
+            m.kv_slots.labels(self.name, state).set(count)
+
+    def stop(self) -> None:
+        """Finish what runs and waits in the scheduler, then end the thread; what is still
+        queued is refused (retry). Never blocks: the caller may be the event loop."""
+        self.stopping.set()
+        try:
+            self.jobs.put_nowait(None)  # wakes a worker waiting for work (its queue is then empty)
+        except queue.Full:
+            pass  # a full queue means the worker is busy: it sees `stopping` at its next step

@@ -17,6 +17,7 @@ import torch
 
 from ..gguf_io import GGUFReader, Keys
 from . import kernels
+from .config import MAX_BATCH, EngineConfig  # noqa: F401 (MAX_BATCH: callers know it here)
 from .batch import Batch
 from .cache import KVCache, bytes_per_token, fixed_bytes
 from .models import Architecture, Model, TextParams, architecture_for
@@ -25,7 +26,6 @@ from .threads import ThreadPolicy
 
 log = logging.getLogger("gguf_serve.engine")
 
-MAX_BATCH = 512  # tokens per forward pass; longer prompts run in chunks of this size
 KV_MEMORY_SHARE = 0.25  # default KV cache: at most this share of the memory available at load
 DEFAULT_PARALLEL = 8  # sequence slots by default (running sequences and the prefix cache)...
 MIN_DEFAULT_CTX = 8192  # ...fewer where each would hold less context than this
@@ -61,6 +61,7 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     threads: ThreadPolicy
+    config: EngineConfig  # the settings it was loaded with
 
     @property
     def n_ctx(self) -> int:
@@ -174,14 +175,18 @@ LOAD_STAGES = ("reading the file", "building the model", "tokenizer")
 VOCABULARY_KEYS = (Keys.TOKENIZER_TOKENS, Keys.TOKENIZER_SCORES, Keys.TOKENIZER_TOKEN_TYPE, Keys.TOKENIZER_MERGES)
 
 
-def load_model(path_or_id: str | os.PathLike, device: str | torch.device = "auto",
+def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None = None,
                dtype: torch.dtype | None = None, progress=None, *, n_ctx: int | None = None,
-               n_seq: int | None = None, max_batch: int = MAX_BATCH) -> LoadedModel:
-    """Load a GGUF model with its weights packed; see LoadedModel. `n_ctx` (tokens per
-    sequence) and `n_seq` (sequence slots) size the KV cache; by default up to
-    DEFAULT_PARALLEL sequences with the trained context, less if the memory available
-    would not hold them (`cache_size`).
-    `progress`, if given, is called with each of LOAD_STAGES as it starts."""
+               n_seq: int | None = None, max_batch: int | None = None,
+               config: EngineConfig | None = None) -> LoadedModel:
+    """Load a GGUF model with its weights packed; see LoadedModel. The settings are
+    `config` (engine.config.EngineConfig) with the arguments given over it and the
+    environment for the rest (EngineConfig.resolve): `n_ctx` (tokens per sequence) and
+    `n_seq` (sequence slots) size the KV cache; by default up to DEFAULT_PARALLEL
+    sequences with the trained context, less if the memory available would not hold them
+    (`cache_size`). `progress`, if given, is called with each of LOAD_STAGES as it starts."""
+    cfg = EngineConfig.resolve(config, device=None if device is None else str(device), dtype=dtype, n_ctx=n_ctx,
+                               n_seq=n_seq, max_batch=max_batch)
     step = progress or (lambda stage: None)
     path = resolve_path(path_or_id)
     step(LOAD_STAGES[0])
@@ -189,16 +194,18 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device = "auto
     arch = architecture_for(reader)
     reader.populate()  # the weights' pages now, not on the first request (llama.cpp: MAP_POPULATE)
     params = arch.read(reader)
-    dev = pick_device(device)
-    dtype = dtype or default_dtype(dev)
+    dev = pick_device(cfg.device)
+    dtype = cfg.dtype or default_dtype(dev)
     step(LOAD_STAGES[1])
+    kernels.configure(cfg)
     ops = kernels.ops_for(dev)
-    weights = Weights(reader, dev, dtype)
+    native = dev.type == "cpu" and kernels.native_cpu_in_use()
+    weights = Weights(reader, dev, dtype, native_cpu=native)
     model = arch.build(params, weights, ops)
     weights.release_copies()
     specs = model.cache_specs()
-    ctx, seqs, why = cache_size(specs, params.context_length, n_ctx, n_seq, dtype, max_batch)
-    cache = KVCache(specs, seqs, ctx, max_batch, dtype, dev)
+    ctx, seqs, why = cache_size(specs, params.context_length, cfg.n_ctx, cfg.n_seq, dtype, cfg.max_batch)
+    cache = KVCache(specs, seqs, ctx, cfg.max_batch, dtype, dev)
     log.info("%s (%s): %s", cache.describe(), dtype, why)
     from .chat import chat_template_for
     from .tokenizer import load_tokenizer
@@ -214,6 +221,6 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device = "auto
     for key in VOCABULARY_KEYS:
         reader.metadata.pop(key, None)
     _return_freed_memory()  # the tokenizer build's transient Python objects (~35 MB for Gemma's 262k vocabulary)
-    threads = ThreadPolicy.decide(dev, kernels.native_cpu_in_use())
+    threads = ThreadPolicy.decide(dev, native, cfg.threads)
     log.info("loaded %s (%s) on %s in %s; %s", path, arch.name, dev, dtype, threads.describe())
-    return LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads)
+    return LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads, cfg)

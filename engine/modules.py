@@ -27,10 +27,10 @@ class GgufLinear:
         self.ggml_type = GGMLType(ggml_type)
         self.in_features, self.out_features = in_features, out_features
         self.bias = bias
-        self.ops = kernels.select(packed.device, self.ggml_type)
+        self.kernels = kernels.select(packed.device, self.ggml_type)
         self.native = None  # what the native CPU kernels read: (bytes, type code), the file's or repacked
         self.repacked = False
-        if self.ops.name.startswith("cpu-native"):
+        if self.kernels.native_cpu:
             from .kernels import cpu
 
             rep = cpu.repack(packed, self.ggml_type, out_features, in_features)
@@ -38,7 +38,7 @@ class GgufLinear:
             self.native = rep or (packed, int(self.ggml_type))
             self._call = cpu.MulMat(packed, self.ggml_type, out_features, in_features, native=self.native)
         else:
-            self._call = lambda x: self.ops.mul_mat(self.packed, x, self.ggml_type, self.out_features)
+            self._call = lambda x: self.kernels.mul_mat(self.packed, x, self.ggml_type, self.out_features)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         y = self._call(x)
@@ -51,11 +51,11 @@ class GgufLinear:
 class DenseLinear:
     """y = x @ W.T for a float32 matrix stored unquantized (routers, small gates)."""
 
-    def __init__(self, name: str, weight: torch.Tensor, bias: torch.Tensor | None = None):
+    def __init__(self, name: str, weight: torch.Tensor, bias: torch.Tensor | None = None, native_cpu: bool = False):
         self.name, self.weight, self.bias = name, weight, bias
         self.out_features, self.in_features = weight.shape
         self._native = None
-        if weight.device.type == "cpu" and weight.dtype is torch.float32 and kernels.native_cpu_in_use():
+        if native_cpu and weight.device.type == "cpu" and weight.dtype is torch.float32:
             from .kernels import cpu
 
             self._native = cpu.LinearF32(weight)
@@ -77,8 +77,7 @@ class LinearGroup:
         self.sizes = [m.out_features for m in linears]
         self.out_features, self.in_features = sum(self.sizes), linears[0].in_features
         self.native = None
-        if len(linears) > 1 and all(isinstance(m, GgufLinear) and m.ops.name.startswith("cpu-native")
-                                    for m in linears):
+        if len(linears) > 1 and all(isinstance(m, GgufLinear) and m.kernels.native_cpu for m in linears):
             from .kernels import cpu
 
             self.native = cpu.MulMatGroup([m.native[0] for m in linears], [m.native[1] for m in linears], self.sizes,
@@ -103,10 +102,10 @@ class GgufEmbedding:
                  dtype: torch.dtype, scale: float | None = None):
         self.name, self.packed, self.ggml_type = name, packed, GGMLType(ggml_type)
         self.num_embeddings, self.dim, self.dtype, self.scale = num_embeddings, dim, dtype, scale
-        self.ops = kernels.select(packed.device, self.ggml_type)
+        self.kernels = kernels.select(packed.device, self.ggml_type)
         self._scale = None if scale is None else torch.tensor(scale, dtype=dtype)
         self._rows = None  # the native row-by-row lookup for a decode step's few ids
-        if self.ops.name.startswith("cpu-native") and dtype is torch.float32 and packed.dim() == 2:
+        if self.kernels.native_cpu and dtype is torch.float32 and packed.dim() == 2:
             from .kernels import cpu
 
             self._rows = cpu.RowLookup(packed, self.ggml_type, dim)
@@ -122,7 +121,7 @@ class GgufEmbedding:
         if few is not None:
             out = self._rows(few)
         else:
-            out = self.ops.get_rows(self.packed, ids, self.ggml_type, self.dim, self.dtype)
+            out = self.kernels.get_rows(self.packed, ids, self.ggml_type, self.dim, self.dtype)
         return out if self._scale is None else out * self._scale
 
 
@@ -139,9 +138,9 @@ class GgufExperts:
         self.types = tuple(GGMLType(t) for t in types)
         self.num_experts = gate.shape[0]
         self.hidden, self.intermediate = hidden, intermediate
-        self.ops = [kernels.select(gate.device, t) for t in self.types]
+        self.kernels = [kernels.select(gate.device, t) for t in self.types]
         self._pair = None  # gate and up in one native call
-        if all(o.name.startswith("cpu-native") for o in self.ops[:2]):
+        if all(k.native_cpu for k in self.kernels[:2]):
             from .kernels import cpu
 
             self._pair = cpu.mul_mat_id2
@@ -149,7 +148,7 @@ class GgufExperts:
     def __call__(self, x: torch.Tensor, ids: torch.Tensor, ops, act: str) -> torch.Tensor:
         """(T, k, hidden) for x (T, hidden) and ids (T, k); `ops` (kernels.ops) applies
         the activation `act` to the gate and multiplies by up."""
-        g_ops, u_ops, d_ops = self.ops
+        gk, uk, dk = self.kernels
         both = None
         if self._pair is not None:  # None where the pair's types or the batch do not fit one call
             both = self._pair(self.gate, self.up, x, ids, self.types[0], self.types[1], self.intermediate)
@@ -157,17 +156,18 @@ class GgufExperts:
             t, k, n = ids.shape[0], ids.shape[1], self.intermediate
             h = ops.gated_mul(both.view(t * k, 2 * n), n, act).view(t, k, n)
         else:
-            g = g_ops.mul_mat_id(self.gate, x, ids, self.types[0], self.intermediate)
-            u = u_ops.mul_mat_id(self.up, x, ids, self.types[1], self.intermediate)
+            g = gk.mul_mat_id(self.gate, x, ids, self.types[0], self.intermediate)
+            u = uk.mul_mat_id(self.up, x, ids, self.types[1], self.intermediate)
             h = ops.act_mul(g, u, act)
-        return d_ops.mul_mat_id(self.down, h, ids, self.types[2], self.hidden)
+        return dk.mul_mat_id(self.down, h, ids, self.types[2], self.hidden)
 
 
 class Weights:
     """The file's tensors by GGUF name, as packed modules and dense tensors on `device`."""
 
-    def __init__(self, reader: GGUFReader, device: torch.device, dtype: torch.dtype):
+    def __init__(self, reader: GGUFReader, device: torch.device, dtype: torch.dtype, native_cpu: bool = False):
         self.reader, self.device, self.dtype = reader, device, dtype
+        self.native_cpu = native_cpu  # the native CPU kernels are in use (decided once, at load)
         self._views: dict[str, torch.Tensor] = {}
         self._copied: list[TensorInfo] = []  # tensors repacked into the kernels' own copies
 
@@ -210,7 +210,7 @@ class Weights:
         b = self.vector(bias, out_features).to(self.dtype) if bias is not None and self.has(bias) else None
         if info.ggml_type == GGMLType.F32:
             w = as_tensor(info.array()).reshape(out_features, in_features)  # zero-copy on CPU
-            return DenseLinear(name, w.to(self.device, self.dtype), b)
+            return DenseLinear(name, w.to(self.device, self.dtype), b, native_cpu=self.native_cpu)
         packed = self.packed(name).reshape(out_features, -1)
         linear = GgufLinear(name, packed, info.ggml_type, in_features, out_features, b)
         if linear.repacked:  # the kernels read their own copy: release_copies() unmaps the file's

@@ -4,9 +4,9 @@ With the native CPU kernels, their thread pool owns the cores: torch's own pool 
 spin next to it on the same cores (stepping a model with both at 2 threads ran 6x
 slower). So torch runs its ops on one thread, except in forward passes of more than
 `kernels.cpu.GEMV_MAX_ROWS` tokens, whose matmuls are torch BLAS on dequantized
-tiles and get torch's threads for their duration. The kernels' pool keeps the
-thread count torch had at load (or `cpu.set_threads`). Elsewhere torch keeps its
-threads."""
+tiles and get torch's threads for their duration. The kernels' pool has the
+configured thread count (engine.config: `threads`, else torch's count). Elsewhere torch
+runs on the configured threads, or keeps its own."""
 
 from __future__ import annotations
 
@@ -22,8 +22,10 @@ class ThreadPolicy:
     threads: int  # the kernels' threads (and torch's inside long prefills)
 
     @classmethod
-    def decide(cls, device: torch.device, native_cpu: bool) -> "ThreadPolicy":
+    def decide(cls, device: torch.device, native_cpu: bool, threads: int | None = None) -> "ThreadPolicy":
         if device.type != "cpu" or not native_cpu:
+            if threads:
+                torch.set_num_threads(threads)
             return cls(False, torch.get_num_threads())
         from .kernels import cpu
 

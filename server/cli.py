@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import typing
 
 from ..gguf_io import GGUFError, GGUFReader, describe
 from ..gguf_io.summary import format_description
@@ -43,37 +44,49 @@ def inspect_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _option(name: str, field) -> tuple[list[str], dict]:
+    """argparse's flags and keywords for one ServerSettings field: its type, its choices,
+    its help from the field's description and default, and the environment variable."""
+    flag = "--" + name.replace("_", "-")
+    ann = field.annotation
+    args = typing.get_args(ann)
+    inner = next((a for a in args if a is not type(None)), ann) if typing.get_origin(ann) is typing.Union else ann
+    default = None if field.default_factory is not None else field.default
+    env = f"GGUF_SERVE_{name.upper()}"
+    helps = field.description or ""
+    if default not in (None, False, True):
+        helps += f" (default {default})"
+    helps += f"; env {env}"
+    if inner is bool:
+        return [flag], dict(action=argparse.BooleanOptionalAction, default=None,
+                            help=helps + (" (default on)" if default else ""))
+    if typing.get_origin(inner) is list:
+        return [flag], dict(action="append", metavar=name.upper(), help=helps)
+    kw: dict = dict(help=helps)
+    if typing.get_origin(inner) is typing.Literal:
+        kw["choices"] = list(typing.get_args(inner))
+    elif inner in (int, float):
+        kw["type"] = inner
+    return [flag], kw
+
+
 def serve_parser() -> argparse.ArgumentParser:
+    """The serve command's options, one per ServerSettings field (the only place they
+    are defined; `models` is positional)."""
+    from .settings import ServerSettings
+
     p = argparse.ArgumentParser(
         prog="gguf-serve",
         description="Serve GGUF models over the OpenAI API at http://HOST:PORT/v1. "
                     "`gguf-serve inspect FILE` shows what a file holds.",
-        epilog="Every option can also be set as GGUF_SERVE_<OPTION> in the environment.")
-    p.add_argument("models", nargs="*", help="local .gguf paths or Hub IDs (<repo>:<file>.gguf, <repo>@<rev>:<file>.gguf, "
-                                             "<repo>:<QUANT>, <repo>); none: the Hub cache's models and the "
-                                             "embedded Gemma 3 270M, loaded on first request")
-    p.add_argument("--alias", action="append", help="the id a named model is listed as (repeat for each model, in "
-                                                    "order); default: a local file's name, a Hub file's <repo>:<file>")
-    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port (default 8000)")
-    p.add_argument("--reasoning", choices=["on", "off", "auto"],
-                   help="thinking for models whose template has the switch: on, off, or the template's default (auto)")
-    p.add_argument("--reasoning-budget", type=int, help="thinking tokens a reply may spend before the server closes "
-                                                       "its reasoning block (default: no limit; a request's "
-                                                       "thinking_budget_tokens overrides it)")
-    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/*")
-    p.add_argument("--api-key-file", help="read the API key from this file (e.g. a mounted secret)")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], help="where to run (default auto)")
-    p.add_argument("--ctx-size", type=int, help="tokens per sequence, prompt + completion (default: the trained "
-                                                "context, as far as a quarter of the memory available holds it)")
-    p.add_argument("--parallel", type=int, help="sequences decoded together in one batch, each with its KV cache slot "
-                                                "(default: 8, fewer if the memory would give each < 8192 tokens)")
-    p.add_argument("--max-tokens", type=int, help="completion tokens for a chat request that sets no max_tokens "
-                                                  "(default 4096; /v1/completions keeps OpenAI's 16)")
-    p.add_argument("--threads", type=int, help="CPU threads for torch and the kernels (default: torch's)")
-    p.add_argument("--offline", action="store_true", default=None, help="never touch the network (HF_HUB_OFFLINE)")
-    p.add_argument("--max-queue", type=int, help="requests that may wait per model before 429 (default 16)")
-    p.add_argument("--max-loaded", type=int, help="models kept loaded at once; the least recently used goes (default 2)")
+        epilog="Every option can also be set as GGUF_SERVE_<OPTION> in the environment; the command line wins.")
+    fields = ServerSettings.model_fields
+    p.add_argument("models", nargs="*", help=fields["models"].description)
+    for name, field in fields.items():
+        if name == "models":
+            continue
+        flags, kw = _option(name, field)
+        p.add_argument(*flags, **kw)
     return p
 
 
@@ -87,13 +100,6 @@ def _serve(argv: list[str]) -> int:
     logging.getLogger("huggingface_hub").propagate = False  # it prints its own warnings; not each twice
     if settings.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
-    if settings.threads:
-        import torch
-
-        from ..engine.kernels import cpu
-
-        torch.set_num_threads(settings.threads)
-        cpu.set_threads(settings.threads)
     import uvicorn
 
     from .app import create_app

@@ -215,8 +215,7 @@ class Registry:
                     bar.set_postfix_str(stage)
 
                 try:
-                    entry.lm = load_model(entry.path, device=self.settings.device, progress=progress,
-                                          n_ctx=self.settings.ctx_size, n_seq=self.settings.parallel)
+                    entry.lm = load_model(entry.path, progress=progress, config=self.settings.engine_config())
                 except Exception as e:
                     entry.error = f"cannot load {entry.id}: {e}"  # the file will not get better by retrying
                     raise ModelLoadFailed(entry.error) from e

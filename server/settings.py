@@ -1,4 +1,7 @@
-"""Server configuration from the command line and GGUF_SERVE_* environment variables."""
+"""The server's configuration, each option defined once here: from the command line
+(server.cli builds its options and their help from these fields), GGUF_SERVE_<OPTION>
+environment variables, and the defaults. The engine's part becomes an
+engine.config.EngineConfig for every model it loads."""
 
 from __future__ import annotations
 
@@ -7,29 +10,60 @@ from typing import Literal, Optional
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ..engine.config import EngineConfig
+
 
 class ServerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GGUF_SERVE_", extra="ignore", protected_namespaces=())
 
-    models: list[str] = Field(default_factory=list, description="model ids or local .gguf paths to serve")
-    alias: list[str] = Field(default_factory=list, description="the id each named model is listed as, in order")
-    host: str = "127.0.0.1"
-    port: int = 8000
-    reasoning: Literal["on", "off", "auto"] = "auto"
-    reasoning_budget: Optional[int] = Field(default=None, ge=0, description="thinking tokens before the block is closed")
-    api_key: Optional[str] = None
-    api_key_file: Optional[str] = Field(default=None, description="read the API key from this file (a mounted secret)")
-    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    ctx_size: Optional[int] = None
-    parallel: Optional[int] = Field(default=None, ge=1, description="sequences decoded at once per model")
-    max_tokens: int = Field(default=4096, ge=1, description="completion tokens for chat requests that set no limit")
-    threads: Optional[int] = None
-    offline: bool = False
-    max_queue: int = 16
-    max_loaded: int = 2
-    max_body_bytes: int = 16 * 1024 * 1024
+    models: list[str] = Field(default_factory=list, description=(
+        "local .gguf paths or Hub IDs (<repo>:<file>.gguf, <repo>@<rev>:<file>.gguf, <repo>:<QUANT>, <repo>); none: "
+        "the Hub cache's models and the embedded Gemma 3 270M, loaded on first request"))
+    alias: list[str] = Field(default_factory=list, description=(
+        "the id a named model is listed as (repeat for each model, in order); default: a local file's name, a Hub "
+        "file's <repo>:<file>"))
+    host: str = Field(default="127.0.0.1", description="address to listen on")
+    port: int = Field(default=8000, description="port")
+    reasoning: Literal["on", "off", "auto"] = Field(default="auto", description=(
+        "thinking for models whose template has the switch: on, off, or the template's default (auto)"))
+    reasoning_budget: Optional[int] = Field(default=None, ge=0, description=(
+        "thinking tokens a reply may spend before the server closes its reasoning block (default: no limit; a "
+        "request's thinking_budget_tokens overrides it)"))
+    api_key: Optional[str] = Field(default=None, description="require 'Authorization: Bearer KEY' on /v1/*")
+    api_key_file: Optional[str] = Field(default=None, description=(
+        "read the API key from this file (e.g. a mounted secret)"))
+    device: Literal["auto", "cpu", "cuda", "mps"] = Field(default="auto", description="where to run")
+    ctx_size: Optional[int] = Field(default=None, ge=1, description=(
+        "tokens per sequence, prompt + completion (default: the trained context, as far as a quarter of the memory "
+        "available holds it)"))
+    parallel: Optional[int] = Field(default=None, ge=1, description=(
+        "sequences decoded together in one batch, each with its KV cache slot (default: 8, fewer if the memory "
+        "would give each < 8192 tokens)"))
+    max_tokens: int = Field(default=4096, ge=1, description=(
+        "completion tokens for a chat request that sets no max_tokens (/v1/completions keeps OpenAI's 16)"))
+    threads: Optional[int] = Field(default=None, ge=1, description="CPU threads for the kernels (default: torch's)")
+    kernels: Optional[Literal["reference", "hub", "cpu"]] = Field(default=None, description=(
+        "force a kernel implementation (default: the native one where it runs, else the portable reference)"))
+    cpu_isa: Optional[str] = Field(default=None, description=(
+        "force a CPU code path: scalar, avx2, avx512 (x86-64) or scalar, neon (AArch64); default: the best this CPU "
+        "runs"))
+    cpu_repack: bool = Field(default=True, description=(
+        "repack weights at load into the layout this CPU's kernels read fastest (memory stays the file's size)"))
+    prefill_dtype: Optional[Literal["float32", "bfloat16"]] = Field(default=None, description=(
+        "dtype of long prefills' matmuls (default: bfloat16 where the CPU has AMX, else float32)"))
+    offline: bool = Field(default=False, description="never touch the network (HF_HUB_OFFLINE)")
+    max_queue: int = Field(default=16, ge=1, description="requests that may wait per model before 429")
+    max_loaded: int = Field(default=2, ge=1, description=(
+        "models kept loaded at once; the least recently used goes"))
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1, description="largest request body accepted")
 
     def model_post_init(self, __context) -> None:
         if self.api_key_file and not self.api_key:
             with open(self.api_key_file) as f:
                 self.api_key = f.read().strip()
+
+    def engine_config(self) -> EngineConfig:
+        """The engine's settings for every model this server loads."""
+        return EngineConfig(device=self.device, n_ctx=self.ctx_size, n_seq=self.parallel, threads=self.threads,
+                            kernels=self.kernels, cpu_isa=self.cpu_isa, cpu_repack=self.cpu_repack,
+                            prefill_dtype=self.prefill_dtype)

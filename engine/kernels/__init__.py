@@ -5,27 +5,28 @@ Every implementation offers the interface of ggml's hub kernel
 `mul_mat_id`). `reference` is the portable torch implementation that runs on any
 device and is the ground truth for the fast ones.
 
-Selection order: the environment override `GGUF_SERVE_KERNELS` (`reference`, `hub`,
-or the name of a registered implementation), then a registered native kernel for
-the device and type, then on MPS the hub kernel when it loads, then the reference.
-One log line says which was chosen and why.
+Selection order: the implementation the engine's configuration forces (`kernels`:
+`reference`, `hub`, or a registered one such as `cpu`; GGUF_SERVE_KERNELS), then a
+registered native kernel for the device and type, then on MPS the hub kernel when it
+loads, then the reference. One log line says which was chosen and why. `configure`
+applies an engine.config.EngineConfig (load_model calls it).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from ...gguf_io import GGMLType
+from ..config import ENV, EngineConfig
 from . import reference
 
 log = logging.getLogger("gguf_serve.kernels")
 
-ENV_OVERRIDE = "GGUF_SERVE_KERNELS"
+ENV_OVERRIDE = ENV["kernels"]  # the environment's name for the `kernels` setting
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class KernelOps:
     get_rows: Callable  # (weight, indices, ggml_type, cols, dtype) -> rows
     dequantize: Callable  # (weight, ggml_type, rows, cols, dtype) -> matrix
     mul_mat_id: Callable = reference.mul_mat_id  # (weight, x, ids, ggml_type, out_features) -> y
+    native_cpu: bool = False  # the native CPU library's: modules bind to it directly
 
 
 REFERENCE = KernelOps("reference", reference.mul_mat_vec, reference.get_rows, reference.dequantize,
@@ -44,6 +46,21 @@ REFERENCE = KernelOps("reference", reference.mul_mat_vec, reference.get_rows, re
 _REGISTRY: dict[str, tuple[Callable[[str, GGMLType], bool], KernelOps]] = {}
 _CHOSEN: dict[tuple[str, GGMLType], KernelOps] = {}
 _HUB: list = []  # [KernelOps | None] once tried
+_FORCED: list[str | None] = [None]  # the configured `kernels` setting
+_NATIVE_TRIED: list[bool] = []  # whether the native CPU library was looked for
+
+
+def configure(config: EngineConfig) -> None:
+    """Apply an engine configuration: the forced implementation (choices made under
+    another one are forgotten) and the native CPU kernels' settings."""
+    if config.kernels != _FORCED[0]:
+        _FORCED[0] = config.kernels
+        _CHOSEN.clear()
+    _register_native_cpu()
+    if "cpu" in _REGISTRY:
+        from . import cpu
+
+        cpu.configure(config.threads, config.cpu_isa, config.cpu_repack, config.prefill_dtype)
 
 
 def hub_ops() -> KernelOps | None:
@@ -57,9 +74,10 @@ def hub_ops() -> KernelOps | None:
 
 
 def reset() -> None:
-    """Forget every choice (tests change the environment between loads)."""
+    """Forget every choice and the forced implementation (until the next configure)."""
     _CHOSEN.clear()
     _HUB.clear()
+    _FORCED[0] = None
 
 
 def register(name: str, supports: Callable[[str, GGMLType], bool], ops: KernelOps) -> None:
@@ -69,21 +87,24 @@ def register(name: str, supports: Callable[[str, GGMLType], bool], ops: KernelOp
 
 
 def _register_native_cpu() -> None:
+    """Register the native CPU kernels once, where the library was built."""
+    if _NATIVE_TRIED:
+        return
+    _NATIVE_TRIED.append(True)
     from . import cpu
 
     if cpu.load() is None:
         return
-    ops = KernelOps(f"cpu-native ({cpu.best_isa()})", cpu.mul_mat, cpu.get_rows, cpu.dequantize, cpu.mul_mat_id)
+    ops = KernelOps(f"cpu-native ({cpu.best_isa()})", cpu.mul_mat, cpu.get_rows, cpu.dequantize, cpu.mul_mat_id,
+                    native_cpu=True)
     register("cpu", lambda dev, t: dev == "cpu" and cpu.supports(t), ops)
 
 
-_register_native_cpu()
-
-
 def native_cpu_in_use() -> bool:
-    """Whether CPU weights get the native kernels (built, and not overridden by
-    GGUF_SERVE_KERNELS); the engine then also routes small CPU ops to them."""
-    forced = os.environ.get(ENV_OVERRIDE)
+    """Whether CPU weights get the native kernels (built, and not overridden by the
+    configured `kernels`); the engine then also routes small CPU ops to them."""
+    _register_native_cpu()
+    forced = _FORCED[0]
     return "cpu" in _REGISTRY and (not forced or forced == "cpu")
 
 
@@ -93,19 +114,20 @@ def select(device: torch.device | str, ggml_type: GGMLType) -> KernelOps:
     key = (dev, GGMLType(ggml_type))
     if key in _CHOSEN:
         return _CHOSEN[key]
-    forced = os.environ.get(ENV_OVERRIDE)
+    _register_native_cpu()
+    forced = _FORCED[0]
     if forced:
         if forced == "reference":
-            ops, why = REFERENCE, f"forced by {ENV_OVERRIDE}"
+            ops, why = REFERENCE, "forced by the kernels setting"
         elif forced == "hub":
             ops = hub_ops()
             if ops is None:
-                raise RuntimeError(f"{ENV_OVERRIDE}=hub, but the hub kernel could not be loaded (see the log)")
-            why = f"forced by {ENV_OVERRIDE}"
+                raise RuntimeError("kernels=hub, but the hub kernel could not be loaded (see the log)")
+            why = "forced by the kernels setting"
         elif forced in _REGISTRY:
-            ops, why = _REGISTRY[forced][1], f"forced by {ENV_OVERRIDE}"
+            ops, why = _REGISTRY[forced][1], "forced by the kernels setting"
         else:
-            raise ValueError(f"{ENV_OVERRIDE}={forced!r}: no such kernel implementation; "
+            raise ValueError(f"kernels={forced!r} ({ENV_OVERRIDE}): no such kernel implementation here; "
                              f"known: reference, hub{''.join(', ' + n for n in sorted(_REGISTRY))}")
     else:
         ops, why = REFERENCE, "no native kernel for this device and type"
@@ -131,8 +153,9 @@ def ops_for(device: torch.device | str):
     from .ops import TORCH_OPS
 
     if torch.device(device).type == "cpu" and native_cpu_in_use():
-        from .cpu_ops import CPU_OPS
+        from .cpu_ops import cpu_ops
 
-        log.info("dense ops for cpu: %s", CPU_OPS.name)
-        return CPU_OPS
+        ops = cpu_ops()
+        log.info("dense ops for cpu: %s", ops.name)
+        return ops
     return TORCH_OPS

@@ -1,11 +1,13 @@
 """The native CPU kernels (engine/kernels/csrc/: quants.c, arch/, matmul.c, ...), built by the package's own
 build and loaded with ctypes: activation rows are quantized once to 8-bit blocks and
 multiplied against the packed weight blocks with integer dot products, threads over
-output rows (one pool, sized like torch's: torch.get_num_threads() at import, or
-set_threads()).
+output rows (one pool).
 
-`GGUF_SERVE_CPU_ISA` picks the code path (scalar, avx2, avx512 on x86-64; scalar, neon
-on AArch64); by default the best the CPU runs."""
+Their settings are the process's, applied by `configure` from the engine's
+configuration at load (engine.config): threads (torch's count when the library is first
+loaded, until configured), the code path (scalar, avx2, avx512 on x86-64; scalar, neon on
+AArch64; by default the best the CPU runs), repacking, and the dtype of long
+prefills' matmuls."""
 
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ import ctypes
 import enum
 import importlib.machinery
 import logging
-import os
 from pathlib import Path
 
 import torch
@@ -23,24 +24,40 @@ from . import reference
 
 log = logging.getLogger("gguf_serve.kernels")
 
-ISA_ENV = "GGUF_SERVE_CPU_ISA"
 LIB_NAME = "_gguf_cpu"
 
 _lib: ctypes.CDLL | None = None
 _isa_names: list[str] = []  # the library's ISA levels, lowest first
 _tried = False
-# The kernels' own thread count: torch's at import (decode may then run torch's ops on
-# one thread while the kernels keep all of them; see engine.generate).
-_threads = torch.get_num_threads()
+# The settings `configure` applies (read in every call, so module globals: a decode step
+# makes hundreds of calls). _threads is 0 until the library loads (then torch's count).
+_threads = 0
+_repack = True
+
+
+def configure(threads: int | None = None, isa: str | None = None, repack: bool = True,
+              prefill_dtype: str | None = None) -> None:
+    """Apply the engine's kernel settings (engine.config.EngineConfig): threads (None:
+    keep the current count), the code path (None: the best this CPU runs), repacking,
+    the prefill dtype (None: bfloat16 where the CPU has AMX, else float32)."""
+    global _repack
+    if load() is None:
+        return
+    if threads is not None:
+        set_threads(threads)
+    set_isa(isa)
+    _repack = bool(repack)
+    set_prefill_dtype(prefill_dtype)
 
 
 def set_threads(n: int) -> None:
-    """Threads the native kernels use (the server's --threads sets this and torch's)."""
+    """Threads the native kernels use."""
     global _threads
     _threads = max(1, int(n))
 
 
 def threads() -> int:
+    load()
     return _threads
 
 
@@ -108,7 +125,10 @@ def load() -> ctypes.CDLL | None:
     while (name := lib.gc_isa_name(len(_isa_names))) is not None:
         _isa_names.append(name.decode())
     _lib = lib
-    set_isa(os.environ.get(ISA_ENV))
+    global _threads
+    if not _threads:
+        _threads = torch.get_num_threads()
+    set_prefill_dtype(None)
     return _lib
 
 
@@ -125,10 +145,10 @@ def set_isa(name: str | None) -> str:
         raise RuntimeError("native CPU kernels are not available")
     names = isas()
     if name is not None and name not in names:
-        raise ValueError(f"{ISA_ENV}={name!r}: expected one of {', '.join(names)}")
+        raise ValueError(f"cpu_isa={name!r} (GGUF_SERVE_CPU_ISA): expected one of {', '.join(names)}")
     chosen = names[lib.gc_set_isa(names.index(name) if name else -1)]
     if name and chosen != name:
-        log.warning("%s=%s is not supported by this CPU; using %s", ISA_ENV, name, chosen)
+        log.warning("cpu_isa=%s is not supported by this CPU; using %s", name, chosen)
     return chosen
 
 
@@ -224,29 +244,27 @@ def _dequantize_rows(weight: torch.Tensor, ggml_type: int, rows: int, cols: int)
 # (one prompt chunk), in one process: the tiles 2.2-3.5x faster than float32 BLAS on
 # Q5_0 and Q6_K, 2.1-2.4x on Q4_K; Q8_0 about equal row-wise, 2.2x faster in tiles than
 # row-wise.
-def _gemv_max_rows() -> int:
-    return 256 if PREFILL_DTYPE is torch.bfloat16 else 1024
-
-
 TILE_ELEMENTS = 1 << 22  # weights per dequantized tile
-PREFILL_DTYPE_ENV = "GGUF_SERVE_PREFILL_DTYPE"
+# set by set_prefill_dtype (configure, or the library's first load)
+PREFILL_DTYPE = torch.float32
+GEMV_MAX_ROWS = 1024
 
 
-def _prefill_dtype() -> torch.dtype:
-    forced = os.environ.get(PREFILL_DTYPE_ENV)
-    if forced:
-        if forced not in ("float32", "bfloat16"):
-            raise ValueError(f"{PREFILL_DTYPE_ENV}={forced!r}: expected float32 or bfloat16")
-        return getattr(torch, forced)
+def _has_amx() -> bool:
     try:
-        amx = bool(torch.cpu._is_amx_tile_supported())
+        return bool(torch.cpu._is_amx_tile_supported())
     except AttributeError:  # a torch without the probe: stay with float32
-        amx = False
-    return torch.bfloat16 if amx else torch.float32
+        return False
 
 
-PREFILL_DTYPE = _prefill_dtype()
-GEMV_MAX_ROWS = _gemv_max_rows()
+def set_prefill_dtype(name: str | None) -> None:
+    """The dtype of long prefills' BLAS matmuls ("float32", "bfloat16"; None: bfloat16
+    where the CPU has AMX) and with it GEMV_MAX_ROWS."""
+    global PREFILL_DTYPE, GEMV_MAX_ROWS
+    if name is not None and name not in ("float32", "bfloat16"):
+        raise ValueError(f"prefill_dtype={name!r} (GGUF_SERVE_PREFILL_DTYPE): expected float32 or bfloat16")
+    PREFILL_DTYPE = getattr(torch, name) if name else (torch.bfloat16 if _has_amx() else torch.float32)
+    GEMV_MAX_ROWS = 256 if PREFILL_DTYPE is torch.bfloat16 else 1024
 
 
 def mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_features: int) -> torch.Tensor:
@@ -263,16 +281,13 @@ def mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_feat
     return y if y.dtype is x.dtype else y.to(x.dtype)
 
 
-REPACK_ENV = "GGUF_SERVE_CPU_REPACK"
-
-
 def repack(weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int) -> tuple[torch.Tensor, int] | None:
     """The matrix's bytes in the layout this CPU's kernels read fastest, where its type
     has one (Q5_0 in groups of eight rows, with AVX2; see gc_repack): (a new uint8 tensor of
     the same size, the type code MulMat and MulMatGroup then take). None where there is
-    none, or with GGUF_SERVE_CPU_REPACK=0."""
+    none, or where repacking is configured off (cpu_repack)."""
     lib = load()
-    if lib is None or os.environ.get(REPACK_ENV, "1") == "0":
+    if lib is None or not _repack:
         return None
     w = weight if weight.is_contiguous() else weight.contiguous()
     out = torch.empty_like(w)

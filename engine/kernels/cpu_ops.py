@@ -49,10 +49,6 @@ def _bind(lib) -> None:
     lib.gc_gated_delta.argtypes = [P, I64, P, I64, P, I64, P, P, P, INT, INT, INT, INT, P, INT, P, P, P, INT]
 
 
-_LIB = cpu.load()
-if _LIB is not None:
-    _bind(_LIB)
-    _NORM, _ACT, _ATTN = _LIB.gc_rms_norm, _LIB.gc_act_mul, _LIB.gc_attention
 F32 = torch.float32
 
 
@@ -109,18 +105,21 @@ def _native_layer(spec, cache, memo: weakref.WeakKeyDictionary) -> AttnLayer | N
 class CpuOps(TorchOps):
     name = "cpu-native"
 
-    def __init__(self):
+    def __init__(self, lib):
+        _bind(lib)
+        self._lib = lib
+        self._norm, self._act, self._attn = lib.gc_rms_norm, lib.gc_act_mul, lib.gc_attention
         self._layers = weakref.WeakKeyDictionary()  # AttentionSpec -> (cache key, AttnLayer)
 
     def rms_norm(self, x, w, eps):
         if x.dtype is F32 and x.is_contiguous():
             y = torch.empty_like(x)
             cols = w.shape[0]
-            _NORM(x.data_ptr(), cols, w.data_ptr(), y.data_ptr(), x.numel() // cols, cols, eps, None)
+            self._norm(x.data_ptr(), cols, w.data_ptr(), y.data_ptr(), x.numel() // cols, cols, eps, None)
             return y
         if x.dtype is F32 and x.dim() == 2 and x.stride(1) == 1:  # rows with a stride (q/k heads)
             y = x.new_empty(x.shape)
-            _NORM(x.data_ptr(), x.stride(0), w.data_ptr(), y.data_ptr(), x.shape[0], x.shape[1], eps, None)
+            self._norm(x.data_ptr(), x.stride(0), w.data_ptr(), y.data_ptr(), x.shape[0], x.shape[1], eps, None)
             return y
         return super().rms_norm(x, w, eps)
 
@@ -128,7 +127,7 @@ class CpuOps(TorchOps):
         if x.dtype is F32 and x.is_contiguous() and residual.is_contiguous() and residual.dtype is F32:
             y = torch.empty_like(x)
             cols = w.shape[0]
-            _NORM(x.data_ptr(), cols, w.data_ptr(), y.data_ptr(), x.numel() // cols, cols, eps, residual.data_ptr())
+            self._norm(x.data_ptr(), cols, w.data_ptr(), y.data_ptr(), x.numel() // cols, cols, eps, residual.data_ptr())
             return y
         return super().rms_norm_add(x, w, eps, residual)
 
@@ -136,14 +135,14 @@ class CpuOps(TorchOps):
         if logits.dtype is F32 and logits.dim() == 2 and logits.is_contiguous() and 0 < k <= logits.shape[1]:
             t = logits.shape[0]
             weights, ids = logits.new_empty(t, k), torch.empty(t, k, dtype=torch.int64)
-            _LIB.gc_moe_route(logits.data_ptr(), t, logits.shape[1], k, int(norm), ids.data_ptr(), weights.data_ptr())
+            self._lib.gc_moe_route(logits.data_ptr(), t, logits.shape[1], k, int(norm), ids.data_ptr(), weights.data_ptr())
             return weights, ids
         return super().moe_route(logits, k, norm)
 
     def moe_combine(self, y, weights):
         if y.dtype is F32 and weights.dtype is F32 and y.dim() == 3 and y.is_contiguous() and weights.is_contiguous():
             out = y.new_empty(y.shape[0], y.shape[2])
-            _LIB.gc_moe_combine(y.data_ptr(), weights.data_ptr(), y.shape[0], y.shape[1], y.shape[2], out.data_ptr())
+            self._lib.gc_moe_combine(y.data_ptr(), weights.data_ptr(), y.shape[0], y.shape[1], y.shape[2], out.data_ptr())
             return out
         return super().moe_combine(y, weights)
 
@@ -152,14 +151,14 @@ class CpuOps(TorchOps):
             return super().mask_logits(logits, allowed, n_allowed)
         out = logits.clone()
         buf = (ctypes.c_char * len(allowed)).from_buffer_copy(allowed)
-        _LIB.gc_mask_logits(out.data_ptr(), out.shape[0], ctypes.addressof(buf), min(n_allowed, 8 * len(allowed)))
+        self._lib.gc_mask_logits(out.data_ptr(), out.shape[0], ctypes.addressof(buf), min(n_allowed, 8 * len(allowed)))
         return out
 
     def gated_mul(self, y, n, act):
         if y.dtype is F32 and y.is_contiguous() and y.dim() == 2:
             out = y.new_empty(y.shape[0], n)
             p, row = y.data_ptr(), y.shape[1]
-            _ACT(p, row, p + 4 * n, row, out.data_ptr(), y.shape[0], n, ACTS[act], cpu.threads())
+            self._act(p, row, p + 4 * n, row, out.data_ptr(), y.shape[0], n, ACTS[act], cpu.threads())
             return out
         return super().gated_mul(y, n, act)
 
@@ -168,7 +167,7 @@ class CpuOps(TorchOps):
         if not (_f32(gate, up) and _rows(g2) and _rows(u2)):
             return super().act_mul(gate, up, act)
         out = torch.empty(gate.shape, dtype=torch.float32)
-        _ACT(g2.data_ptr(), g2.stride(0), u2.data_ptr(), u2.stride(0), out.data_ptr(), g2.shape[0], g2.shape[1],
+        self._act(g2.data_ptr(), g2.stride(0), u2.data_ptr(), u2.stride(0), out.data_ptr(), g2.shape[0], g2.shape[1],
              ACTS[act], cpu.threads())
         return out
 
@@ -186,7 +185,7 @@ class CpuOps(TorchOps):
         t, hd = qkv.shape[0], spec.n_heads * spec.head_dim
         cos, sin = spec.rope.tables(batch)
         out = qkv.new_empty(t, hd)
-        _ATTN(layer, qkv.data_ptr(), qkv.stride(0), t, cos.data_ptr(), sin.data_ptr(), slots,
+        self._attn(layer, qkv.data_ptr(), qkv.stride(0), t, cos.data_ptr(), sin.data_ptr(), slots,
               cache.cells(spec.layer, batch).data_ptr(), pos, kv_end, out.data_ptr(), int(attend), cpu.threads())
         if attend:
             return out
@@ -205,7 +204,7 @@ class CpuOps(TorchOps):
             return super().causal_conv(x, conv_state, weight, batch)
         n, slot, start, length = _seq_arrays(batch)
         out = torch.empty(x.shape, dtype=torch.float32)
-        rc = _LIB.gc_causal_conv(x.data_ptr(), x.stride(0), out.data_ptr(), x.shape[1], weight.data_ptr(),
+        rc = self._lib.gc_causal_conv(x.data_ptr(), x.stride(0), out.data_ptr(), x.shape[1], weight.data_ptr(),
                                  weight.shape[0], conv_state.data_ptr(), n, slot.data_ptr(), start.data_ptr(),
                                  length.data_ptr(), cpu.threads())
         if rc == cpu.Status.UNSUPPORTED:  # a kernel size the native op does not take
@@ -223,7 +222,7 @@ class CpuOps(TorchOps):
         g, beta = g.contiguous(), beta.contiguous()
         n, slot, start, length = _seq_arrays(batch)
         out = torch.empty(t, n_v, dv, dtype=torch.float32)
-        rc = _LIB.gc_gated_delta(q.data_ptr(), q.stride(0), k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0),
+        rc = self._lib.gc_gated_delta(q.data_ptr(), q.stride(0), k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0),
                                  g.data_ptr(), beta.data_ptr(), out.data_ptr(), n_k, n_v, dk, dv, state.data_ptr(), n,
                                  slot.data_ptr(), start.data_ptr(), length.data_ptr(), cpu.threads())
         if rc == cpu.Status.UNSUPPORTED:  # head sizes the native op does not take
@@ -232,4 +231,15 @@ class CpuOps(TorchOps):
         return out
 
 
-CPU_OPS = CpuOps()
+_OPS: list[CpuOps] = []
+
+
+def cpu_ops() -> CpuOps:
+    """The native dense ops (one instance, bound to the library on first use); only
+    where the library loads (kernels.native_cpu_in_use)."""
+    if not _OPS:
+        lib = cpu.load()
+        if lib is None:
+            raise RuntimeError("the native CPU kernels are not built")
+        _OPS.append(CpuOps(lib))
+    return _OPS[0]

@@ -216,7 +216,7 @@ def test_engine_uses_native_kernels_on_cpu_and_stays_close_to_exact(gemma_path):
     linears += [lm.model.head]
     assert all(layer.attn.qkv.native is not None for layer in lm.model.layers)  # q/k/v in one native call
     assert len(linears) == 18 * 4 + 1
-    assert {m.ops.name for m in linears} == {f"cpu-native ({cpu.best_isa()})"}
+    assert {m.kernels.name for m in linears} == {f"cpu-native ({cpu.best_isa()})"}
     assert lm.model.ops.name == "cpu-native"
     import os
     os.environ[kernels.ENV_OVERRIDE] = "reference"
@@ -483,8 +483,11 @@ def test_repack_only_where_it_applies(monkeypatch):
     assert cpu.repack(q5, GGMLType.Q5_0, 12, 256) is None
     q4k = torch.from_numpy(_weights(rng, GGMLType.Q4_K, 16, 256))
     assert cpu.repack(q4k, GGMLType.Q4_K, 16, 256) is None
-    monkeypatch.setenv(cpu.REPACK_ENV, "0")
-    assert cpu.repack(torch.from_numpy(_weights(rng, GGMLType.Q5_0, 16, 256)), GGMLType.Q5_0, 16, 256) is None
+    cpu.configure(repack=False)  # as EngineConfig(cpu_repack=False) configures it at load
+    try:
+        assert cpu.repack(torch.from_numpy(_weights(rng, GGMLType.Q5_0, 16, 256)), GGMLType.Q5_0, 16, 256) is None
+    finally:
+        cpu.configure(repack=True)
 
 
 def _rss_file_kb() -> int:
@@ -540,8 +543,9 @@ def test_gemma_q5_0_matrices_are_repacked_and_decode_as_before(gemma_path, monke
     if cpu.best_isa() == "scalar":
         pytest.skip("no repacked layout on this architecture")
     assert all(m.repacked for m in q5)
-    monkeypatch.setenv(cpu.REPACK_ENV, "0")
-    files = load_model(gemma_path, device="cpu", n_seq=1)
+    from gguf_serve.engine.config import EngineConfig
+
+    files = load_model(gemma_path, device="cpu", n_seq=1, config=EngineConfig(cpu_repack=False))
     assert not any(m.repacked for layer in files.model.layers for m in layer.mlp.gate_up.linears)
     ids = lm.tokenizer("The capital of France is the city of")["input_ids"]
     for model in (lm, files):

@@ -12,7 +12,9 @@ from gguf_serve.engine.kernels.ops import TORCH_OPS, ring_positions
 if cpu.load() is None:
     pytest.skip("native CPU kernels not built", allow_module_level=True)
 
-from gguf_serve.engine.kernels.cpu_ops import CPU_OPS  # noqa: E402
+from gguf_serve.engine.kernels.cpu_ops import cpu_ops  # noqa: E402
+
+CPU_OPS = cpu_ops()
 
 ISAS = cpu.isas()[: cpu.isas().index(cpu.best_isa()) + 1]
 

@@ -9,7 +9,7 @@ import torch
 
 from gguf_serve.engine import load_model
 from gguf_serve.engine.grammar import GrammarError, GrammarMask, json_grammar, schema_of
-from gguf_serve.engine.kernels.cpu_ops import CpuOps
+from gguf_serve.engine.kernels.cpu_ops import cpu_ops
 from gguf_serve.engine.kernels.ops import TorchOps
 from gguf_serve.engine.sampling import SamplingParams
 
@@ -36,7 +36,7 @@ def test_native_mask_equals_torch(n, n_allowed):
     allowed = torch.randint(0, 256, (words * 4,), dtype=torch.uint8, generator=g)
     allowed[:4] = 255  # a full word (the fast path) and a partial one
     raw = bytes(allowed.tolist())
-    a, b = CpuOps().mask_logits(logits, raw, n_allowed), TorchOps().mask_logits(logits, raw, n_allowed)
+    a, b = cpu_ops().mask_logits(logits, raw, n_allowed), TorchOps().mask_logits(logits, raw, n_allowed)
     assert torch.equal(a, b) and not torch.equal(a, logits)
     bit = lambda i: i < n_allowed and (raw[i // 8] >> (i % 8)) & 1  # noqa: E731
     assert all((a[i] == logits[i]) if bit(i) else a[i] == float("-inf") for i in range(n))

@@ -92,13 +92,16 @@ def test_hub_path_with_a_local_kernel(tmp_path, monkeypatch, clean_kernels, tiny
     import sys
     calls = sys.modules["ggml_quantization_local"].CALLS
     assert calls["mul_mat_vec"] > 0 and calls["dequantize"] > 0 and calls["get_rows"] > 0
-    assert any("hub:ggml-org/ggml-quantization (forced by GGUF_SERVE_KERNELS)" in r.getMessage() for r in caplog.records)
+    assert any("hub:ggml-org/ggml-quantization (forced by the kernels setting)" in r.getMessage() for r in caplog.records)
 
 
 def test_override_names_what_is_known(monkeypatch, clean_kernels):
+    from gguf_serve.engine.config import EngineConfig
+
     monkeypatch.setenv(kernels.ENV_OVERRIDE, "bogus")
-    with pytest.raises(ValueError, match="GGUF_SERVE_KERNELS='bogus': no such kernel implementation; known: reference, hub"):
-        kernels.select("cpu", GGMLType.Q4_K)
+    with pytest.raises(ValueError, match=r"kernels='bogus' \(GGUF_SERVE_KERNELS\): no such kernel implementation; "
+                                         r"known: reference, hub, cpu"):
+        EngineConfig.resolve()
 
 
 def test_cpu_defaults_native_where_supported_else_reference_one_log_line_each(monkeypatch, clean_kernels, caplog):
@@ -121,6 +124,8 @@ def test_hub_unavailable_offline_falls_back(monkeypatch, clean_kernels, tmp_path
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     assert hub.load() is None
-    monkeypatch.setenv(kernels.ENV_OVERRIDE, "hub")
+    from gguf_serve.engine.config import EngineConfig
+
+    kernels.configure(EngineConfig(kernels="hub"))
     with pytest.raises(RuntimeError, match="hub kernel could not be loaded"):
         kernels.select("cpu", GGMLType.Q4_K)

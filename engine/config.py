@@ -1,0 +1,88 @@
+"""The engine's settings, decided once. `EngineConfig` holds every knob the engine reads:
+where it runs and in which dtype, the KV cache's size (context, sequences) and the
+batch, and the CPU kernels' settings (threads, which implementation, the code path,
+repacking, the dtype of long prefills' matmuls). `EngineConfig.resolve` builds it from
+the arguments given, then GGUF_SERVE_* environment variables, then the defaults;
+`load_model` applies it (kernels.configure) before building the model. Nothing in the
+engine reads the environment or caches a setting at import.
+
+The kernels' settings are the process's (one thread pool, one code path): a model
+loaded later with other settings changes them for the models loaded before it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+MAX_BATCH = 512  # tokens per forward pass; longer prompts run in chunks of this size
+
+# environment variables for the settings library users (and the tests) set that way;
+# the server's own options (server.settings) carry the same names
+ENV = {
+    "device": "GGUF_SERVE_DEVICE",
+    "threads": "GGUF_SERVE_THREADS",
+    "kernels": "GGUF_SERVE_KERNELS",
+    "cpu_isa": "GGUF_SERVE_CPU_ISA",
+    "cpu_repack": "GGUF_SERVE_CPU_REPACK",
+    "prefill_dtype": "GGUF_SERVE_PREFILL_DTYPE",
+}
+KERNEL_CHOICES = ("reference", "hub", "cpu")
+PREFILL_DTYPES = ("float32", "bfloat16")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    device: str = "auto"  # auto: cuda, else mps, else cpu
+    dtype: torch.dtype | None = None  # None: bfloat16 on cuda, float16 on mps, float32 on cpu
+    n_ctx: int | None = None  # tokens per sequence; None: the trained context, as far as memory holds it
+    n_seq: int | None = None  # sequence slots; None: up to 8, as far as memory holds them
+    max_batch: int = MAX_BATCH
+    threads: int | None = None  # the CPU kernels' threads; None: torch's thread count when the model loads
+    kernels: str | None = None  # force an implementation (reference, hub, cpu); None: the best per device and type
+    cpu_isa: str | None = None  # force a CPU code path (scalar, avx2, avx512; scalar, neon); None: the best
+    cpu_repack: bool = True  # repack weights at load where this CPU's kernels read another layout faster
+    prefill_dtype: str | None = None  # long prefills' BLAS dtype (float32, bfloat16); None: bfloat16 with AMX
+
+    def __post_init__(self) -> None:
+        if self.kernels is not None and self.kernels not in KERNEL_CHOICES:
+            raise ValueError(f"kernels={self.kernels!r} ({ENV['kernels']}): no such kernel implementation; "
+                             f"known: {', '.join(KERNEL_CHOICES)}")
+        if self.prefill_dtype is not None and self.prefill_dtype not in PREFILL_DTYPES:
+            raise ValueError(f"prefill_dtype={self.prefill_dtype!r} ({ENV['prefill_dtype']}): expected "
+                             f"{' or '.join(PREFILL_DTYPES)}")
+        for name in ("n_ctx", "n_seq", "max_batch", "threads"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1, got {v}")
+
+    @classmethod
+    def resolve(cls, config: "EngineConfig | None" = None, **given: Any) -> "EngineConfig":
+        """`config` (or the defaults) with the arguments given (those not None) over it,
+        and, for fields neither sets, the environment (ENV)."""
+        base = config or cls()
+        values = {f.name: getattr(base, f.name) for f in fields(cls)}
+        explicit = {k for k, v in given.items() if v is not None}
+        unknown = set(given) - set(values)
+        if unknown:
+            raise TypeError(f"unknown engine settings: {', '.join(sorted(unknown))}")
+        for name, var in ENV.items():
+            raw = os.environ.get(var)
+            if raw and name not in explicit and (config is None or getattr(base, name) == getattr(cls(), name)):
+                values[name] = _parse(name, raw)
+        values.update({k: given[k] for k in explicit})
+        return cls(**values)
+
+    def describe(self) -> str:
+        return ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                         if getattr(self, f.name) != f.default)
+
+
+def _parse(name: str, raw: str) -> Any:
+    if name == "threads":
+        return int(raw)
+    if name == "cpu_repack":
+        return raw.strip().lower() not in ("0", "false", "no", "off")
+    return raw.strip()

@@ -10,7 +10,7 @@ transformers config: the file's metadata is the only input."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -94,9 +94,27 @@ class TextParams:
                                           m.get(Keys.ROPE_SCALING_ORIG_CTX, 0)),
         )
 
+    SWITCHES: ClassVar[dict[str, Any]] = {}  # a family member's fixed switches (see member)
+    READERS: ClassVar[tuple] = ()  # a family member's own fields, each a function (Metadata) -> dict
+
+    @classmethod
+    def read(cls, m: Metadata) -> dict[str, Any]:
+        """The fields the file states: the common ones, then each reader's."""
+        fields_ = cls.common(m)
+        for reader in cls.READERS:
+            fields_.update(reader(m))
+        return fields_
+
     @classmethod
     def from_gguf(cls, m: Metadata) -> "TextParams":
-        return cls(**cls.common(m))
+        return cls(**cls.read(m), **cls.SWITCHES)
+
+    @classmethod
+    def member(cls, *readers, **switches: Any) -> type:
+        """The Params of a family member that differs in fixed switches (qwen2 is llama
+        with NeoX rotary) and fields of its own (`readers`: (Metadata) -> dict)."""
+        return type(cls.__name__, (cls,), {"SWITCHES": {**cls.SWITCHES, **switches}, "READERS": cls.READERS + readers,
+                                           "__module__": cls.__module__})
 
     def describe(self) -> str:
         return ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))

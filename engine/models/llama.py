@@ -30,11 +30,11 @@ class Params(TextParams):
     expert_ffn: int = 0
     norm_topk: bool = True
 
-    @staticmethod
-    def experts(m: Metadata) -> dict:
-        """The routed experts' fields, for the MoE members."""
-        return dict(n_experts=m.get(Keys.EXPERT_COUNT), n_experts_used=m.get(Keys.EXPERT_USED_COUNT),
-                    expert_ffn=m.get(Keys.EXPERT_FEED_FORWARD_LENGTH))
+
+def experts(m: Metadata) -> dict:
+    """The routed experts' fields, for the family's MoE members."""
+    return dict(n_experts=m.get(Keys.EXPERT_COUNT), n_experts_used=m.get(Keys.EXPERT_USED_COUNT),
+                expert_ffn=m.get(Keys.EXPERT_FEED_FORWARD_LENGTH))
 
 
 class LlamaLayer:

@@ -48,10 +48,11 @@ class Params(TextParams):
     shared_ffn: int = 0
 
     @classmethod
-    def hybrid(cls, m: Metadata) -> dict:
-        """The fields qwen35 and qwen35moe share: common ones, the layer pattern, the
-        linear attention's shape. Rotary over the first quarter of each head by default."""
-        c = cls.common(m)
+    def read(cls, m: Metadata) -> dict:
+        """The common fields, the layer pattern and the linear attention's shape (shared
+        with qwen35moe, whose readers add its experts). Rotary over the first quarter of
+        each head by default."""
+        c = super().read(m)
         n = c["n_layers"]
         recurrent = m.get(RECURRENT_LAYERS, None)
         if isinstance(recurrent, list) and len(recurrent) >= n:
@@ -63,10 +64,6 @@ class Params(TextParams):
         n_k, n_v = m.get(SSM_GROUP_COUNT), m.get(SSM_TIME_STEP_RANK)
         return dict(c, linear_layers=linear_layers, conv_kernel=m.get(SSM_CONV_KERNEL), n_k_heads=n_k, n_v_heads=n_v,
                     k_dim=m.get(SSM_STATE_SIZE), v_dim=m.get(SSM_INNER_SIZE) // n_v)
-
-    @classmethod
-    def from_gguf(cls, m: Metadata) -> "Params":
-        return cls(**cls.hybrid(m))
 
 
 class GatedDeltaNet:

@@ -3,8 +3,6 @@ shared expert in every layer."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ...gguf_io import Keys
 from . import qwen35
 from .base import Metadata
@@ -13,13 +11,11 @@ ARCHITECTURE = "qwen35moe"
 CHAT_TEMPLATE_FALLBACK = "chatml"
 
 
-@dataclass
-class Params(qwen35.Params):
-    @classmethod
-    def from_gguf(cls, m: Metadata) -> "Params":
-        n_ff = m.get(Keys.EXPERT_FEED_FORWARD_LENGTH)
-        return cls(**cls.hybrid(m), n_experts=m.get(Keys.EXPERT_COUNT), n_experts_used=m.get(Keys.EXPERT_USED_COUNT),
-                   expert_ffn=n_ff, shared_ffn=m.get(Keys.EXPERT_SHARED_FEED_FORWARD_LENGTH, n_ff))
+def experts(m: Metadata) -> dict:
+    n_ff = m.get(Keys.EXPERT_FEED_FORWARD_LENGTH)
+    return dict(n_experts=m.get(Keys.EXPERT_COUNT), n_experts_used=m.get(Keys.EXPERT_USED_COUNT), expert_ffn=n_ff,
+                shared_ffn=m.get(Keys.EXPERT_SHARED_FEED_FORWARD_LENGTH, n_ff))
 
 
+Params = qwen35.Params.member(experts)
 build = qwen35.build

@@ -116,35 +116,20 @@ typedef struct {
     deq8_fn deq8;
 } kernel_t;
 
+/* every weight type the kernels take (an X-macro for the prototypes below and the table) */
+#define GC_TYPES(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(iq4_nl) X(q2_K) X(q3_K) X(q4_K) X(q5_K) X(q6_K) X(iq4_xs)
+/* the types with a four-row AVX2 dot */
+#define GC_FOUR_ROW_TYPES(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(iq4_nl) X(q4_K) X(q5_K) X(q6_K)
+
 /* quants.c: the scalar code */
 GC_HIDDEN void quantize_act32(const float *x, act32 *y, int64_t k);
 GC_HIDDEN void quantize_act256(const float *x, act256 *y, int64_t k);
 GC_HIDDEN void q3_scales(const uint8_t *sc, int *out);  /* Q3_K: the 16 six-bit scales, offset removed */
 GC_HIDDEN void unpack_scale_min_k4(const uint8_t *q, uint8_t *sc, uint8_t *m);  /* Q4_K/Q5_K: scales and mins as bytes */
-GC_HIDDEN float dot_q4_0_s(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q4_1_s(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q5_0_s(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q5_1_s(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q8_0_s(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_iq4_nl_s(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q2_K_s(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q3_K_s(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q4_K_s(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q5_K_s(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q6_K_s(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_iq4_xs_s(const void *vw, const void *vx, int nb);
-GC_HIDDEN void deq_q4_0(const void *v, float *y, int nb);
-GC_HIDDEN void deq_q4_1(const void *v, float *y, int nb);
-GC_HIDDEN void deq_q5_0(const void *v, float *y, int nb);
-GC_HIDDEN void deq_q5_1(const void *v, float *y, int nb);
-GC_HIDDEN void deq_q8_0(const void *v, float *y, int nb);
-GC_HIDDEN void deq_iq4_nl(const void *v, float *y, int nb);
-GC_HIDDEN void deq_q2_K(const void *v, float *y, int nb);
-GC_HIDDEN void deq_q3_K(const void *v, float *y, int nb);
-GC_HIDDEN void deq_q4_K(const void *v, float *y, int nb);
-GC_HIDDEN void deq_q5_K(const void *v, float *y, int nb);
-GC_HIDDEN void deq_q6_K(const void *v, float *y, int nb);
-GC_HIDDEN void deq_iq4_xs(const void *v, float *y, int nb);
+#define GC_SCALAR(t) GC_HIDDEN float dot_##t##_s(const void *vw, const void *vx, int nb); \
+                     GC_HIDDEN void deq_##t(const void *v, float *y, int nb);
+GC_TYPES(GC_SCALAR)
+#undef GC_SCALAR
 
 #if defined(GC_X86)
 /* repack.c: Q5_0 in groups of eight rows */
@@ -152,39 +137,13 @@ GC_HIDDEN void repack_q5_0x8(const uint8_t *w, int64_t row_bytes, int nb, blk_q5
 GC_HIDDEN void dot8_q5_0x8_s(const void *vw, const void *vx, int nb, float *out);
 GC_HIDDEN void deq8_q5_0x8(const void *vw, float *y, int nb, int64_t n_cols);
 /* arch/x86.c: AVX2 and AVX-512 */
-GC_HIDDEN float dot_q4_0_avx2(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q4_0_avx512(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q4_1_avx2(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q4_1_avx512(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q5_0_avx2(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q5_0_avx512(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q5_1_avx2(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q5_1_avx512(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q8_0_avx2(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q8_0_avx512(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_iq4_nl_avx2(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_iq4_nl_avx512(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q2_K_avx2(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q2_K_avx512(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q3_K_avx2(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q3_K_avx512(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q4_K_avx2(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q4_K_avx512(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q5_K_avx2(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q5_K_avx512(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q6_K_avx2(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q6_K_avx512(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_iq4_xs_avx2(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_iq4_xs_avx512(const void *vw, const void *vx, int nb);
-GC_HIDDEN void dot4_q4_0_avx2(const void *vw, const void *const *vx, int nb, float *out);
-GC_HIDDEN void dot4_q4_1_avx2(const void *vw, const void *const *vx, int nb, float *out);
-GC_HIDDEN void dot4_q5_0_avx2(const void *vw, const void *const *vx, int nb, float *out);
-GC_HIDDEN void dot4_q5_1_avx2(const void *vw, const void *const *vx, int nb, float *out);
-GC_HIDDEN void dot4_q8_0_avx2(const void *vw, const void *const *vx, int nb, float *out);
-GC_HIDDEN void dot4_iq4_nl_avx2(const void *vw, const void *const *vx, int nb, float *out);
-GC_HIDDEN void dot4_q4_K_avx2(const void *vw, const void *const *vx, int nb, float *out);
-GC_HIDDEN void dot4_q5_K_avx2(const void *vw, const void *const *vx, int nb, float *out);
-GC_HIDDEN void dot4_q6_K_avx2(const void *vw, const void *const *vx, int nb, float *out);
+#define GC_X86_DOTS(t) GC_HIDDEN float dot_##t##_avx2(const void *vw, const void *vx, int nb); \
+                       GC_HIDDEN float dot_##t##_avx512(const void *vw, const void *vx, int nb);
+GC_TYPES(GC_X86_DOTS)
+#undef GC_X86_DOTS
+#define GC_DOT4(t) GC_HIDDEN void dot4_##t##_avx2(const void *vw, const void *const *vx, int nb, float *out);
+GC_FOUR_ROW_TYPES(GC_DOT4)
+#undef GC_DOT4
 GC_HIDDEN void dot8_q5_0x8_avx2(const void *vw, const void *vx, int nb, float *out);
 GC_HIDDEN void quantize_act32_avx2(const float *x, act32 *y, int64_t k);
 GC_HIDDEN void quantize_act256_avx2(const float *x, act256 *y, int64_t k);
@@ -197,18 +156,9 @@ GC_HIDDEN void tile_pack(int type, const uint8_t *w, int64_t row_bytes, int nb, 
 GC_HIDDEN void tile_dot(int type, const void *t, int nb, const void *const *xs, float o[4][8]);
 #elif defined(GC_NEON)
 /* arch/arm.c: NEON */
-GC_HIDDEN float dot_q4_0_neon(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q4_1_neon(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q5_0_neon(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q5_1_neon(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q8_0_neon(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_iq4_nl_neon(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q2_K_neon(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q3_K_neon(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q4_K_neon(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q5_K_neon(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_q6_K_neon(const void *vw, const void *vx, int nb);
-GC_HIDDEN float dot_iq4_xs_neon(const void *vw, const void *vx, int nb);
+#define GC_NEON_DOT(t) GC_HIDDEN float dot_##t##_neon(const void *vw, const void *vx, int nb);
+GC_TYPES(GC_NEON_DOT)
+#undef GC_NEON_DOT
 #endif
 
 /* dispatch.c: the kernel table and the ISA level in use */

@@ -103,12 +103,16 @@ def test_request_turns_thinking_off(client, tiny_path, extra):
 
 
 def test_multi_turn_with_reasoning_content(client, tiny_path):
-    r = client.chat.completions.create(
-        model=tiny_path, temperature=0, max_tokens=2, logit_bias=no_end(tiny_path),
-        messages=[{"role": "user", "content": "a"},
-                  {"role": "assistant", "content": "b", "reasoning_content": "because"},
-                  {"role": "user", "content": "c"}])
+    """A past turn's reasoning_content reaches the template (this one renders it): the same
+    conversation without it is a shorter prompt."""
+    def ask(reasoning: str | None):
+        turn = {"role": "assistant", "content": "b", **({"reasoning_content": reasoning} if reasoning else {})}
+        return client.chat.completions.create(
+            model=tiny_path, temperature=0, max_tokens=2, logit_bias=no_end(tiny_path),
+            messages=[{"role": "user", "content": "a"}, turn, {"role": "user", "content": "c"}])
+    r, without = ask("because the sky is blue"), ask(None)
     assert r.choices[0].finish_reason == "length"
+    assert r.usage.prompt_tokens > without.usage.prompt_tokens + 4
 
 
 def test_seed_and_n(client, tiny_path):
@@ -118,6 +122,7 @@ def test_seed_and_n(client, tiny_path):
     b = client.chat.completions.create(**kw)
     assert [c.message.content for c in a.choices] == [c.message.content for c in b.choices]
     assert len(a.choices) == 2 and a.usage.completion_tokens == 12
+    assert a.choices[0].message.content != a.choices[1].message.content  # each choice samples on its own
     with pytest.raises(openai.BadRequestError) as e:  # more choices than sequence slots (--parallel 2)
         client.chat.completions.create(**{**kw, "n": 3})
     assert e.value.body["param"] == "n" and "--parallel" in e.value.body["message"]
@@ -497,8 +502,9 @@ def test_hub_model_id_downloads_then_resolves_offline(tiny_path, tmp_path):
         with server(model_id, env={**env, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0"}) as base:
             c = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
             assert [m.id for m in c.models.list().data] == [model_id]
-            r = c.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
-            assert r.choices[0].message is not None
+            r = c.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                          logit_bias=no_end(tiny_path))
+            assert r.usage.completion_tokens == 2 and r.model == model_id
         assert any("/resolve/" in q for q in hub.requests)  # the real client downloaded from here
     # the Hub is gone: offline, the cached file resolves without the network
     with server(model_id, env={**env, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "1"}) as base:
@@ -580,7 +586,8 @@ def test_local_files_are_listed_by_name_or_alias(tiny_path, tmp_path):
         assert listed == ["mine", os.path.basename(tiny_path), copies[1]]
         c = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
         for model in ("mine", tiny_path, os.path.basename(tiny_path), copies[0], copies[1]):
-            assert c.completions.create(model=model, prompt="a", max_tokens=1).choices[0].text is not None
+            r = c.completions.create(model=model, prompt="a", max_tokens=1, logit_bias=no_end(tiny_path))
+            assert r.usage.completion_tokens == 1
 
 
 def test_lru_unloads_beyond_the_count_limit_and_no_switch_is_logged_once(tiny_path, tmp_path):
@@ -603,7 +610,7 @@ def test_lru_unloads_beyond_the_count_limit_and_no_switch_is_logged_once(tiny_pa
         for _ in range(2):
             r = c.chat.completions.create(model="default", max_tokens=2, reasoning_effort="high",
                                           messages=[{"role": "user", "content": "hi"}])
-            assert r.choices[0].message.content is not None
+            assert r.usage.completion_tokens >= 1 and r.choices[0].finish_reason in ("stop", "length")
         log = server_harness.OUTPUTS[base]()
         assert log.count("has no thinking switch; the reasoning setting is ignored") == 1
 

@@ -18,7 +18,6 @@ from .base import Metadata, Model, TextParams, standard_model
 from .layers import MLP, Attention, Rope, RopeScaling
 
 ARCHITECTURE = "olmo2"
-SLIDING_WINDOW_PATTERN = "{arch}.attention.sliding_window_pattern"
 GLOBAL_EVERY = 4  # llama.cpp's default pattern: every 4th layer global
 
 
@@ -33,7 +32,7 @@ class Params(TextParams):
         c = cls.common(m)
         n = c["n_layers"]
         window = m.get(Keys.SLIDING_WINDOW, 0) or 0
-        pattern = m.get(SLIDING_WINDOW_PATTERN, None)
+        pattern = m.get(Keys.SLIDING_WINDOW_PATTERN, None)
         if not window:
             sliding = [False] * n
         elif isinstance(pattern, list) and len(pattern) >= n:

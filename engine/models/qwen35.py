@@ -25,13 +25,6 @@ from .layers import Attention, Rope, feed_forward
 
 ARCHITECTURE = "qwen35"
 CHAT_TEMPLATE_FALLBACK = "chatml"
-SSM_CONV_KERNEL = "{arch}.ssm.conv_kernel"
-SSM_STATE_SIZE = "{arch}.ssm.state_size"
-SSM_GROUP_COUNT = "{arch}.ssm.group_count"
-SSM_TIME_STEP_RANK = "{arch}.ssm.time_step_rank"
-SSM_INNER_SIZE = "{arch}.ssm.inner_size"
-FULL_ATTENTION_INTERVAL = "{arch}.full_attention_interval"
-RECURRENT_LAYERS = "{arch}.attention.recurrent_layers"
 
 
 @dataclass
@@ -54,16 +47,16 @@ class Params(TextParams):
         each head by default."""
         c = super().read(m)
         n = c["n_layers"]
-        recurrent = m.get(RECURRENT_LAYERS, None)
+        recurrent = m.get(Keys.RECURRENT_LAYERS, None)
         if isinstance(recurrent, list) and len(recurrent) >= n:
             linear_layers = [bool(r) for r in recurrent[:n]]
         else:
-            interval = m.get(FULL_ATTENTION_INTERVAL, 4)
+            interval = m.get(Keys.FULL_ATTENTION_INTERVAL, 4)
             linear_layers = [(i + 1) % interval != 0 for i in range(n)]
         c["rope_dims"] = m.get(Keys.ROPE_DIMENSION_COUNT, c["head_dim"] // 4)
-        n_k, n_v = m.get(SSM_GROUP_COUNT), m.get(SSM_TIME_STEP_RANK)
-        return dict(c, linear_layers=linear_layers, conv_kernel=m.get(SSM_CONV_KERNEL), n_k_heads=n_k, n_v_heads=n_v,
-                    k_dim=m.get(SSM_STATE_SIZE), v_dim=m.get(SSM_INNER_SIZE) // n_v)
+        n_k, n_v = m.get(Keys.SSM_GROUP_COUNT), m.get(Keys.SSM_TIME_STEP_RANK)
+        return dict(c, linear_layers=linear_layers, conv_kernel=m.get(Keys.SSM_CONV_KERNEL), n_k_heads=n_k,
+                    n_v_heads=n_v, k_dim=m.get(Keys.SSM_STATE_SIZE), v_dim=m.get(Keys.SSM_INNER_SIZE) // n_v)
 
 
 class GatedDeltaNet:

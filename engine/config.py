@@ -62,7 +62,8 @@ class EngineConfig:
     def resolve(cls, config: "EngineConfig | None" = None, **given: Any) -> "EngineConfig":
         """`config` (or the defaults) with the arguments given (those not None) over it,
         and, for fields neither sets, the environment (ENV)."""
-        base = config or cls()
+        defaults = cls()
+        base = config or defaults
         values = {f.name: getattr(base, f.name) for f in fields(cls)}
         explicit = {k for k, v in given.items() if v is not None}
         unknown = set(given) - set(values)
@@ -70,14 +71,10 @@ class EngineConfig:
             raise TypeError(f"unknown engine settings: {', '.join(sorted(unknown))}")
         for name, var in ENV.items():
             raw = os.environ.get(var)
-            if raw and name not in explicit and (config is None or getattr(base, name) == getattr(cls(), name)):
+            if raw and name not in explicit and getattr(base, name) == getattr(defaults, name):
                 values[name] = _parse(name, raw)
         values.update({k: given[k] for k in explicit})
         return cls(**values)
-
-    def describe(self) -> str:
-        return ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
-                         if getattr(self, f.name) != f.default)
 
 
 def _parse(name: str, raw: str) -> Any:

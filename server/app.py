@@ -238,7 +238,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             return HTTPStatus(404, f"Invalid URL ({where}): this server does not serve that path",
                               code="unknown_url").response()
         if exc.status_code == 405:
-            allowed = (exc.headers or {}).get("allow") or (exc.headers or {}).get("Allow")
+            allowed = (exc.headers or {}).get("Allow")  # Starlette's router names the methods it serves
             return HTTPStatus(405, f"{where}: method not allowed" + (f" (allowed: {allowed})" if allowed else ""),
                               headers=dict(exc.headers or {})).response()
         return HTTPStatus(exc.status_code, f"{where}: {exc.detail}", headers=dict(exc.headers or {})).response()

@@ -96,7 +96,7 @@ def hub_error(e: Exception, what: str) -> APIError:
     if isinstance(e, HfHubHTTPError) and status in (401, 403):
         return Forbidden(f"{endpoint()} refused access to {what} ({status}): {TOKEN_HINT}", param="model",
                          code="model_access_denied")
-    if isinstance(e, HfHubHTTPError) or isinstance(e, (httpx.HTTPError, ConnectionError, TimeoutError)):
+    if isinstance(e, (HfHubHTTPError, httpx.HTTPError, ConnectionError, TimeoutError)):
         return Unavailable(f"cannot fetch {what} from {endpoint()}: {e} (--offline serves the files already cached)",
                            code="hub_unreachable")
     raise e

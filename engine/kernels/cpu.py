@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ...gguf_io import GGMLType
+from ..config import PREFILL_DTYPES
 from . import reference
 
 log = logging.getLogger("gguf_serve.kernels")
@@ -57,7 +58,8 @@ def set_threads(n: int) -> None:
 
 
 def threads() -> int:
-    load()
+    if not _threads:  # set when the library loads
+        load()
     return _threads
 
 
@@ -261,7 +263,7 @@ def set_prefill_dtype(name: str | None) -> None:
     """The dtype of long prefills' BLAS matmuls ("float32", "bfloat16"; None: bfloat16
     where the CPU has AMX) and with it GEMV_MAX_ROWS."""
     global PREFILL_DTYPE, GEMV_MAX_ROWS
-    if name is not None and name not in ("float32", "bfloat16"):
+    if name is not None and name not in PREFILL_DTYPES:
         raise ValueError(f"prefill_dtype={name!r} (GGUF_SERVE_PREFILL_DTYPE): expected float32 or bfloat16")
     PREFILL_DTYPE = getattr(torch, name) if name else (torch.bfloat16 if _has_amx() else torch.float32)
     GEMV_MAX_ROWS = 256 if PREFILL_DTYPE is torch.bfloat16 else 1024

@@ -9,7 +9,7 @@ transformers config: the file's metadata is the only input."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -115,9 +115,6 @@ class TextParams:
         with NeoX rotary) and fields of its own (`readers`: (Metadata) -> dict)."""
         return type(cls.__name__, (cls,), {"SWITCHES": {**cls.SWITCHES, **switches}, "READERS": cls.READERS + readers,
                                            "__module__": cls.__module__})
-
-    def describe(self) -> str:
-        return ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
 
 
 class Model:

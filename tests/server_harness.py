@@ -71,12 +71,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serve_command(*args: str) -> list[str]:
+    """The `gguf-serve` command line with these arguments (the installed script, else the module)."""
+    exe = shutil.which("gguf-serve")
+    return [exe, *args] if exe else [sys.executable, "-m", "gguf_serve.server.cli", *args]
+
+
 def spawn(*args: str) -> tuple[subprocess.Popen, str]:
     """A `gguf-serve` process of the test's own (to signal, or to watch exit), once healthy:
     (process, base URL). Its output is piped; the caller ends it."""
     port = free_port()
-    exe = shutil.which("gguf-serve")
-    cmd = ([exe] if exe else [sys.executable, "-m", "gguf_serve.server.cli"]) + [*args, "--port", str(port)]
+    cmd = serve_command(*args, "--port", str(port))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
@@ -92,8 +97,7 @@ def spawn(*args: str) -> tuple[subprocess.Popen, str]:
 @contextlib.contextmanager
 def server(*args: str, env: dict | None = None):
     port = free_port()
-    exe = shutil.which("gguf-serve")
-    cmd = ([exe] if exe else [sys.executable, "-m", "gguf_serve.server.cli"]) + [*args, "--port", str(port)]
+    cmd = serve_command(*args, "--port", str(port))
     log = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})

@@ -1,16 +1,15 @@
 """`gguf-serve inspect`, run as a user runs it: the installed console script."""
 
 import json
-import shutil
 import subprocess
-import sys
 
 import pytest
 
+from server_harness import serve_command
+
 
 def run(*args):
-    exe = shutil.which("gguf-serve")
-    cmd = [exe, *args] if exe else [sys.executable, "-m", "gguf_serve.server.cli", *args]
+    cmd = serve_command(*args)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 
 import httpx
 import openai
 
-from server_harness import free_port, server
+from server_harness import free_port, serve_command, server
 
 
 def corrupt(path) -> str:
@@ -23,8 +22,7 @@ def corrupt(path) -> str:
 
 def test_a_bad_model_alone_exits_non_zero_with_the_reason(tmp_path):
     bad = corrupt(tmp_path / "bad.gguf")
-    exe = shutil.which("gguf-serve")
-    cmd = ([exe] if exe else [sys.executable, "-m", "gguf_serve.server.cli"]) + [bad, "--port", str(free_port())]
+    cmd = serve_command(bad, "--port", str(free_port()))
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert p.returncode == 1
     line = [x for x in p.stderr.splitlines() if x.startswith("gguf-serve: no model could be served")]

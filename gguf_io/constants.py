@@ -219,6 +219,7 @@ class Keys:
     CONTEXT_LENGTH = "{arch}.context_length"
     EMBEDDING_LENGTH = "{arch}.embedding_length"
     BLOCK_COUNT = "{arch}.block_count"
+    NEXTN_PREDICT_LAYERS = "{arch}.nextn_predict_layers"  # multi-token-prediction layers counted in block_count
     FEED_FORWARD_LENGTH = "{arch}.feed_forward_length"
     EXPERT_COUNT = "{arch}.expert_count"
     EXPERT_USED_COUNT = "{arch}.expert_used_count"

@@ -172,7 +172,8 @@ def _reorder_v(t: np.ndarray, axis: int, n_k: int, per_k: int, head_dim: int) ->
 
 def _qwen35_tensor(cfg, name: str, value: np.ndarray) -> np.ndarray:
     """The converter's transforms for one Qwen3.5 tensor (HF name, HF layout)."""
-    if name.endswith("norm.weight") and "linear_attn.norm" not in name:
+    # +1 on every RMSNorm but the gated one; the MTP block's are renamed (enorm, hnorm) before the rule applies
+    if (name.endswith("norm.weight") or name.startswith("mtp.pre_fc_norm")) and "linear_attn.norm" not in name:
         value = value + 1.0
     if name.endswith("A_log"):
         value = -np.exp(value)
@@ -234,14 +235,52 @@ def _qtype(mix: str, name: str, cols: int) -> GGMLType:
     return GGMLType.Q4_K
 
 
+# the converter's names for Qwen3.5's multi-token-prediction block (conversion/qwen.py, _QwenMtpMixin)
+MTP_NAMES = {"mtp.fc.weight": "nextn.eh_proj.weight", "mtp.pre_fc_norm_embedding.weight": "nextn.enorm.weight",
+             "mtp.pre_fc_norm_hidden.weight": "nextn.hnorm.weight", "mtp.norm.weight": "nextn.shared_head_norm.weight"}
+
+
+def mtp_weights(cfg, seed: int = 1) -> dict[str, np.ndarray]:
+    """A random multi-token-prediction block for a Qwen3.5 config, as a checkpoint holds it
+    (`mtp.*`, transformers' layout): the fc over [embedding, hidden], its norms and one
+    full-attention decoder layer with a dense MLP."""
+    g = torch.Generator().manual_seed(seed)
+    h, ff, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    shapes = {"mtp.fc.weight": (h, 2 * h), "mtp.pre_fc_norm_embedding.weight": (h,),
+              "mtp.pre_fc_norm_hidden.weight": (h,), "mtp.norm.weight": (h,),
+              "mtp.layers.0.input_layernorm.weight": (h,), "mtp.layers.0.post_attention_layernorm.weight": (h,),
+              "mtp.layers.0.self_attn.q_proj.weight": (2 * nh * hd, h), "mtp.layers.0.self_attn.k_proj.weight": (nkv * hd, h),
+              "mtp.layers.0.self_attn.v_proj.weight": (nkv * hd, h), "mtp.layers.0.self_attn.o_proj.weight": (h, nh * hd),
+              "mtp.layers.0.self_attn.q_norm.weight": (hd,), "mtp.layers.0.self_attn.k_norm.weight": (hd,),
+              "mtp.layers.0.mlp.gate_proj.weight": (ff, h), "mtp.layers.0.mlp.up_proj.weight": (ff, h),
+              "mtp.layers.0.mlp.down_proj.weight": (h, ff)}
+    out = {}
+    for name, shape in shapes.items():
+        if len(shape) == 1:  # Qwen3.5's norms scale by 1 + w
+            out[name] = (0.1 * torch.randn(shape, generator=g)).numpy()
+        else:
+            out[name] = (torch.randn(shape, generator=g) / shape[-1] ** 0.5).numpy()
+    return out
+
+
 def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool = False,
-               chat_template: str | None = None) -> torch.nn.Module:
+               chat_template: str | None = None, mtp: dict[str, np.ndarray] | None = None) -> torch.nn.Module:
     """Write `model` as llama.cpp would, with matrices in `mix`; returns the dense
-    transformers model carrying exactly the dequantized weights the file holds."""
+    transformers model carrying exactly the dequantized weights the file holds.
+
+    `mtp` (Qwen3.5: `mtp_weights()`) adds a multi-token-prediction block as the converter
+    keeps it by default: one more block counted in block_count, `nextn_predict_layers` 1,
+    its tensors `blk.N.nextn.*` and `blk.N.*` at N = the trunk's layers. The dense model
+    then carries `mtp`: the block's weights as the file holds them, dequantized, in
+    transformers' layout and convention."""
     cfg = s.config
     arch = s.arch
     tokens, merges, types = byte_level_vocab(cfg.vocab_size, think=think)
     state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    n_trunk = cfg.num_hidden_layers
+    if mtp:
+        state.update(mtp)
     dense = s.model_class(cfg).eval()
     new_state = {}
     with GGUFWriter(path) as w:
@@ -263,7 +302,10 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
         w.add("general.name", f"tiny-{arch}")
         w.add(f"{arch}.context_length", cfg.max_position_embeddings)
         w.add(f"{arch}.embedding_length", cfg.hidden_size)
-        w.add(f"{arch}.block_count", cfg.num_hidden_layers)
+        w.add(f"{arch}.block_count", n_trunk + (1 if mtp else 0))
+        if mtp:
+            w.add(f"{arch}.nextn_predict_layers", 1)
+            w.add(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in cfg.layer_types] + [False])
         w.add(f"{arch}.feed_forward_length", cfg.intermediate_size)
         w.add(f"{arch}.attention.head_count", cfg.num_attention_heads)
         w.add(f"{arch}.attention.head_count_kv", cfg.num_key_value_heads)
@@ -335,6 +377,11 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                 gname = f"blk.{hf_name.split('.')[2]}.ssm_a"
             elif hf_name.endswith("linear_attn.dt_bias"):
                 gname = f"blk.{hf_name.split('.')[2]}.ssm_dt.bias"
+            elif hf_name in MTP_NAMES:
+                gname = f"blk.{n_trunk}.{MTP_NAMES[hf_name]}"
+            elif hf_name.startswith("mtp.layers.0."):
+                module, kind = hf_name[len("mtp.layers.0."):].rsplit(".", 1)
+                gname = f"blk.{n_trunk}.{s.names[module]}.{kind}"
             else:
                 parts = hf_name.split(".")
                 layer, module, kind = parts[2], ".".join(parts[3:-1]), parts[-1]
@@ -366,13 +413,15 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                 new_state[hf_name] = torch.from_numpy(value.copy())
     if cfg.tie_word_embeddings:
         new_state["lm_head.weight"] = new_state["model.embed_tokens.weight"]
+    dense.mtp = {k: new_state.pop(k) for k in list(new_state) if k.startswith("mtp.")}
     dense.load_state_dict(new_state, strict=False)
     return dense
 
 
-def tiny_chat_model(folder, name: str, seed: int, chat_template: str, think: bool = False) -> str:
-    """A tiny random Qwen3-shaped chat model at folder/name (Q8_0) with this template."""
-    s = spec("qwen3")
+def tiny_chat_model(folder, name: str, seed: int, chat_template: str, think: bool = False,
+                    arch: str = "qwen3") -> str:
+    """A tiny random chat model (Qwen3-shaped by default) at folder/name (Q8_0) with this template."""
+    s = spec(arch)
     path = folder / name
     write_gguf(s, random_model(s, seed=seed), path, "Q8_0", think=think, chat_template=chat_template)
     return str(path)

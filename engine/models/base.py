@@ -67,7 +67,7 @@ class TextParams:
 
     vocab_size: int
     hidden: int
-    n_layers: int
+    n_layers: int  # the trunk's layers
     n_heads: int
     n_kv_heads: int
     head_dim: int
@@ -77,6 +77,9 @@ class TextParams:
     rope_theta: float
     rope_dims: int  # rotated dimensions of each head (llama.cpp's n_rot)
     rope_scaling: RopeScaling = field(default_factory=RopeScaling)
+    # multi-token-prediction layers after the trunk's (llama.cpp's nextn_predict_layers): the file's
+    # block_count counts them, the trunk does not run them
+    n_mtp_layers: int = 0
 
     @staticmethod
     def common(m: Metadata) -> dict[str, Any]:
@@ -84,8 +87,11 @@ class TextParams:
         n_head = m.get(Keys.HEAD_COUNT)
         n_embd = m.get(Keys.EMBEDDING_LENGTH)
         head_dim = m.get(Keys.KEY_LENGTH, n_embd // n_head)
+        n_blocks, n_mtp = m.get(Keys.BLOCK_COUNT), m.get(Keys.NEXTN_PREDICT_LAYERS, 0)
+        if not 0 <= n_mtp < n_blocks:
+            raise ValueError(f"{m.path}: {n_mtp} multi-token-prediction layers of {n_blocks} blocks leave no trunk")
         return dict(
-            vocab_size=m.vocab_size(), hidden=n_embd, n_layers=m.get(Keys.BLOCK_COUNT), n_heads=n_head,
+            vocab_size=m.vocab_size(), hidden=n_embd, n_layers=n_blocks - n_mtp, n_mtp_layers=n_mtp, n_heads=n_head,
             n_kv_heads=m.get(Keys.HEAD_COUNT_KV, n_head), head_dim=head_dim, ffn=m.get(Keys.FEED_FORWARD_LENGTH, 0),
             eps=float(m.get(Keys.LAYERNORM_RMS_EPS, 1e-6)), context_length=m.get(Keys.CONTEXT_LENGTH, DEFAULT_CONTEXT),
             rope_theta=float(m.get(Keys.ROPE_FREQ_BASE, 10000.0)), rope_dims=m.get(Keys.ROPE_DIMENSION_COUNT, head_dim),

@@ -18,7 +18,7 @@ from gguf_serve.engine.modules import GgufEmbedding, GgufLinear
 from gguf_serve.gguf_io import GGUFWriter
 
 from helpers import no_llama_cpp
-from tiny_models import random_model, spec, write_gguf
+from tiny_models import mtp_weights, random_model, spec, write_gguf
 
 ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "gemma3", "phi3", "smollm3", "olmo2", "olmo3"]
 MIXES = ["F32", "F16", "Q8_0", "K"]
@@ -43,11 +43,13 @@ def tiny(tmp_path_factory):
     cache = {}
 
     def build(arch, mix):
+        """`qwen35+mtp`: qwen35's weights with a multi-token-prediction block as the converter keeps it."""
         if (arch, mix) not in cache:
-            s = spec(arch)
-            model = random_model(s, seed=ARCHS.index(arch))
-            path = tmp_path_factory.mktemp(f"{arch}-{mix}") / f"tiny-{arch}-{mix}.gguf"
-            dense = write_gguf(s, model, path, mix)
+            base, _, extra = arch.partition("+")
+            s = spec(base)
+            model = random_model(s, seed=ARCHS.index(base))
+            path = tmp_path_factory.mktemp(f"{base}-{mix}") / f"tiny-{arch}-{mix}.gguf"
+            dense = write_gguf(s, model, path, mix, mtp=mtp_weights(s.config) if extra == "mtp" else None)
             cache[(arch, mix)] = (str(path), dense)
         return cache[(arch, mix)]
     return build
@@ -191,9 +193,25 @@ print(json.dumps(np.asarray(m.scores[:len(ids)]).tolist()))
 """
 
 
+@pytest.mark.parametrize("mix", ["F32", "K"])
+def test_multi_token_prediction_block_is_not_a_trunk_layer(tiny, mix):
+    """The converter keeps Qwen3.5's MTP block by default, counted in block_count: the
+    trunk is block_count - nextn_predict_layers layers, so the same weights with and
+    without the block give the same logits (and transformers' dense model's)."""
+    with_mtp, dense = tiny("qwen35+mtp", mix)
+    without, _ = tiny("qwen35", mix)
+    lm, plain = load_model(with_mtp, device="cpu"), load_model(without, device="cpu")
+    assert (lm.params.n_layers, lm.params.n_mtp_layers) == (4, 1)
+    assert len(lm.model.layers) == 4
+    ids = torch.randint(0, 250, (12,), generator=torch.Generator().manual_seed(5))
+    ours = prompt_logits(lm, ids.tolist())
+    torch.testing.assert_close(ours, prompt_logits(plain, ids.tolist()), rtol=0, atol=0)
+    torch.testing.assert_close(ours, dense_logits(dense, ids), rtol=TOL, atol=TOL)
+
+
 # phi3: these tiny files carry a byte-level BPE vocabulary, where the converter writes
 # Phi-3's SentencePiece one, and llama.cpp refuses that pairing when loading the vocabulary
-@pytest.mark.parametrize("arch", [a for a in ARCHS if a != "phi3"])
+@pytest.mark.parametrize("arch", [a for a in ARCHS if a != "phi3"] + ["qwen35+mtp"])
 def test_llama_cpp_reads_each_file_and_computes_the_same_logits(tiny, arch):
     """The second oracle: llama.cpp itself loads every architecture's tiny file (F32) and
     its logits for a prompt equal ours (within its float16 KV cache's rounding), so the

@@ -11,6 +11,10 @@ without a download:
 - qwen3-30b-a3b-12l: Qwen3-30B-A3B cut to 12 of its 48 layers (hidden 2048, 32 / 4 heads
   x 128, 128 experts of ffn 768, 8 used).
 
+Each has a byte-level vocabulary (the 256 bytes, filler tokens up to the model's size,
+<think> and </think>, ChatML's specials: text tokenizes one token per byte in both
+engines) and a thinking ChatML template that, as Qwen3.5's, drops past turns' thinking.
+
     python bench/synthetic.py NAME OUT.gguf
 """
 
@@ -56,13 +60,34 @@ def random_blocks(rng: np.random.Generator, gtype: GGMLType, shape: tuple[int, .
     return make
 
 
+# ChatML with Qwen3's thinking switch; past assistant turns are rendered from their content only
+THINKING_TEMPLATE = (
+    "{%- for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- else %}{{ '<think>\\n' }}{%- endif %}{%- endif %}"
+)
+
+
+def _byte_chars() -> list[str]:
+    """GPT-2's printable character for each byte (its byte-level BPE alphabet)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
+    chars, extra = {b: b for b in keep}, 0
+    for b in range(256):
+        if b not in chars:
+            chars[b], extra = 256 + extra, extra + 1
+    return [chr(chars[b]) for b in range(256)]
+
+
 def _vocab(w: GGUFWriter, n: int) -> None:
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tokens = [f"t{i}" for i in range(n - len(specials))] + specials
+    users, specials = ["<think>", "</think>"], ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    fill = n - 256 - len(users) - len(specials)
+    tokens = _byte_chars() + [f"t{i}" for i in range(fill)] + users + specials
     w.add("tokenizer.ggml.model", "gpt2")
     w.add("tokenizer.ggml.pre", "qwen2")
     w.add("tokenizer.ggml.tokens", tokens, (V.ARRAY, V.STRING))
-    w.add("tokenizer.ggml.token_type", [1] * (n - 3) + [3, 3, 3], (V.ARRAY, V.INT32))
+    w.add("tokenizer.ggml.token_type", [1] * (256 + fill) + [4, 4] + [3, 3, 3], (V.ARRAY, V.INT32))
+    w.add("tokenizer.chat_template", THINKING_TEMPLATE)
     w.add("tokenizer.ggml.merges", [], (V.ARRAY, V.STRING))
     w.add("tokenizer.ggml.eos_token_id", n - 1)
     w.add("tokenizer.ggml.bos_token_id", n - 3)

@@ -13,7 +13,7 @@ from typing import Literal, Sequence
 
 import torch
 
-Want = Literal["last", "all", "none"]
+Want = Literal["last", "all", "none"] | int  # an int m: the last m tokens' logits
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,9 @@ class Batch:
     def of(cls, items: Sequence[tuple[int, Sequence[int], int]], want: Want | Sequence[Want] = "last",
            device: torch.device | str = "cpu") -> "Batch":
         """A batch of (slot, token ids, position of the first) items; `want` says, for all
-        items or per item, whose logits come back: the last token's, every token's, none."""
-        wants = [want] * len(items) if isinstance(want, str) else list(want)
+        items or per item, whose logits come back: the last token's, every token's, none,
+        or (an int m) the last m tokens'."""
+        wants = [want] * len(items) if isinstance(want, (str, int)) else list(want)
         if len(wants) != len(items):
             raise ValueError(f"batch: {len(items)} items but {len(wants)} logits requests")
         tokens, slots, positions, rows, seqs = [], [], [], [], []
@@ -68,7 +69,11 @@ class Batch:
             tokens += ids
             slots += [slot] * len(ids)
             positions += range(pos, pos + len(ids))
-            if w == "last":
+            if isinstance(w, int) and not isinstance(w, bool):
+                if not 0 <= w <= len(ids):
+                    raise ValueError(f"batch: slot {slot} has {len(ids)} tokens; cannot return the last {w}")
+                rows += range(start + len(ids) - w, start + len(ids))
+            elif w == "last":
                 rows.append(start + len(ids) - 1)
             elif w == "all":
                 rows += range(start, start + len(ids))

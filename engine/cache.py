@@ -11,11 +11,19 @@ for a fixed number of sequence slots.
 
 Attention reads the buffers (`kv`, `linear`) and the per-token cell indices (`cells`);
 nothing else touches them. A slot is allocated, filled by forward passes (`begin`
-checks each batch against what the slot holds), copied up to a prefix, and freed."""
+checks each batch against what the slot holds), copied up to a prefix, and freed.
+
+State checkpoints: what a slot cannot give back once it has gone on (recurrent and
+conv states, the part of a sliding ring that later positions overwrite) is copied
+at chosen positions (`save`, within a byte budget, least recently used dropped
+first), so that a sequence can go on from there exactly (`can_restart_at`,
+`restart_point`; `begin` and `copy_prefix` restore it). A checkpoint stands for the
+slot's tokens before its position: a batch that writes at an earlier position drops it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import torch
 
@@ -72,9 +80,44 @@ def fixed_bytes(layers: list[LayerCache], n_ctx: int, max_batch: int, dtype: tor
     return n
 
 
+def checkpoint_bytes(layers: list[LayerCache], n_ctx: int, max_batch: int, dtype: torch.dtype) -> int:
+    """Bytes of one state checkpoint: the recurrent and conv states, and what a sliding
+    window sees before a position (window - 1 cells) where its ring is shorter than the
+    context."""
+    n = 0
+    for lc in layers:
+        if lc.kind == "attention" and lc.window and lc.window + max_batch < n_ctx:
+            n += 2 * lc.n_kv_heads * lc.head_dim * (lc.window - 1) * _elsize(dtype)
+        elif lc.kind == "linear":
+            n += 4 * (lc.conv_dim * (lc.conv_kernel - 1) + lc.n_heads * lc.key_dim * lc.value_dim)
+    return n
+
+
+@dataclass(eq=False)
+class Checkpoint:
+    """A slot's state after its first `pos` tokens, per layer: (conv, state) for linear
+    layers, (keys, values) of positions [pos - window + 1, pos) for sliding ones, None
+    for full attention (its cells keep every position)."""
+
+    slot: int
+    pos: int
+    layers: list = field(repr=False)
+    nbytes: int = 0
+
+
+@dataclass
+class CheckpointStats:
+    held: int = 0
+    bytes: int = 0
+    saved: int = 0
+    hits: int = 0  # restores: a sequence went on from a checkpoint
+    evicted: int = 0
+
+
 class KVCache:
     def __init__(self, layers: list[LayerCache], n_seq: int, n_ctx: int, max_batch: int,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+                 checkpoint_budget: int = 0):
         if n_seq < 1 or n_ctx < 1 or max_batch < 1:
             raise ValueError(f"KV cache: n_seq, n_ctx and max_batch must be >= 1, got {n_seq}, {n_ctx}, {max_batch}")
         self.layers = list(layers)
@@ -108,8 +151,17 @@ class KVCache:
         self.lengths = [0] * n_seq
         self._free = list(range(n_seq - 1, -1, -1))
         self.has_linear = any(lc.kind == "linear" for lc in self.layers)
-        self.min_ring = min((c for c, lc in zip(self.n_cells, self.layers) if lc.kind == "attention" and lc.window),
-                            default=0)
+        # sliding rings shorter than the context lose positions as a sequence goes on: `lost[slot]`,
+        # the first position every such ring still holds (positions before it are overwritten)
+        rings = [(cells, lc.window) for cells, lc in zip(self.n_cells, self.layers)
+                 if lc.kind == "attention" and lc.window and cells < n_ctx]
+        self.min_ring = min((c for c, _ in rings), default=0)
+        self.windows = (min(w for _, w in rings), max(w for _, w in rings)) if rings else (0, 0)
+        self.lost = [0] * n_seq
+        self.checkpoint_size = checkpoint_bytes(self.layers, n_ctx, max_batch, dtype)
+        self.checkpoint_budget = checkpoint_budget if self.checkpoint_size else 0
+        self._checkpoints: OrderedDict[tuple[int, int], Checkpoint] = OrderedDict()  # (slot, pos), least recent first
+        self.checkpoint_stats = CheckpointStats()
 
     # ------------------------------------------------------------ size
 
@@ -121,8 +173,12 @@ class KVCache:
     def describe(self) -> str:
         per_token = bytes_per_token(self.layers, self.dtype)
         fixed = fixed_bytes(self.layers, self.n_ctx, self.max_batch, self.dtype)
-        return (f"KV cache: {self.n_seq} sequence(s) x {self.n_ctx} tokens, {per_token / 1024:.1f} KiB per token"
+        line = (f"KV cache: {self.n_seq} sequence(s) x {self.n_ctx} tokens, {per_token / 1024:.1f} KiB per token"
                 f" + {fixed / 2**20:.1f} MiB fixed per sequence, {self.nbytes / 2**20:.0f} MiB in all")
+        if self.checkpoint_size:
+            line += (f"; state checkpoints {self.checkpoint_size / 2**20:.1f} MiB each, up to "
+                     f"{self.checkpoint_budget // self.checkpoint_size} ({self.checkpoint_budget / 2**20:.0f} MiB)")
+        return line
 
     # ----------------------------------------------------------- slots
 
@@ -131,14 +187,16 @@ class KVCache:
         if not self._free:
             raise CacheError(f"KV cache: all {self.n_seq} sequence slots are in use")
         slot = self._free.pop()
-        self.lengths[slot] = 0
+        self.lengths[slot] = self.lost[slot] = 0
+        self._drop_checkpoints(slot, after=-1)
         return slot
 
     def free(self, slot: int) -> None:
         self._check_slot(slot)
         if slot in self._free:
             raise CacheError(f"KV cache: slot {slot} is not allocated")
-        self.lengths[slot] = 0
+        self.lengths[slot] = self.lost[slot] = 0
+        self._drop_checkpoints(slot, after=-1)
         self._free.append(slot)
 
     @property
@@ -149,22 +207,41 @@ class KVCache:
         """Make `dst` hold `src`'s state after its first `n` tokens: exact only where `src`
         could go on from `n` itself (`can_restart_at`), else CacheError. Sliding rings
         and recurrent states are copied whole (what lies beyond `n` in a ring is never
-        read: positions past a sequence's end are masked, and its next batch overwrites them)."""
+        read: positions past a sequence's end are masked, and its next batch overwrites
+        them), or, where `src` has gone on past `n`, taken from its checkpoint at `n`."""
         self._check_slot(src)
         self._check_slot(dst)
         if not self.can_restart_at(src, n):
             raise CacheError(f"KV cache: slot {src} holds {self.lengths[src]} tokens; its state after {n} cannot "
                              f"be copied exactly")
+        ckpt = None if self._natural_restart(src, n) else self._checkpoints[(src, n)]
+        self._drop_checkpoints(dst, after=-1)
         if n:
             for i, lc in enumerate(self.layers):
                 if lc.kind == "attention":
+                    if ckpt is not None and ckpt.layers[i] is not None:
+                        continue  # the ring's window comes from the checkpoint
                     used = n if not lc.window else min(self.lengths[src], self.n_cells[i])
                     self.k[i][dst, :, :used].copy_(self.k[i][src, :, :used])
                     self.v[i][dst, :, :used].copy_(self.v[i][src, :, :used])
-                else:
+                elif ckpt is None:
                     self.conv[i][dst].copy_(self.conv[i][src])
                     self.state[i][dst].copy_(self.state[i][src])
+        self.lost[dst] = self.lost[src]
+        if ckpt is not None:
+            self._restore(ckpt, dst)
         self.lengths[dst] = n
+
+    def rewind(self, slot: int, pos: int) -> None:
+        """Make `slot` hold its state after its first `pos` tokens, dropping the rest:
+        exact where `can_restart_at`, else CacheError. Its checkpoints beyond `pos` go."""
+        self._check_slot(slot)
+        if not self.can_restart_at(slot, pos):
+            raise CacheError(f"KV cache: slot {slot} holds {self.lengths[slot]} tokens and cannot go back to {pos}")
+        if not self._natural_restart(slot, pos):
+            self._restore(self._checkpoints[(slot, pos)], slot)
+        self._drop_checkpoints(slot, after=pos)
+        self.lengths[slot] = pos
 
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.n_seq:
@@ -174,18 +251,29 @@ class KVCache:
 
     def can_restart_at(self, slot: int, pos: int) -> bool:
         """Whether a sequence can go on from `pos` (dropping what it holds beyond) with
-        exactly the state it had there: always at 0 and at its end; earlier only where
-        no layer has lost what `pos` needs (sliding rings, recurrent states)."""
+        exactly the state it had there: always at 0 and at its end; earlier where no
+        layer has lost what `pos` needs (sliding rings, recurrent states) or where a
+        checkpoint at `pos` keeps it."""
+        if 0 < pos < self.lengths[slot] and (slot, pos) in self._checkpoints:
+            return True
+        return self._natural_restart(slot, pos)
+
+    def restart_point(self, slot: int, n: int) -> int:
+        """The furthest position <= n from which `slot` can go on exactly (0 at worst)."""
+        n = min(n, self.lengths[slot])
+        if self.can_restart_at(slot, n):
+            return n
+        return max((p for (s, p) in self._checkpoints if s == slot and p <= n), default=0)
+
+    def _natural_restart(self, slot: int, pos: int) -> bool:
+        """Exact without a checkpoint: at 0, at the end, and before the end where no
+        recurrent layer exists and every sliding ring still holds the window before `pos`."""
         n = self.lengths[slot]
         if pos == 0 or pos == n:
             return True
         if pos > n or self.has_linear:
             return False
-        for cells, lc in zip(self.n_cells, self.layers):
-            if lc.kind == "attention" and lc.window and cells < n:
-                if max(0, pos - lc.window + 1) < n - cells:  # positions the ring has overwritten
-                    return False
-        return True
+        return not self.min_ring or max(0, pos - self.windows[1] + 1) >= self.lost[slot]
 
     def begin(self, batch: Batch) -> None:
         """Check a batch against the slots and take its positions: each sequence goes
@@ -208,7 +296,109 @@ class KVCache:
                     if conv is not None:
                         conv[s.slot].zero_()
                         state[s.slot].zero_()
+                self.lost[s.slot] = 0
+            elif not self._natural_restart(s.slot, s.pos):
+                self._restore(self._checkpoints[(s.slot, s.pos)], s.slot)
+            self._drop_checkpoints(s.slot, after=s.pos)  # their tokens are being overwritten
             self.lengths[s.slot] = s.end
+            if self.min_ring:
+                self.lost[s.slot] = max(self.lost[s.slot], s.end - self.min_ring)
+
+    # ------------------------------------------------------ checkpoints
+
+    def save(self, slot: int, pos: int | None = None) -> bool:
+        """Keep a checkpoint of `slot` at its current end (`pos`, when given, must be it);
+        False where checkpoints do not pay (no lossy layer) or the budget holds none.
+        The least recently used checkpoints make room."""
+        self._check_slot(slot)
+        end = self.lengths[slot]
+        if pos is not None and pos != end:
+            raise CacheError(f"KV cache: a checkpoint of slot {slot} is taken at its end ({end}), not at {pos}")
+        if not self.checkpoint_size or self.checkpoint_size > self.checkpoint_budget or end == 0:
+            return False
+        key = (slot, end)
+        if key in self._checkpoints:
+            self._checkpoints.move_to_end(key)
+            return True
+        while self.checkpoint_stats.bytes + self.checkpoint_size > self.checkpoint_budget:
+            self._evict(next(iter(self._checkpoints)))
+            self.checkpoint_stats.evicted += 1
+        ckpt = self.snapshot(slot)
+        self._checkpoints[key] = ckpt
+        self.checkpoint_stats.bytes += ckpt.nbytes
+        self.checkpoint_stats.held += 1
+        self.checkpoint_stats.saved += 1
+        return True
+
+    def snapshot(self, slot: int, reuse: Checkpoint | None = None) -> Checkpoint:
+        """A checkpoint of `slot` at its end, outside the budget (the caller keeps it; `reuse`:
+        an earlier snapshot of the same cache whose buffers it overwrites)."""
+        end = self.lengths[slot]
+        layers = []
+        for i, lc in enumerate(self.layers):
+            old = reuse.layers[i] if reuse is not None else None
+            if lc.kind == "linear":
+                a, b = self.conv[i][slot], self.state[i][slot]
+            elif lc.window and self.n_cells[i] < self.n_ctx:
+                cells = self._ring_cells(i, max(0, end - lc.window + 1), end)
+                a, b = self.k[i][slot][:, cells], self.v[i][slot][:, cells]
+            else:
+                layers.append(None)
+                continue
+            if old is not None and old[0].shape == a.shape:
+                old[0].copy_(a)
+                old[1].copy_(b)
+                layers.append(old)
+            else:
+                layers.append((a.clone(), b.clone()))
+        return Checkpoint(slot, end, layers, self.checkpoint_size)
+
+    def restore(self, slot: int, ckpt: Checkpoint) -> None:
+        """Make `slot` hold the state of a snapshot of its own (taken at ckpt.pos, with
+        no batch since that wrote before ckpt.pos), dropping what it holds beyond."""
+        if ckpt.slot != slot or ckpt.pos > self.lengths[slot]:
+            raise CacheError(f"KV cache: slot {slot} (holding {self.lengths[slot]} tokens) cannot take back a "
+                             f"snapshot of slot {ckpt.slot} at {ckpt.pos}")
+        self._write_back(ckpt, slot)
+        self._drop_checkpoints(slot, after=ckpt.pos)
+        self.lengths[slot] = ckpt.pos
+
+    def checkpoints(self, slot: int) -> list[int]:
+        """The positions `slot` has checkpoints at, ascending."""
+        return sorted(p for (s, p) in self._checkpoints if s == slot)
+
+    def _ring_cells(self, layer: int, lo: int, hi: int) -> torch.Tensor:
+        return torch.arange(lo, hi, device=self.device) % self.n_cells[layer]
+
+    def _restore(self, ckpt: Checkpoint, slot: int) -> None:
+        self._write_back(ckpt, slot)
+        self._checkpoints.move_to_end((ckpt.slot, ckpt.pos))
+        self.checkpoint_stats.hits += 1
+
+    def _write_back(self, ckpt: Checkpoint, slot: int) -> None:
+        for i, saved in enumerate(ckpt.layers):
+            if saved is None:
+                continue
+            a, b = saved
+            if self.layers[i].kind == "linear":
+                self.conv[i][slot].copy_(a)
+                self.state[i][slot].copy_(b)
+            else:
+                cells = self._ring_cells(i, ckpt.pos - a.shape[1], ckpt.pos)
+                self.k[i][slot][:, cells] = a
+                self.v[i][slot][:, cells] = b
+        if self.min_ring:  # every ring holds the window before pos again; older positions may be gone
+            self.lost[slot] = max(self.lost[slot], ckpt.pos - self.windows[0] + 1)
+
+    def _evict(self, key: tuple[int, int]) -> None:
+        ckpt = self._checkpoints.pop(key)
+        self.checkpoint_stats.bytes -= ckpt.nbytes
+        self.checkpoint_stats.held -= 1
+
+    def _drop_checkpoints(self, slot: int, after: int) -> None:
+        """Drop `slot`'s checkpoints at positions beyond `after` (-1: all of them)."""
+        for key in [k for k in self._checkpoints if k[0] == slot and k[1] > after]:
+            self._evict(key)
 
     def cells(self, layer: int, batch: Batch) -> torch.Tensor:
         """Per token of the batch, the cell its keys and values go to in `layer`."""

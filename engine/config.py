@@ -28,7 +28,10 @@ ENV = {
     "cpu_isa": "GGUF_SERVE_CPU_ISA",
     "cpu_repack": "GGUF_SERVE_CPU_REPACK",
     "prefill_dtype": "GGUF_SERVE_PREFILL_DTYPE",
+    "cache_ram": "GGUF_SERVE_CACHE_RAM",
+    "spec": "GGUF_SERVE_SPEC",
 }
+SPEC_CHOICES = ("auto", "off", "ngram")
 KERNEL_CHOICES = ("reference", "hub", "cpu")
 PREFILL_DTYPES = ("float32", "bfloat16")
 
@@ -45,6 +48,10 @@ class EngineConfig:
     cpu_isa: str | None = None  # force a CPU code path (scalar, avx2, avx512; scalar, neon); None: the best
     cpu_repack: bool = True  # repack weights at load where this CPU's kernels read another layout faster
     prefill_dtype: str | None = None  # long prefills' BLAS dtype (float32, bfloat16); None: bfloat16 with AMX
+    # MiB for state checkpoints (recurrent states, sliding windows) that let a prompt reuse a
+    # sequence's history; None: a share of the memory available at load; 0: none
+    cache_ram: int | None = None
+    spec: str = "auto"  # speculative decoding's drafter (SPEC_CHOICES); auto: the best the model has
 
     def __post_init__(self) -> None:
         if self.kernels is not None and self.kernels not in KERNEL_CHOICES:
@@ -57,6 +64,11 @@ class EngineConfig:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
+        if self.spec not in SPEC_CHOICES:
+            raise ValueError(f"spec={self.spec!r} ({ENV['spec']}): no such speculative decoding mode; known: "
+                             f"{', '.join(SPEC_CHOICES)}")
+        if self.cache_ram is not None and self.cache_ram < 0:
+            raise ValueError(f"cache_ram must be >= 0 (MiB), got {self.cache_ram}")
 
     @classmethod
     def resolve(cls, config: "EngineConfig | None" = None, **given: Any) -> "EngineConfig":
@@ -78,7 +90,7 @@ class EngineConfig:
 
 
 def _parse(name: str, raw: str) -> Any:
-    if name == "threads":
+    if name in ("threads", "cache_ram"):
         return int(raw)
     if name == "cpu_repack":
         return raw.strip().lower() not in ("0", "false", "no", "off")

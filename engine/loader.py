@@ -19,7 +19,7 @@ from ..gguf_io import GGUFReader, Keys
 from . import kernels
 from .config import MAX_BATCH, EngineConfig  # noqa: F401 (MAX_BATCH: callers know it here)
 from .batch import Batch
-from .cache import KVCache, bytes_per_token, fixed_bytes
+from .cache import KVCache, bytes_per_token, checkpoint_bytes, fixed_bytes
 from .models import Architecture, Model, TextParams, architecture_for
 from .modules import Weights
 from .threads import ThreadPolicy
@@ -29,6 +29,8 @@ log = logging.getLogger("gguf_serve.engine")
 KV_MEMORY_SHARE = 0.25  # default KV cache: at most this share of the memory available at load
 DEFAULT_PARALLEL = 8  # sequence slots by default (running sequences and the prefix cache)...
 MIN_DEFAULT_CTX = 8192  # ...fewer where each would hold less context than this
+CHECKPOINT_MEMORY_SHARE = 0.1  # state checkpoints by default: at most this share of the memory available...
+CHECKPOINT_MAX_DEFAULT = 8 << 30  # ...and at most this (llama-server's --cache-ram default)
 
 
 def pick_device(device: str | torch.device = "auto") -> torch.device:
@@ -146,6 +148,16 @@ def cache_size(specs, trained_ctx: int, n_ctx: int | None, n_seq: int | None, dt
                        f"n_seq)")
 
 
+def checkpoint_budget(cache_ram_mib: int | None, each: int) -> int:
+    """Bytes for state checkpoints: as asked (MiB), else CHECKPOINT_MEMORY_SHARE of the
+    memory available, at most CHECKPOINT_MAX_DEFAULT; 0 where the model needs none."""
+    if not each:
+        return 0
+    if cache_ram_mib is not None:
+        return cache_ram_mib << 20
+    return min(int(available_memory() * CHECKPOINT_MEMORY_SHARE), CHECKPOINT_MAX_DEFAULT)
+
+
 def _glibc_trim():
     try:
         return ctypes.CDLL("libc.so.6").malloc_trim
@@ -205,7 +217,8 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     weights.release_copies()
     specs = model.cache_specs()
     ctx, seqs, why = cache_size(specs, params.context_length, cfg.n_ctx, cfg.n_seq, dtype, cfg.max_batch)
-    cache = KVCache(specs, seqs, ctx, cfg.max_batch, dtype, dev)
+    budget = checkpoint_budget(cfg.cache_ram, checkpoint_bytes(specs, ctx, cfg.max_batch, dtype))
+    cache = KVCache(specs, seqs, ctx, cfg.max_batch, dtype, dev, checkpoint_budget=budget)
     log.info("%s (%s): %s", cache.describe(), dtype, why)
     from .chat import chat_template_for
     from .tokenizer import load_tokenizer

@@ -32,6 +32,9 @@ class SamplingParams:
     logprobs: int | None = None
     # per sequence, after logit bias and penalties, before sampling (a constrained-decoding mask)
     logits_processor: LogitsProcessor | None = None
+    # speculative decoding for this sequence: None, the model's default; "off"; a drafter
+    # the model has (engine.speculative.MODES)
+    speculative: str | None = None
 
     @property
     def greedy(self) -> bool:
@@ -91,8 +94,12 @@ def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
     return logits.masked_fill(probs < min_p * probs.max(), float("-inf"))
 
 
-def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    """One token id from processed logits."""
+def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None,
+           draft: int | None = None) -> int:
+    """One token id from processed logits. With a `draft` (a token a drafter proposed
+    deterministically), speculative sampling's rule: the draft is kept with its
+    probability p(draft), else a token is drawn from p without it (renormalized), so
+    the token has exactly the distribution p; greedy keeps the argmax either way."""
     if params.greedy:
         if logits.device.type == "cpu":  # numpy's argmax: ~10x torch's over a 262k vocabulary here
             return int(logits.numpy().argmax())
@@ -106,6 +113,13 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     logits = top_p_filter(logits, params.top_p)
     logits = min_p_filter(logits, params.min_p)
     probs = torch.softmax(logits, dim=-1)
+    if draft is not None:
+        if float(torch.rand((), generator=generator)) < float(probs[draft]):
+            return draft
+        probs = probs.clone()
+        probs[draft] = 0.0
+        if not float(probs.sum()) > 0:  # p(draft) rounds to 1: nothing else can be drawn
+            return draft
     return int(torch.multinomial(probs, 1, generator=generator))
 
 

@@ -20,9 +20,12 @@ them: in that slot when the prompt covers at least half of what the slot holds (
 slot is free), else copied into a free slot (from a finished or a running sequence).
 Reuse is exact or not at all (`KVCache.can_restart_at`): full-attention layers at any
 prefix; sliding-window layers (Gemma 3) while the window of the reuse point is still
-in the ring; recurrent layers (Qwen3.5's Gated DeltaNet) only at the end of what the
-slot holds, where their state is the state of that prefix (a multi-turn chat whose
-next prompt extends the last one)."""
+in the ring; recurrent layers (Qwen3.5's Gated DeltaNet) at the end of what the slot
+holds, where their state is the state of that prefix (a multi-turn chat whose next
+prompt extends the last one), and elsewhere at a state checkpoint. Where the cache
+has such layers, a prompt's prefill keeps checkpoints (`KVCache.save`) every
+CHECKPOINT_EVERY tokens and CHECKPOINT_BEFORE_END tokens before its end: a chat's
+next turn, whose template drops the last reply's thinking, leaves the history there."""
 
 from __future__ import annotations
 
@@ -34,11 +37,14 @@ from typing import Callable
 import torch
 
 from .batch import Batch
-from .cache import CacheError
+from .cache import CacheError, Checkpoint
+from .speculative import Drafting, SpecSettings, SpeculationError, available_modes
 from .text import Detokenizer, Step, StopStrings, end_of_generation_ids
 from .sampling import SamplingParams, apply_logit_bias, apply_penalties, sample, token_logprobs
 
 PREFILL_CHUNK = 128  # prompt tokens per step while other sequences decode
+CHECKPOINT_BEFORE_END = 4  # a checkpoint this many tokens before a prompt's end (the assistant turn's header)...
+CHECKPOINT_EVERY = 512  # ...and at chunk ends at least this many tokens past the slot's last one
 
 
 @dataclass(eq=False)
@@ -72,16 +78,22 @@ class _Choice:
         self.cached = 0  # prompt tokens the prefix cache supplied
         self.next_token: int | None = None  # sampled, not yet fed
         self.finished = False
+        self.drafting: Drafting | None = None  # speculative decoding's drafter state, when it drafts
+        self.refeed: list[int] = []  # output tokens whose state a rollback dropped: fed again before next_token
+        self.snapshot: Checkpoint | None = None  # recurrent states before a verification step (reused buffers)
 
-    def take(self, logits: torch.Tensor) -> Step:
-        """Sample from this sequence's logits row and apply the stopping rules."""
+    def take(self, logits: torch.Tensor, draft: int | None = None) -> Step:
+        """Sample from this sequence's logits row and apply the stopping rules; with a
+        `draft` token, by speculative sampling's rule (engine.sampling.sample)."""
         p = self.params
         logits = apply_logit_bias(logits, p.logit_bias)
         logits = apply_penalties(logits, self.counts, repetition=p.repetition_penalty, presence=p.presence_penalty,
                                  frequency=p.frequency_penalty)
         if p.logits_processor is not None:
             logits = p.logits_processor(self.generated, logits)
-        token = sample(logits, p, self.generator)
+        token = sample(logits, p, self.generator, draft)
+        if self.drafting is not None:
+            self.drafting.push(token)
         logprob = top = None
         if p.logprobs is not None:
             logprob, top = token_logprobs(logits, token, p.logprobs)
@@ -102,10 +114,15 @@ class _Choice:
         return Step(token, text, finish, self.n_prompt, n_out, index=self.index, cached_tokens=self.cached,
                     logprob=logprob, top_logprobs=top)
 
+    def count_drafts(self, step: Step) -> Step:
+        if self.drafting is not None:
+            step.drafted_tokens, step.accepted_tokens = self.drafting.drafted, self.drafting.accepted
+        return step
+
     def cancelled(self) -> Step:
         self.finished = True
-        return Step(None, self.stops.flush(), "cancelled", self.n_prompt, len(self.generated), index=self.index,
-                    cached_tokens=self.cached)
+        return self.count_drafts(Step(None, self.stops.flush(), "cancelled", self.n_prompt, len(self.generated),
+                                      index=self.index, cached_tokens=self.cached))
 
 
 class _Running:
@@ -122,10 +139,15 @@ class _Running:
 
 
 class Scheduler:
-    def __init__(self, lm, prefill_chunk: int = PREFILL_CHUNK, prefix_cache: bool = True):
+    def __init__(self, lm, prefill_chunk: int = PREFILL_CHUNK, prefix_cache: bool = True,
+                 spec: SpecSettings | None = None):
+        """`spec`: speculative decoding's settings; None: the model's default (`lm.config.spec`)."""
         self.lm, self.cache = lm, lm.cache
+        self.spec = spec if spec is not None else SpecSettings(mode=_default_mode(lm))
+        self.drafted_tokens = self.accepted_tokens = 0  # speculative decoding, over every sequence
         self.prefill_chunk = max(1, min(prefill_chunk, self.cache.max_batch))
         self.prefix_cache = prefix_cache
+        self.checkpoints = prefix_cache and self.cache.checkpoint_budget > 0  # state checkpoints while prefilling
         self.eog = end_of_generation_ids(lm)
         self.waiting: deque[Request] = deque()
         self.running: list[_Running] = []
@@ -173,6 +195,13 @@ class Scheduler:
             return
         self.waiting.append(req)
 
+    def _drafts(self, p: SamplingParams) -> bool:
+        """Whether a sequence with these parameters drafts (its request may turn it off, or
+        name the model's drafter; an unknown or unavailable one is refused when the request
+        is prepared, see `check_speculative`)."""
+        mode = self.spec.mode if p.speculative in (None, "auto") else p.speculative
+        return mode != "off"
+
     def _budget(self, req: Request) -> int:
         return self.cache.n_ctx - len(req.prompt_ids)  # the context limit: the cache's, decided at load
 
@@ -194,6 +223,9 @@ class Scheduler:
                 continue
             choices = [_Choice(i, p, self.lm, req.prompt_ids, self._budget_for(req, p), self.eog)
                        for i, p in enumerate(req.params)]
+            for c in choices:
+                if self._drafts(c.params):
+                    c.drafting = Drafting(self.spec, req.prompt_ids)
             slot, reused = self._prefill_slot(req.prompt_ids)
             choices[0].slot = slot
             for c in choices[1:]:
@@ -214,7 +246,7 @@ class Scheduler:
         n, limit = 0, min(len(held), len(prompt) - 1)
         while n < limit and held[n] == prompt[n]:
             n += 1
-        return n if n and self.cache.can_restart_at(slot, n) else 0
+        return self.cache.restart_point(slot, n) if n else 0
 
     def _prefill_slot(self, prompt: list[int]) -> tuple[int, int]:
         """A slot for a new prompt and how many of its tokens it already holds."""
@@ -227,6 +259,7 @@ class Scheduler:
         if best is not None and best in self.idle and (2 * best_n >= len(self.held[best])
                                                         or not self.cache.free_slots):
             del self.idle[best]
+            self.cache.rewind(best, best_n)  # now: a checkpoint it needs is not evicted before its first step
             self.held[best] = self.held[best][:best_n]
             return best, best_n
         slot = self._take_slot(keep=best)
@@ -286,23 +319,29 @@ class Scheduler:
             self.running.remove(r)
             self._cancel(r)
         self._admit()
-        items, wants, owners = [], [], []  # owners: (request, choice, "decode" | "chunk" | "last")
-        for r in self.running:
-            if not r.prefilling:
-                for c in r.choices:
-                    if not c.finished:
-                        items.append((c.slot, [c.next_token], len(self.held[c.slot])))
-                        wants.append("last")
-                        owners.append((r, c, "decode"))
+        items, wants, owners = [], [], []  # owners: (request, choice, "decode" | "chunk" | "last", drafts)
+        decoding = [(r, c) for r in self.running if not r.prefilling for c in r.choices if not c.finished]
+        room = self.cache.max_batch - sum(len(c.refeed) + 1 for _, c in decoding)
+        for r, c in decoding:
+            drafts = c.drafting.propose(room) if c.drafting is not None else []
+            room -= len(drafts)
+            if drafts and self.cache.has_linear:  # recurrent states cannot be cut back: keep them
+                c.snapshot = self.cache.snapshot(c.slot, reuse=c.snapshot)
+            items.append((c.slot, c.refeed + [c.next_token] + drafts, len(self.held[c.slot])))
+            wants.append(1 + len(drafts))
+            owners.append((r, c, "decode", drafts))
         budget = self.cache.max_batch - len(items)
         chunk = self.prefill_chunk if items else budget
         for r in self.running:
             if r.prefilling and budget > 0:
                 n = min(len(r.prompt) - r.fed, chunk, budget)
+                mark = len(r.prompt) - CHECKPOINT_BEFORE_END
+                if self.checkpoints and r.fed < mark < r.fed + n:
+                    n = mark - r.fed  # the last few tokens in a step of their own, after a checkpoint
                 items.append((r.choices[0].slot, r.prompt[r.fed:r.fed + n], r.fed))
                 last = r.fed + n == len(r.prompt)
                 wants.append("last" if last else "none")
-                owners.append((r, r.choices[0], "last" if last else "chunk"))
+                owners.append((r, r.choices[0], "last" if last else "chunk", None))
                 budget -= n
         if not items:
             return 0
@@ -310,7 +349,7 @@ class Scheduler:
         try:
             logits = self.lm.forward(batch)
         except Exception as e:  # a failed forward ends the requests in it; the scheduler goes on
-            self._fail({id(r): r for r, _, _ in owners}.values(), e)
+            self._fail({id(r): r for r, _, _, _ in owners}.values(), e)
             raise
         if logits.device.type != "cpu":
             logits = logits.cpu()
@@ -319,22 +358,62 @@ class Scheduler:
             del held[pos:]
             held.extend(ids)
         row = 0
-        for (r, c, kind), (_, ids, _) in zip(owners, items):
+        for (r, c, kind, drafts), (_, ids, pos) in zip(owners, items):
             if kind != "decode":
                 r.fed += len(ids)
             if kind == "chunk":
+                self._checkpoint(r, c.slot)
                 continue
+            n_rows = 1 + len(drafts) if kind == "decode" else 1
             try:
                 if kind == "last":
                     self._fork(r, logits[row])
                 else:
-                    self._emit(r, c, c.take(logits[row]))
+                    self._verify(r, c, logits[row:row + n_rows], drafts, ids, pos)
             except Exception as e:  # a sampler or logits processor failing ends its request only
                 if not r.req.done:
                     self._fail([r], e)
-            row += 1
+            row += n_rows
         self.running = [r for r in self.running if not r.req.done]
         return batch.n_tokens
+
+    def _checkpoint(self, r: _Running, slot: int) -> None:
+        """After a prompt chunk: keep the slot's state where a later prompt may leave this one."""
+        if not self.checkpoints:
+            return
+        last = max(self.cache.checkpoints(slot), default=0)
+        if r.fed == len(r.prompt) - CHECKPOINT_BEFORE_END or r.fed - last >= CHECKPOINT_EVERY:
+            self.cache.save(slot, r.fed)
+
+    def _verify(self, r: _Running, c: _Choice, rows: torch.Tensor, drafts: list[int], fed: list[int],
+                pos: int) -> None:
+        """A decode step's logits: sample the next token, and with drafts, go on through them
+        while each is what the sequence takes (speculative sampling keeps each token's
+        distribution); emit what was taken and cut the slot back to what it stands for."""
+        steps, accepted = [], 0
+        for j in range(len(drafts) + 1):
+            draft = drafts[j] if j < len(drafts) else None
+            steps.append(c.take(rows[j], draft))
+            if c.finished or draft is None or steps[-1].token_id != draft:
+                break
+            accepted += 1
+        c.refeed = []
+        if drafts:
+            c.drafting.verified(len(drafts), accepted)
+            self.drafted_tokens += len(drafts)
+            self.accepted_tokens += accepted
+            rejected = len(drafts) - accepted
+            if rejected and not c.finished:
+                valid = pos + len(fed) - rejected  # the slot's state must stand for these tokens only
+                if self.cache.can_restart_at(c.slot, valid):
+                    self.cache.rewind(c.slot, valid)
+                else:  # recurrent states: back to before the step; what held is fed again with the next token
+                    self.cache.restore(c.slot, c.snapshot)
+                    c.refeed = fed[:len(fed) - rejected]
+                    valid = pos
+                del self.held[c.slot][valid:]
+        for step in steps:
+            self._emit(r, c, c.count_drafts(step))
 
     def _fork(self, r: _Running, logits: torch.Tensor) -> None:
         """The prompt is in: copy it into the other choices' slots; each samples its first token."""
@@ -347,7 +426,7 @@ class Scheduler:
 
     def _emit(self, r: _Running, c: _Choice, step: Step) -> None:
         r.req.emit(step)
-        if c.finished:
+        if step.finish_reason is not None:
             self._retire(c)
             if all(x.finished for x in r.choices):
                 self._finish(r.req)
@@ -362,6 +441,20 @@ class Scheduler:
             r.req.done = True
             r.req.emit(e)
         self.running = [r for r in self.running if not r.req.done]
+
+
+def _default_mode(lm) -> str:
+    """The model's drafter by default: its configured one (`--spec`), "auto" meaning n-gram lookup."""
+    mode = getattr(getattr(lm, "config", None), "spec", None) or "auto"
+    return "ngram" if mode == "auto" else mode
+
+
+def check_speculative(lm, mode: str | None) -> None:
+    """Refuse a request's drafter the model does not have (SpeculationError names it)."""
+    have = available_modes(lm)
+    if mode not in (None, "auto") and mode not in have:
+        raise SpeculationError(f"speculative decoding {mode!r} is not available for this model; it has: "
+                               f"{', '.join(have)} (or auto)")
 
 
 def run_one(lm, prompt_ids: list[int], params: SamplingParams, cancel: threading.Event | None = None):

@@ -20,7 +20,8 @@ class Step:
     the last step carries `finish_reason` ("stop", "length" or "cancelled"). `index` is
     the choice (of a request with several); `cached_tokens` the prompt tokens taken from
     the prefix cache; `logprob` / `top_logprobs` come when the
-    sampling parameters ask for them."""
+    sampling parameters ask for them; `drafted_tokens` / `accepted_tokens` count the
+    choice's speculative drafts so far and those its model confirmed."""
 
     token_id: int | None
     text: str
@@ -31,6 +32,8 @@ class Step:
     cached_tokens: int = 0  # prompt tokens the prefix cache supplied (not prefilled)
     logprob: float | None = None
     top_logprobs: list[tuple[int, float]] | None = None
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
 
 class Detokenizer:

@@ -41,6 +41,16 @@ class Metrics:
                                       buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=r)
         self.prefix_hit_tokens = Counter("gguf_serve_prefix_cache_hit_tokens",
                                          "Prompt tokens taken from the prefix cache", ["model"], registry=r)
+        self.checkpoints = Gauge("gguf_serve_state_checkpoints", "State checkpoints held (recurrent states, sliding "
+                                 "windows)", ["model"], registry=r)
+        self.checkpoint_bytes = Gauge("gguf_serve_state_checkpoint_bytes", "Bytes the state checkpoints hold",
+                                      ["model"], registry=r)
+        self.checkpoint_hits = Counter("gguf_serve_state_checkpoint_hits", "Sequences that went on from a state "
+                                       "checkpoint", ["model"], registry=r)
+        self.drafted = Counter("gguf_serve_speculative_drafted_tokens", "Tokens drafted for speculative decoding",
+                               ["model"], registry=r)
+        self.accepted = Counter("gguf_serve_speculative_accepted_tokens", "Drafted tokens the model confirmed",
+                                ["model"], registry=r)
         self.kv_slots = Gauge("gguf_serve_kv_slots", "KV cache sequence slots by state", ["model", "state"],
                               registry=r)
         self.prompt_tokens = Counter("gguf_serve_prompt_tokens", "Prompt tokens processed", ["model"], registry=r)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from ..engine.chat import render
 from ..engine.grammar import GrammarError, GrammarMask, json_grammar, schema_of
 from ..engine.sampling import SamplingParams
+from ..engine.scheduler import check_speculative
+from ..engine.speculative import SpeculationError
 from .errors import BadRequest
 from .protocol import unsupported_fields
 from .tool_grammar import required_grammar
@@ -49,6 +51,7 @@ def _sampling(req, max_tokens: int | None, vocab_size: int) -> SamplingParams:
         max_tokens=max_tokens,
         logit_bias=bias,
         ignore_eos=bool(req.ignore_eos),
+        speculative=req.speculative,
     )
 
 
@@ -95,6 +98,10 @@ def per_choice(req, max_tokens: int | None, lm, logprobs: int | None) -> list[Sa
                          f"(--parallel)", param="n")
     base = _sampling(req, max_tokens, lm.model.vocab_size)
     base.logprobs = logprobs
+    try:
+        check_speculative(lm, base.speculative)
+    except SpeculationError as e:
+        raise BadRequest(str(e), param="speculative") from None
     if base.seed is None:
         return [replace(base) for _ in range(n)]
     return [replace(base, seed=base.seed + i if base.seed + i < 2 ** 64 else base.seed + i - 2 ** 64)

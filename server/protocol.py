@@ -53,6 +53,8 @@ LogitBias = Optional[dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]]]
 Seed = Optional[Annotated[int, Field(ge=-(2 ** 63), le=2 ** 64 - 1)]]
 # ours: the CTRL-style penalty divides logits, so it stays in a range where they stay finite
 RepetitionPenalty = Optional[Annotated[float, Field(ge=0.01, le=100.0)]]
+# speculative decoding for this request (an extension): the model's default (auto), none, or a drafter it has
+Speculative = Optional[Literal["auto", "off", "ngram", "mtp", "draft"]]
 
 
 # ----------------------------------------------------------------- errors
@@ -148,6 +150,7 @@ class ChatCompletionRequest(OpenAIRequest):
     min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
     repetition_penalty: RepetitionPenalty = None
     ignore_eos: Optional[bool] = None  # keep generating past end-of-generation tokens (benchmarks)
+    speculative: Speculative = None
     chat_template_kwargs: Optional[dict[str, Any]] = None
     thinking_budget_tokens: Optional[int] = Field(default=None, ge=0)  # then the think block is closed
 
@@ -248,6 +251,7 @@ class CompletionRequest(OpenAIRequest):
     min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
     repetition_penalty: RepetitionPenalty = None
     ignore_eos: Optional[bool] = None  # keep generating past end-of-generation tokens (benchmarks)
+    speculative: Speculative = None
 
 
 class CompletionLogprobs(BaseModel):
@@ -326,6 +330,7 @@ class ResponsesRequest(OpenAIRequest):
     frequency_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
     chat_template_kwargs: Optional[dict[str, Any]] = None
     ignore_eos: Optional[bool] = None
+    speculative: Speculative = None
 
 
 def new_id(prefix: str) -> str:

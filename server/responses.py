@@ -160,7 +160,7 @@ def to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
                   logit_bias=req.logit_bias, seed=req.seed, stop=req.stop, top_k=req.top_k, min_p=req.min_p,
                   repetition_penalty=req.repetition_penalty, presence_penalty=req.presence_penalty,
                   frequency_penalty=req.frequency_penalty, chat_template_kwargs=req.chat_template_kwargs,
-                  ignore_eos=req.ignore_eos, user=req.user)
+                  ignore_eos=req.ignore_eos, speculative=req.speculative, user=req.user)
     return ChatCompletionRequest(**{k: v for k, v in fields.items() if v is not None})
 
 

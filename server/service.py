@@ -176,6 +176,8 @@ class Service:
                     raise step
                 i, splitter = step.index, splitters[step.index]
                 tally.cached_tokens = step.cached_tokens
+                if step.drafted_tokens:
+                    tally.drafts[i] = (step.drafted_tokens, step.accepted_tokens)
                 if step.token_id is not None:
                     tally.completion_tokens += 1
                     if m:

@@ -51,6 +51,12 @@ class ServerSettings(BaseSettings):
         "repack weights at load into the layout this CPU's kernels read fastest (memory stays the file's size)"))
     prefill_dtype: Optional[Literal["float32", "bfloat16"]] = Field(default=None, description=(
         "dtype of long prefills' matmuls (default: bfloat16 where the CPU has AMX, else float32)"))
+    cache_ram: Optional[int] = Field(default=None, ge=0, description=(
+        "MiB for state checkpoints that let a new turn reuse a hybrid or sliding-window model's history (default: "
+        "a tenth of the memory available, at most 8192; 0: none)"))
+    spec: Literal["auto", "off", "ngram"] = Field(default="auto", description=(
+        "speculative decoding: drafts verified in one batch forward, output unchanged (auto: n-gram lookup over the "
+        "prompt and output; off: none); a request's `speculative` field overrides it"))
     offline: bool = Field(default=False, description="never touch the network (HF_HUB_OFFLINE)")
     max_queue: int = Field(default=16, ge=1, description="requests that may wait per model before 429")
     max_loaded: int = Field(default=2, ge=1, description=(
@@ -66,4 +72,5 @@ class ServerSettings(BaseSettings):
         """The engine's settings for every model this server loads."""
         return EngineConfig(device=self.device, n_ctx=self.ctx_size, n_seq=self.parallel, threads=self.threads,
                             kernels=self.kernels, cpu_isa=self.cpu_isa, cpu_repack=self.cpu_repack,
-                            prefill_dtype=self.prefill_dtype)
+                            prefill_dtype=self.prefill_dtype, cache_ram=self.cache_ram,
+                            spec=self.spec)

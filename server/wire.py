@@ -34,12 +34,17 @@ class Tally:
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     cached_tokens: int = 0
+    drafts: dict[int, tuple[int, int]] = field(default_factory=dict)  # per choice: speculative (drafted, accepted)
 
     def usage(self) -> Usage:
+        details = {"reasoning_tokens": self.reasoning_tokens}
+        if self.drafts:  # OpenAI's predicted-output counts, for the engine's own drafts
+            details["accepted_prediction_tokens"] = sum(a for _, a in self.drafts.values())
+            details["rejected_prediction_tokens"] = sum(d - a for d, a in self.drafts.values())
         return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
                      total_tokens=self.prompt_tokens + self.completion_tokens,
                      prompt_tokens_details={"cached_tokens": self.cached_tokens},
-                     completion_tokens_details={"reasoning_tokens": self.reasoning_tokens})
+                     completion_tokens_details=details)
 
 
 def reply_content(t: dict) -> str | None:

@@ -52,6 +52,8 @@ class Worker:
         self.scheduler = Scheduler(lm)
         self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self._hits = 0
+        self._checkpoint_hits = 0
+        self._drafted = self._accepted = 0
         self.live: set[Job] = set()  # submitted and not finished
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"gen-{name}", daemon=True)
@@ -129,6 +131,16 @@ class Worker:
         if s.prefix_hit_tokens != self._hits:
             m.prefix_hit_tokens.labels(self.name).inc(s.prefix_hit_tokens - self._hits)
             self._hits = s.prefix_hit_tokens
+        if s.drafted_tokens != self._drafted:
+            m.drafted.labels(self.name).inc(s.drafted_tokens - self._drafted)
+            m.accepted.labels(self.name).inc(s.accepted_tokens - self._accepted)
+            self._drafted, self._accepted = s.drafted_tokens, s.accepted_tokens
+        ck = s.cache.checkpoint_stats
+        m.checkpoints.labels(self.name).set(ck.held)
+        m.checkpoint_bytes.labels(self.name).set(ck.bytes)
+        if ck.hits != self._checkpoint_hits:
+            m.checkpoint_hits.labels(self.name).inc(ck.hits - self._checkpoint_hits)
+            self._checkpoint_hits = ck.hits
         for state, count in s.slots().items():
             m.kv_slots.labels(self.name, state).set(count)
 

@@ -140,3 +140,81 @@ def test_default_context_comes_from_the_memory_available(tiny_models, monkeypatc
         load_model(tiny_models["gemma3"], device="cpu", n_seq=2, n_ctx=64)
     line = [r.getMessage() for r in caplog.records if r.getMessage().startswith("KV cache")][-1]
     assert "2 sequence(s) x 64 tokens" in line and "as asked" in line
+
+
+# ------------------------------------------------------------------ state checkpoints
+
+def test_checkpoints_make_earlier_positions_exact_until_overwritten():
+    # one checkpoint: a linear layer's states (4 * (3 * 12 + 2 * 3 * 5) bytes) and the sliding layer's
+    # three cells before a position (2 * 2 * 8 * 3 * 4 bytes); the ring (4 + 4 cells) is shorter than the context
+    c = KVCache(LAYERS, n_seq=2, n_ctx=100, max_batch=4, checkpoint_budget=1300)
+    assert c.checkpoint_size == 4 * (3 * 12 + 2 * 3 * 5) + 2 * 2 * 8 * 3 * 4 == 648
+    s = c.allocate()
+    c.begin(Batch.of([(s, [0] * 4, 0)]))
+    assert not c.can_restart_at(s, 2) and c.restart_point(s, 3) == 0
+    with pytest.raises(CacheError, match="taken at its end"):
+        c.save(s, 2)
+    assert c.save(s, 4)
+    for p in (4, 8):
+        c.begin(Batch.of([(s, [0] * 4, p)]))
+    assert c.save(s)  # at 12
+    assert c.checkpoints(s) == [4, 12] and c.can_restart_at(s, 4) and not c.can_restart_at(s, 5)
+    assert c.restart_point(s, 11) == 4 and c.restart_point(s, 40) == 12
+    # a third does not fit the budget: the least recently used goes
+    c.begin(Batch.of([(s, [0] * 4, 12)]))
+    c.save(s)
+    assert c.checkpoints(s) == [12, 16] and c.checkpoint_stats.evicted == 1 and c.checkpoint_stats.held == 2
+    assert c.checkpoint_stats.bytes == 2 * 648
+    # going on from 12 restores it (a hit) and drops the checkpoint beyond: its tokens are overwritten
+    c.begin(Batch.of([(s, [0] * 2, 12)]))
+    assert c.checkpoints(s) == [12] and c.checkpoint_stats.hits == 1 and c.lengths[s] == 14
+    assert not c.can_restart_at(s, 16)
+    # a rewind restores now; freeing the slot drops its checkpoints
+    c.rewind(s, 12)
+    assert c.lengths[s] == 12
+    with pytest.raises(CacheError, match="cannot go back to 8"):
+        c.rewind(s, 8)
+    c.free(s)
+    assert c.checkpoint_stats.held == 0 and c.checkpoint_stats.bytes == 0
+    # nothing to keep for full attention alone, or with no budget
+    full = KVCache([attention(2, 8)], n_seq=1, n_ctx=100, max_batch=4, checkpoint_budget=1 << 20)
+    s = full.allocate()
+    full.begin(Batch.of([(s, [0] * 4, 0)]))
+    assert full.checkpoint_size == 0 and not full.save(s) and full.can_restart_at(s, 2)
+    assert not KVCache(LAYERS, n_seq=1, n_ctx=100, max_batch=4).save(0)
+
+
+def test_a_ring_written_after_a_rewind_remembers_what_it_lost():
+    """A sliding ring overwritten by a longer history stays lost after the sequence is cut back."""
+    c = KVCache([attention(1, 4), attention(1, 4, window=4)], n_seq=1, n_ctx=100, max_batch=4)  # ring of 8
+    s = c.allocate()
+    for p in range(0, 20, 4):
+        c.begin(Batch.of([(s, [0] * 4, p)]))
+    c.rewind(s, 16)
+    c.begin(Batch.of([(s, [0], 16)]))  # 17 tokens now; positions before 12 were overwritten at 20
+    assert not c.can_restart_at(s, 14) and c.can_restart_at(s, 15)
+
+
+def _tokens(n, seed):
+    return torch.randint(0, 250, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "qwen35"])
+def test_a_checkpoint_gives_the_state_of_a_cold_prefill(tiny_models, arch):
+    """Going on from a checkpoint, in its own slot or copied into another, gives the logits
+    of a cold prefill of the same tokens (gemma3: rings of 8 + 4 cells, a history of 40)."""
+    lm = load_model(tiny_models[arch], device="cpu", n_seq=3, max_batch=4, config=None)
+    lm.cache.checkpoint_budget = 1 << 30
+    history, turn = _tokens(40, 6), _tokens(6, 7)
+    a, b, cold = lm.cache.allocate(), lm.cache.allocate(), lm.cache.allocate()
+    for p in range(0, 40, 4):
+        lm.forward(Batch.of([(a, history[p:p + 4], p)], want="none"))
+        if p + 4 == 24:
+            assert lm.cache.save(a)
+    assert not lm.cache._natural_restart(a, 24)  # lost without the checkpoint
+    lm.cache.copy_prefix(a, b, 24)
+    lm.cache.rewind(a, 24)
+    want = lm.forward(Batch.of([(cold, history[:24], 0)], want="none"))
+    want = lm.forward(Batch.of([(cold, turn, 24)], want="all"))
+    assert torch.equal(lm.forward(Batch.of([(a, turn, 24)], want="all")), want)
+    assert torch.equal(lm.forward(Batch.of([(b, turn, 24)], want="all")), want)

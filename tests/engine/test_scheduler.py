@@ -14,6 +14,7 @@ from gguf_serve.engine import kernels, load_model
 from gguf_serve.engine.cache import CacheError
 from gguf_serve.engine.sampling import SamplingParams
 from gguf_serve.engine.scheduler import Request, Scheduler
+from gguf_serve.engine.speculative import SpecSettings
 
 from tiny_models import random_model, spec, write_gguf
 
@@ -142,7 +143,7 @@ def test_a_long_prompt_is_prefilled_in_chunks_beside_running_streams(models, mak
 def test_cancel_leaves_at_the_next_step_and_frees_the_slot(models, make):
     lm = models["gemma3"]
     p1, p2 = prompts(6, 8)
-    sched = make(lm, prefix_cache=False)
+    sched = make(lm, prefix_cache=False, spec=SpecSettings(mode="off"))  # one token a step
     a, b = Collect(), Collect()
     ra = Request(p1, [greedy(50)], a)
     sched.add(ra)
@@ -217,7 +218,8 @@ def test_the_prefix_cache_is_exact_where_it_reuses(models, arch, make):
     # the next turn: everything the sequence held (its prompt and reply but the last token) is a prefix
     follow = system + turn1 + reply + turn2
     n, got = _hit(sched, lm, follow, greedy(8))
-    assert n == len(system + turn1) + len(reply) - 1
+    # (all of the reply where speculative decoding fed its last token as a draft that held)
+    assert n in (len(system + turn1) + len(reply) - 1, len(system + turn1) + len(reply))
     assert got == alone(lm, follow, greedy(8))
     # another conversation with the same system prompt: part of a sequence can be reused by full attention,
     # by sliding windows while the ring still holds the window before the reuse point, never by a
@@ -225,6 +227,32 @@ def test_the_prefix_cache_is_exact_where_it_reuses(models, arch, make):
     n, got = _hit(sched, lm, system + other, greedy(8))
     assert n == {"qwen3": 60, "gemma3": 60, "gemma3-ring": 0, "qwen35": 0}[arch]
     assert got == alone(lm, system + other, greedy(8))
+
+
+@pytest.mark.parametrize("arch", ["gemma3-ring", "qwen35"])
+def test_a_new_turn_that_drops_the_last_reply_goes_on_from_a_checkpoint(models, arch, make):
+    """A thinking chat's next turn leaves the history inside the last prompt's assistant
+    header (the reply's thinking is dropped): recurrent states and a ring the conversation
+    has outgrown cannot go back there, a checkpoint taken CHECKPOINT_BEFORE_END tokens
+    before the prompt's end can, and gives the tokens of a cold start. Each turn keeps one."""
+    from gguf_serve.engine.scheduler import CHECKPOINT_BEFORE_END
+
+    lm = models[arch]
+    system, turn1, header, answer1, turn2, turn3 = prompts(60, 10, 3, 6, 9, 7, seed=6)
+    sched = make(lm)
+    saved = lm.cache.checkpoint_stats.saved
+    first = system + turn1 + header
+    n, reply = _hit(sched, lm, first, greedy(30))  # a reply longer than gemma3-ring's 24 cells
+    assert n == 0 and lm.cache.checkpoint_stats.saved == saved + 1
+    second = system + turn1 + answer1 + turn2 + header  # leaves `first` 3 tokens before its end
+    hits = lm.cache.checkpoint_stats.hits
+    n, got = _hit(sched, lm, second, greedy(30))
+    assert n == len(first) - CHECKPOINT_BEFORE_END and lm.cache.checkpoint_stats.hits == hits + 1
+    assert got == alone(lm, second, greedy(30))
+    third = second[:-len(header)] + answer1 + turn3 + header
+    n, got = _hit(sched, lm, third, greedy(30))
+    assert n == len(second) - CHECKPOINT_BEFORE_END
+    assert got == alone(lm, third, greedy(30))
 
 
 def test_a_prefix_is_copied_from_a_running_sequence(models, make):

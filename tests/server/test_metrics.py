@@ -5,7 +5,8 @@ import os
 import httpx
 import openai
 
-from server_harness import no_end, scrape, server, value
+from server_harness import THINKING_TEMPLATE, no_end, scrape, server, value
+from tiny_models import tiny_chat_model
 
 
 def test_metrics_move(tiny_path):
@@ -73,3 +74,51 @@ def test_concurrent_streams_share_forward_steps_and_a_next_turn_reuses_its_prefi
         # the second turn prefilled what is new: the template renders the earlier assistant turn without the
         # empty think block its generation prompt had, so the shared prefix ends there (29 of 35 tokens here)
         assert first.usage.prompt_tokens - 8 <= hit < first.usage.prompt_tokens
+
+
+def test_a_hybrid_models_next_turn_goes_on_from_a_state_checkpoint(tmp_path):
+    """Qwen3.5's recurrent layers hold only the end of a sequence; the second turn of a
+    thinking chat (whose template drops the first reply's thinking) goes on from the
+    checkpoint kept a few tokens before the first prompt's end, not from scratch."""
+    path = tiny_chat_model(tmp_path, "tiny-qwen35.gguf", 5, THINKING_TEMPLATE, think=True, arch="qwen35")
+    name = os.path.basename(path)
+    with server(path) as base:
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+        msgs = [{"role": "system", "content": "You are a careful assistant. " * 8},
+                {"role": "user", "content": "tell me about the sea"}]
+        kw = dict(model=name, max_tokens=12, temperature=0, logit_bias=no_end(path))
+        first = c.chat.completions.create(messages=msgs, **kw)
+        m = scrape(base)
+        assert value(m, "gguf_serve_state_checkpoints", model=name) >= 1
+        assert value(m, "gguf_serve_state_checkpoint_bytes", model=name) > 0
+        msgs += [{"role": "assistant", "content": first.choices[0].message.content or "ok"},
+                 {"role": "user", "content": "and the mountains?"}]
+        second = c.chat.completions.create(messages=msgs, **kw)
+        assert value(scrape(base), "gguf_serve_state_checkpoint_hits_total", model=name) == 1
+        # CHECKPOINT_BEFORE_END (4) tokens before the first prompt's end
+        assert second.usage.prompt_tokens_details.cached_tokens == first.usage.prompt_tokens - 4
+
+
+def test_speculative_drafts_in_usage_and_metrics(tiny_path):
+    """Speculative decoding is on by default (n-gram lookup): a reply that repeats its
+    prompt is drafted; usage counts the drafts as OpenAI's predicted-output tokens and
+    /metrics adds them up; a request can turn it off; a drafter the model lacks is a 400."""
+    name = os.path.basename(tiny_path)
+    # the reference kernels: exact arithmetic, so that rows verified together and decoded one by one agree (the
+    # native ones quantize activations, and a rounding that differs with the batch can turn a near tie)
+    with server(tiny_path, "--kernels", "reference") as base:
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+        kw = dict(model=name, prompt="abc abd " * 12, max_tokens=40, temperature=0, logit_bias=no_end(tiny_path))
+        r = c.completions.create(**kw)
+        d = r.usage.completion_tokens_details
+        drafted = d.accepted_prediction_tokens + d.rejected_prediction_tokens
+        assert drafted > 0
+        m = scrape(base)
+        assert value(m, "gguf_serve_speculative_drafted_tokens_total", model=name) == drafted
+        assert value(m, "gguf_serve_speculative_accepted_tokens_total", model=name) == d.accepted_prediction_tokens
+        off = c.completions.create(**kw, extra_body={"speculative": "off"})
+        assert off.choices[0].text == r.choices[0].text  # greedy: the same tokens either way
+        assert off.usage.completion_tokens_details.accepted_prediction_tokens is None
+        bad = httpx.post(f"{base}/v1/completions", json={**kw, "speculative": "mtp"})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "speculative"
+        assert "'mtp' is not available" in bad.json()["error"]["message"]

@@ -1,0 +1,231 @@
+"""Speculative decoding in the scheduler: drafts (n-gram lookup over each sequence's
+prompt and output) verified in one batch forward. Greedy output equals decoding without
+speculation token for token on every architecture's tiny model, with speculating and
+plain sequences joining and leaving the same steps, a stateful logits mask, stop
+strings and ids, logit bias and max_tokens cutting inside an accepted run; sampled
+output keeps its distribution (a chi-square test over seeds); a rolled-back recurrent
+state equals a fresh prefill; a drafter the model lacks is refused."""
+
+import os
+
+import pytest
+import torch
+
+from gguf_serve.engine import kernels, load_model
+from gguf_serve.engine.batch import Batch
+from gguf_serve.engine.sampling import SamplingParams
+from gguf_serve.engine.scheduler import Request, Scheduler, check_speculative
+from gguf_serve.engine.speculative import NgramIndex, SpecSettings, SpeculationError
+
+from tiny_models import random_model, spec, write_gguf
+
+ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "gemma3", "phi3", "smollm3", "olmo2", "olmo3"]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Float32 files on the reference kernels (exact arithmetic, so that a row verified in a
+    batch of drafts and the same row decoded alone give the same greedy token)."""
+    os.environ[kernels.ENV_OVERRIDE] = "reference"
+    kernels.reset()
+    cache = {}
+
+    def get(arch):
+        if arch not in cache:
+            s = spec(arch)
+            path = tmp_path_factory.mktemp(arch) / f"{arch}.gguf"
+            write_gguf(s, random_model(s, seed=ARCHS.index(arch)), path, "F32")
+            cache[arch] = load_model(str(path), device="cpu", n_seq=4)
+        return cache[arch]
+    yield get
+    del os.environ[kernels.ENV_OVERRIDE]
+    kernels.reset()
+
+
+def pattern(seed=1, n=6):
+    return torch.randint(0, 200, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def no_triples(generated, logits):
+    """A stateful mask (as a grammar is): never the same token three times in a row."""
+    if len(generated) >= 2 and generated[-1] == generated[-2]:
+        logits = logits.clone()
+        logits[generated[-1]] = float("-inf")
+    return logits
+
+
+def run(lm, mode, plan):
+    """`plan`: (step at which it joins, prompt, params); every request's emitted items."""
+    sched = Scheduler(lm, spec=SpecSettings(mode=mode))
+    outs = [[] for _ in plan]
+    step = 0
+    try:
+        while step == 0 or sched.busy or any(at >= step for at, _, _ in plan):
+            for i, (at, prompt, params) in enumerate(plan):
+                if at == step:
+                    sched.add(Request(list(prompt), [params], outs[i].append))
+            sched.step()
+            step += 1
+            assert step < 1000
+    finally:
+        sched.close()
+    return outs, sched
+
+
+def tokens(items):
+    return [(s.token_id, s.text, s.finish_reason) for s in items if s is not None]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_with_speculation_is_greedy_without(models, arch):
+    lm = models(arch)
+    a, b, c = pattern(1), pattern(2), pattern(3)
+    bias = lambda p: {t: 8.0 for t in p}  # noqa: E731 (the output keeps to the pattern: drafts are found)
+    plan = [
+        (0, a * 5, SamplingParams(temperature=0, max_tokens=40, ignore_eos=True, logit_bias=bias(a))),
+        (0, b * 2 + [7, 9], SamplingParams(temperature=0, max_tokens=25, ignore_eos=True, speculative="off")),
+        (3, c * 4, SamplingParams(temperature=0, max_tokens=13, ignore_eos=True, logit_bias=bias(c),
+                                  logits_processor=no_triples)),
+        (5, a * 3 + c, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True, logit_bias=bias(a + c),
+                                      stop_token_ids=[c[2]], stop=[lm.tokenizer.decode([a[4], a[5]])])),
+    ]
+    plain, _ = run(lm, "off", plan)
+    spec_out, sched = run(lm, "ngram", plan)
+    assert [tokens(o) for o in spec_out] == [tokens(o) for o in plain]
+    assert all(o[-1] is None for o in spec_out)  # each request ended, once
+    assert sched.drafted_tokens > 0
+    if arch not in ("qwen35", "qwen35moe"):  # random hybrids rarely repeat: there, rollbacks are what is tested
+        assert sched.accepted_tokens > 0
+    last = [s for s in spec_out[1] if s is not None][-1]
+    assert last.drafted_tokens == 0  # the request that turned it off drafted nothing
+
+
+def test_rollbacks_on_the_hybrid_model(models):
+    """Qwen3.5's recurrent states cannot be cut back: a rejected draft restores the state
+    from before the step and feeds the accepted tokens again with the next one."""
+    lm = models("qwen35")
+    a = pattern(1)
+    plan = [(0, a * 5, SamplingParams(temperature=0, max_tokens=40, ignore_eos=True, logit_bias={t: 8.0 for t in a}))]
+    plain, _ = run(lm, "off", plan)
+    spec_out, sched = run(lm, "ngram", plan)
+    assert tokens(spec_out[0]) == tokens(plain[0])
+    assert sched.drafted_tokens > sched.accepted_tokens  # rejections happened
+
+
+def test_a_restored_recurrent_state_equals_a_fresh_prefill(models):
+    lm = models("qwen35")
+    cache = lm.cache
+    ids, drafts, more = pattern(4, 20), pattern(5, 4), pattern(6, 3)
+    a, cold = cache.allocate(), cache.allocate()
+    try:
+        lm.forward(Batch.of([(a, ids, 0)]))
+        snap = cache.snapshot(a)
+        lm.forward(Batch.of([(a, drafts, 20)], want="all"))  # a verification step whose drafts all fail
+        cache.restore(a, snap)
+        assert cache.lengths[a] == 20
+        got = lm.forward(Batch.of([(a, more, 20)], want="all"))
+        lm.forward(Batch.of([(cold, ids, 0)]))
+        assert torch.equal(got, lm.forward(Batch.of([(cold, more, 20)], want="all")))
+    finally:
+        cache.free(a)
+        cache.free(cold)
+
+
+CHI2_999 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12}  # 0.1% critical values
+
+
+def same_distribution(xs, ys) -> bool:
+    """Two samples from one distribution, by a chi-square test of homogeneity (categories
+    expected fewer than 5 times merged) below its 0.1% critical value."""
+    cats, rare = [], []
+    for t in sorted(set(xs) | set(ys), key=str):
+        (cats if (xs.count(t) + ys.count(t)) / 2 >= 5 else rare).append(t)
+    counts = [(xs.count(t), ys.count(t)) for t in cats]
+    if rare:
+        counts.append((sum(xs.count(t) for t in rare), sum(ys.count(t) for t in rare)))
+    stat = sum((x - (x + y) / 2) ** 2 / ((x + y) / 2) + (y - (x + y) / 2) ** 2 / ((x + y) / 2) for x, y in counts)
+    assert len(counts) >= 3
+    return stat < CHI2_999[len(counts) - 1]
+
+
+def test_the_acceptance_rule_draws_from_the_target_distribution():
+    from gguf_serve.engine.sampling import sample
+
+    logits = torch.tensor([2.0, 1.5, 1.0, 0.0, -1.0])
+    params = SamplingParams(temperature=1.0)
+    g = torch.Generator().manual_seed(0)
+    plain = [sample(logits, params, g) for _ in range(6000)]
+    for draft in (0, 2, 4):  # a likely, a middling and an unlikely draft
+        assert same_distribution(plain, [sample(logits, params, g, draft) for _ in range(6000)])
+    # the rule is what keeps it: taking a draft more often than its probability is caught
+    skewed = [2 if float(torch.rand((), generator=g)) < 0.5 else sample(logits, params, g) for _ in range(6000)]
+    assert not same_distribution(plain, skewed)
+
+
+def test_sampling_keeps_its_distribution(models):
+    """Over 240 seeds, the histogram of the second and third sampled tokens (the first that
+    verified drafts decide) with speculation matches the one without."""
+    lm = models("qwen3")
+    pat = [63, 113]  # this tiny model's two likeliest tokens after the pattern: the drafts are often right
+
+    def draws(mode):
+        seen, drafted = [], 0
+        for batch in range(60):
+            plan = [(0, pat * 8, SamplingParams(temperature=1.0, max_tokens=4, ignore_eos=True,
+                                                logit_bias={t: 10.0 for t in pat}, seed=1000 * batch + i))
+                    for i in range(4)]
+            outs, sched = run(lm, mode, plan)
+            drafted += sched.accepted_tokens
+            seen += [tuple([s.token_id for s in o if s is not None][1:3]) for o in outs]
+        return seen, drafted
+
+    plain, _ = draws("off")
+    spec_, accepted = draws("ngram")
+    assert accepted > 50 and plain != spec_  # drafts decided many tokens, with draws of their own...
+    assert same_distribution(plain, spec_)  # ...and the distribution is the same
+
+
+def test_seeded_speculative_runs_reproduce(models):
+    lm = models("qwen3")
+    a = pattern(1)
+    plan = [(0, a * 5, SamplingParams(temperature=0.8, max_tokens=30, ignore_eos=True, seed=5,
+                                      logit_bias={t: 6.0 for t in a}))]
+    first, sched = run(lm, "ngram", plan)
+    again, _ = run(lm, "ngram", plan)
+    assert tokens(first[0]) == tokens(again[0]) and sched.accepted_tokens > 0
+
+
+def test_the_draft_length_adapts_and_pauses():
+    from gguf_serve.engine.speculative import Drafting
+
+    d = Drafting(SpecSettings(first_draft=2, max_draft=8, pause_after_misses=2, pause_steps=3), [1, 2, 3, 1, 2])
+    assert d.propose(10) == [3, 1]  # "1 2" occurred before, followed by 3 1
+    d.verified(2, 2)
+    assert d.k == 4
+    d.verified(4, 1)
+    assert d.k == 2
+    d.verified(2, 0)
+    d.verified(1, 0)  # the second miss in a row: a pause of 3 steps
+    assert [d.propose(10) for _ in range(3)] == [[], [], []] and d.propose(10) != []
+    assert (d.drafted, d.accepted) == (9, 3)
+
+
+def test_ngram_lookup_proposes_what_followed_the_longest_match():
+    ix = NgramIndex(2, 3)
+    ix.extend([5, 6, 7, 8, 9, 6, 7, 1, 5, 6, 7])
+    # the bigram "6 7" last occurred followed by 1, the trigram "5 6 7" by 8: the longer match wins
+    assert ix.propose(3) == [8, 9, 6]
+    ix2 = NgramIndex(2, 3)
+    ix2.extend([9, 6, 7, 1, 4, 6, 7])
+    assert ix2.propose(2) == [1, 4]
+    assert NgramIndex(2, 3).propose(4) == []
+
+
+def test_a_drafter_the_model_lacks_is_refused(models):
+    lm = models("qwen3")
+    for ok in (None, "auto", "off", "ngram"):
+        check_speculative(lm, ok)
+    with pytest.raises(SpeculationError, match="'mtp' is not available for this model"):
+        check_speculative(lm, "mtp")
+    with pytest.raises(SpeculationError, match="not known"):
+        SpecSettings(mode="magic")

@@ -60,7 +60,7 @@ def synthetic_path(name: str) -> str:
 
 
 FILES = {
-    "qwen35-4b": dict(path=lambda: synthetic_path("qwen35-4b"), system_chars=1600, tokens=16,
+    "qwen35-4b": dict(path=lambda: synthetic_path("qwen35-4b"), system_chars=380, tokens=16,
                       label="Qwen3.5-4B shape Q4_K_M (synthetic), thinking, ~400-token system prompt"),
     "gemma": dict(path=gemma_path, system_chars=None, tokens=24,
                   label="Gemma 3 270M Q4_K_M, ~1,200-token system prompt (window 512)"),

@@ -597,3 +597,32 @@ def test_a_failing_native_call_names_the_call_and_its_status():
         cpu._mul_mat_rows(w, torch.zeros(1, 100), int(GGMLType.Q4_K), 4)
     assert [s.name for s in cpu.Status] == ["OK", "UNSUPPORTED", "NO_MEMORY", "BAD_EXPERT"]
 
+
+
+FOUR_ROW = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.IQ4_NL,
+            GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]
+
+
+@pytest.mark.parametrize("gtype", FOUR_ROW, ids=lambda t: t.name)
+def test_four_row_dots_equal_one_row_dots_on_every_isa(gtype):
+    """Four to seven activation rows (below the tiles) take each ISA's four-row dots (AVX2's
+    sign trick; AVX-512 VNNI's unsigned bytes with the offset through the block sums) plus
+    one-row dots for the rest: equal to one row at a time up to summation order, on every
+    bit pattern a block can hold."""
+    rng = np.random.default_rng(300 + int(gtype))
+    rows, cols = 19, 1024
+    packed = torch.from_numpy(random_packed(rng, gtype, rows, cols // gtype.block_size, f16_scale=0.02))
+    x = torch.randn(7, cols)
+    W = dequantize(packed.numpy(), gtype, (rows, cols)).astype(np.float64)
+    bound = _activation_bound(W, x.double().numpy(), 32 if gtype.block_size == 32 else 256)
+    try:
+        cpu.set_tiles(False)
+        for isa in ISAS:
+            cpu.set_isa(isa)
+            single = torch.cat([cpu._mul_mat_rows(packed, x[i:i + 1], int(gtype), rows) for i in range(7)])
+            for n in (4, 7):
+                got = cpu._mul_mat_rows(packed, x[:n], int(gtype), rows)
+                torch.testing.assert_close(got, single[:n], rtol=1e-5, atol=1e-5 * float(single.abs().max()))
+                assert np.all(np.abs(got.numpy() - x[:n].double().numpy() @ W.T) <= bound[:n] * 1.001 + 1e-4), isa
+    finally:
+        cpu.set_tiles(True)

@@ -17,21 +17,25 @@ static const char *const ISA_NAMES[N_ISA] = {"scalar"};
 #define K(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s, dot_##name##_avx2, dot_##name##_avx512}, deq_##name, NULL}
 #define K4(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s, dot_##name##_avx2, dot_##name##_avx512}, deq_##name, \
                                  (void *)dot4_##name##_avx2}
+#define K4V(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s, dot_##name##_avx2, dot_##name##_avx512}, deq_##name, \
+                                  (void *)dot4_##name##_avx2, (void *)dot4_##name##_avx512}
 #elif defined(GC_NEON)
 #define K(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s, dot_##name##_neon}, deq_##name, NULL}
 #define K4 K
+#define K4V K
 #else
 #define K(t, blk, a, sz, name) {t, blk, a, sz, {dot_##name##_s}, deq_##name, NULL}
 #define K4 K
+#define K4V K
 #endif
 
 static const kernel_t KERNELS[] = {
-    K4(T_Q4_0, 32, 0, sizeof(blk_q4_0), q4_0),
-    K4(T_Q4_1, 32, 0, sizeof(blk_q4_1), q4_1),
-    K4(T_Q5_0, 32, 0, sizeof(blk_q5_0), q5_0),
-    K4(T_Q5_1, 32, 0, sizeof(blk_q5_1), q5_1),
-    K4(T_Q8_0, 32, 0, sizeof(blk_q8_0), q8_0),
-    K4(T_IQ4_NL, 32, 0, sizeof(blk_iq4_nl), iq4_nl),
+    K4V(T_Q4_0, 32, 0, sizeof(blk_q4_0), q4_0),
+    K4V(T_Q4_1, 32, 0, sizeof(blk_q4_1), q4_1),
+    K4V(T_Q5_0, 32, 0, sizeof(blk_q5_0), q5_0),
+    K4V(T_Q5_1, 32, 0, sizeof(blk_q5_1), q5_1),
+    K4V(T_Q8_0, 32, 0, sizeof(blk_q8_0), q8_0),
+    K4V(T_IQ4_NL, 32, 0, sizeof(blk_iq4_nl), iq4_nl),
     K(T_Q2_K, QK_K, 1, sizeof(blk_q2_K), q2_K),
     K(T_Q3_K, QK_K, 1, sizeof(blk_q3_K), q3_K),
     K4(T_Q4_K, QK_K, 1, sizeof(blk_q4_K), q4_K),
@@ -39,7 +43,7 @@ static const kernel_t KERNELS[] = {
     K4(T_Q6_K, QK_K, 1, sizeof(blk_q6_K), q6_K),
     K(T_IQ4_XS, QK_K, 1, sizeof(blk_iq4_xs), iq4_xs),
 #if defined(GC_X86)
-    {T_Q5_0_X8, 32, 0, sizeof(blk_q5_0), {NULL}, NULL, NULL, 1, {dot8_q5_0x8_s, dot8_q5_0x8_avx2, dot8_q5_0x8_avx2},
+    {T_Q5_0_X8, 32, 0, sizeof(blk_q5_0), {NULL}, NULL, NULL, NULL, 1, {dot8_q5_0x8_s, dot8_q5_0x8_avx2, dot8_q5_0x8_avx2},
      deq8_q5_0x8},
 #endif
 };
@@ -98,6 +102,7 @@ dot8_fn pick8(const kernel_t *k) { return k->rows8 ? k->dot8[pick_level(k)] : NU
 /* the four-row dot product where the selected level has one (x86-64: AVX2 and up) */
 const void *pick4(const kernel_t *k) {
 #if defined(GC_X86)
+    if (gc_isa() >= ISA_AVX512 && k->dot4_512) return k->dot4_512;
     if (gc_isa() >= ISA_AVX2) return k->dot4;
 #endif
     (void)k;

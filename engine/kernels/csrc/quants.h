@@ -111,6 +111,7 @@ typedef struct {
     dot_fn dot[N_ISA];       /* by ISA level (NULL: none at that level) */
     deq_fn deq;
     void *dot4;              /* four activation rows at once (x86-64, AVX2 and up; NULL: none) */
+    void *dot4_512;          /* the same with AVX-512 VNNI, where the type has one */
     int rows8;               /* a repacked type: blocks of eight rows (dot8, deq8), no per-row dot */
     dot8_fn dot8[N_ISA];
     deq8_fn deq8;
@@ -120,6 +121,8 @@ typedef struct {
 #define GC_TYPES(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(iq4_nl) X(q2_K) X(q3_K) X(q4_K) X(q5_K) X(q6_K) X(iq4_xs)
 /* the types with a four-row AVX2 dot */
 #define GC_FOUR_ROW_TYPES(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(iq4_nl) X(q4_K) X(q5_K) X(q6_K)
+/* ...and those with an AVX-512 VNNI four-row dot too */
+#define GC_FOUR_ROW_VNNI_TYPES(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(iq4_nl)
 
 /* quants.c: the scalar code */
 GC_HIDDEN void quantize_act32(const float *x, act32 *y, int64_t k);
@@ -144,6 +147,9 @@ GC_TYPES(GC_X86_DOTS)
 #define GC_DOT4(t) GC_HIDDEN void dot4_##t##_avx2(const void *vw, const void *const *vx, int nb, float *out);
 GC_FOUR_ROW_TYPES(GC_DOT4)
 #undef GC_DOT4
+#define GC_DOT4_512(t) GC_HIDDEN void dot4_##t##_avx512(const void *vw, const void *const *vx, int nb, float *out);
+GC_FOUR_ROW_VNNI_TYPES(GC_DOT4_512)
+#undef GC_DOT4_512
 GC_HIDDEN void dot8_q5_0x8_avx2(const void *vw, const void *vx, int nb, float *out);
 GC_HIDDEN void quantize_act32_avx2(const float *x, act32 *y, int64_t k);
 GC_HIDDEN void quantize_act256_avx2(const float *x, act256 *y, int64_t k);

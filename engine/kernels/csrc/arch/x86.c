@@ -287,6 +287,45 @@ DEFINE_DOT32_X4(dot4_q4_1_avx2, blk_q4_1, 0, X4_Q4_1)
 DEFINE_DOT32_X4(dot4_q5_1_avx2, blk_q5_1, 0, X4_Q5_1)
 DEFINE_DOT32_X4(dot4_iq4_nl_avx2, blk_iq4_nl, 1, X4_IQ4_NL)
 
+/* AVX-512 VNNI: every 32-block type as unsigned bytes q_u with the offset through the
+ * activation block sums (sum(w x) = d sum(q_u x) + e s): one vpdpbusd per row and block
+ * instead of the sign trick's vpsignb + vpmaddubsw + vpmaddwd. Signed weights (Q8_0,
+ * IQ4_NL) are offset by 128 (q ^ 0x80, e = -128 d). Gemma 3 270M's Q8_0 head (262144 x
+ * 640), 2 threads, Zen 5: four rows 8.0 -> 7.0 ms. */
+#define DEFINE_DOT32_X4_VNNI(NAME, BLK, BODY)                                                       \
+    AVX512 void NAME(const void *vw, const void *const *vx, int nb, float *out) {                   \
+        const BLK *w = vw; X4_ROWS(act32);                                                         \
+        const __m256i zero = _mm256_setzero_si256();                                               \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                \
+        float e0 = 0.f, e1 = 0.f, e2 = 0.f, e3 = 0.f;                                              \
+        for (int i = 0; i < nb; i++) {                                                             \
+            prefetch_ahead(&w[i], (int)sizeof(BLK));                                               \
+            __m256i q; float d, e; BODY;                                                           \
+            VNNI_ROW(X0, a0, e0) VNNI_ROW(X1, a1, e1) VNNI_ROW(X2, a2, e2) VNNI_ROW(X3, a3, e3)    \
+        }                                                                                          \
+        out[0] = hsum8(a0) + e0; out[1] = hsum8(a1) + e1; out[2] = hsum8(a2) + e2; out[3] = hsum8(a3) + e3; \
+    }
+#define VNNI_ROW(X, A, E)                                                                           \
+    {                                                                                              \
+        const __m256i p = _mm256_dpbusd_epi32(zero, q, _mm256_loadu_si256((const __m256i *)X[i].qs)); \
+        A = _mm256_fmadd_ps(_mm256_set1_ps(d * X[i].d), _mm256_cvtepi32_ps(p), A);                \
+        E += e * X[i].s;                                                                           \
+    }
+#define U_Q8_0                                                                                      \
+    q = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)w[i].qs), _mm256_set1_epi8((char)0x80)); \
+    d = H2F(w[i].d); e = -128.f * d
+#define U_IQ4_NL                                                                                    \
+    q = _mm256_xor_si256(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl)), \
+                                             nibbles32(w[i].qs)), _mm256_set1_epi8((char)0x80));   \
+    d = H2F(w[i].d); e = -128.f * d
+
+DEFINE_DOT32_X4_VNNI(dot4_q8_0_avx512, blk_q8_0, U_Q8_0)
+DEFINE_DOT32_X4_VNNI(dot4_q4_0_avx512, blk_q4_0, X4_Q4_0)
+DEFINE_DOT32_X4_VNNI(dot4_q5_0_avx512, blk_q5_0, X4_Q5_0)
+DEFINE_DOT32_X4_VNNI(dot4_q4_1_avx512, blk_q4_1, X4_Q4_1)
+DEFINE_DOT32_X4_VNNI(dot4_q5_1_avx512, blk_q5_1, X4_Q5_1)
+DEFINE_DOT32_X4_VNNI(dot4_iq4_nl_avx512, blk_iq4_nl, U_IQ4_NL)
+
 #define DEFINE_Q45K_X4(NAME, BLK, HIGH)                                                             \
     AVX2 void NAME(const void *vw, const void *const *vx, int nb, float *out) {         \
         const BLK *w = vw; X4_ROWS(act256);                                                        \

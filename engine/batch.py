@@ -39,6 +39,8 @@ class Batch:
     seqs: tuple[Seq, ...]
     rows: torch.Tensor  # (R,) int64, ascending: the rows whose logits are returned
     memo: dict = field(default_factory=dict, repr=False)  # per-forward tables (rotary, masks)
+    keep_hidden: bool = False  # the forward keeps every token's final normed output in `hidden`
+    hidden: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def n_tokens(self) -> int:
@@ -98,5 +100,6 @@ class Batch:
                     seqs.append(Seq(s.slot, a - lo, b - a, s.pos + (a - s.start)))
             sub_rows = [r - lo for r in rows if lo <= r < hi]
             out.append(Batch(self.tokens[lo:hi], self.slots[lo:hi], self.positions[lo:hi], tuple(seqs),
-                             torch.tensor(sub_rows, dtype=torch.long, device=self.tokens.device)))
+                             torch.tensor(sub_rows, dtype=torch.long, device=self.tokens.device),
+                             keep_hidden=self.keep_hidden))
         return out

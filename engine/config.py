@@ -30,8 +30,9 @@ ENV = {
     "prefill_dtype": "GGUF_SERVE_PREFILL_DTYPE",
     "cache_ram": "GGUF_SERVE_CACHE_RAM",
     "spec": "GGUF_SERVE_SPEC",
+    "draft_model": "GGUF_SERVE_DRAFT_MODEL",
 }
-SPEC_CHOICES = ("auto", "off", "ngram")
+SPEC_CHOICES = ("auto", "off", "ngram", "mtp", "draft")
 KERNEL_CHOICES = ("reference", "hub", "cpu")
 PREFILL_DTYPES = ("float32", "bfloat16")
 
@@ -52,6 +53,7 @@ class EngineConfig:
     # sequence's history; None: a share of the memory available at load; 0: none
     cache_ram: int | None = None
     spec: str = "auto"  # speculative decoding's drafter (SPEC_CHOICES); auto: the best the model has
+    draft_model: str | None = None  # a smaller model of the same vocabulary that drafts (spec "draft")
 
     def __post_init__(self) -> None:
         if self.kernels is not None and self.kernels not in KERNEL_CHOICES:

@@ -64,6 +64,7 @@ class LoadedModel:
     dtype: torch.dtype
     threads: ThreadPolicy
     config: EngineConfig  # the settings it was loaded with
+    draft: "LoadedModel | None" = None  # the draft model speculative decoding runs beside it (--draft-model)
 
     @property
     def n_ctx(self) -> int:
@@ -236,4 +237,29 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     _return_freed_memory()  # the tokenizer build's transient Python objects (~35 MB for Gemma's 262k vocabulary)
     threads = ThreadPolicy.decide(dev, native, cfg.threads)
     log.info("loaded %s (%s) on %s in %s; %s", path, arch.name, dev, dtype, threads.describe())
-    return LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads, cfg)
+    lm = LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads, cfg)
+    if cfg.draft_model:
+        lm.draft = load_draft(lm, cfg.draft_model)
+    return lm
+
+
+class DraftMismatch(ValueError):
+    """A draft model whose vocabulary is not its target's."""
+
+
+def load_draft(lm: LoadedModel, path_or_id: str) -> LoadedModel:
+    """A draft model for `lm`: its KV cache as many sequences and tokens as lm's (its slots
+    mirror lm's), no checkpoints, drafting nothing itself; refused (DraftMismatch) unless
+    its vocabulary is lm's, token for token."""
+    from dataclasses import replace
+
+    cfg = replace(lm.config, n_ctx=lm.cache.n_ctx, n_seq=lm.cache.n_seq, cache_ram=0, spec="off", draft_model=None)
+    draft = load_model(path_or_id, config=cfg)
+    ours, theirs = lm.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
+    if lm.model.vocab_size != draft.model.vocab_size or ours != theirs:
+        differ = sorted(set(ours.items()) ^ set(theirs.items()), key=lambda kv: kv[1])[:3]
+        raise DraftMismatch(f"draft model {path_or_id}: its vocabulary is not the model's ({draft.model.vocab_size} vs "
+                            f"{lm.model.vocab_size} tokens; first differences: {differ}); a draft model must share "
+                            f"the target's tokenizer")
+    log.info("draft model %s: %s", path_or_id, draft.cache.describe())
+    return draft

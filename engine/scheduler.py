@@ -81,6 +81,7 @@ class _Choice:
         self.drafting: Drafting | None = None  # speculative decoding's drafter state, when it drafts
         self.refeed: list[int] = []  # output tokens whose state a rollback dropped: fed again before next_token
         self.snapshot: Checkpoint | None = None  # recurrent states before a verification step (reused buffers)
+        self.valid = 0  # after a decode step: how many of the tokens it fed the sequence stands for
 
     def take(self, logits: torch.Tensor, draft: int | None = None) -> Step:
         """Sample from this sequence's logits row and apply the stopping rules; with a
@@ -145,6 +146,13 @@ class Scheduler:
         self.lm, self.cache = lm, lm.cache
         self.spec = spec if spec is not None else SpecSettings(mode=_default_mode(lm))
         self.drafted_tokens = self.accepted_tokens = 0  # speculative decoding, over every sequence
+        check_speculative(lm, self.spec.mode)
+        self.mtp = getattr(lm.model, "mtp", None)
+        # per slot: how many positions the MTP head's cache holds, and the trunk's output at the last
+        self.mtp_state: dict[int, tuple[int, torch.Tensor | None]] = {}
+        self.draft = getattr(lm, "draft", None)
+        self.draft_slots: dict[int, int] = {}  # the target's slot -> the draft model's
+        self.draft_held: dict[int, list[int]] = {}  # the draft model's slot -> the tokens it holds
         self.prefill_chunk = max(1, min(prefill_chunk, self.cache.max_batch))
         self.prefix_cache = prefix_cache
         self.checkpoints = prefix_cache and self.cache.checkpoint_budget > 0  # state checkpoints while prefilling
@@ -195,12 +203,11 @@ class Scheduler:
             return
         self.waiting.append(req)
 
-    def _drafts(self, p: SamplingParams) -> bool:
-        """Whether a sequence with these parameters drafts (its request may turn it off, or
-        name the model's drafter; an unknown or unavailable one is refused when the request
-        is prepared, see `check_speculative`)."""
-        mode = self.spec.mode if p.speculative in (None, "auto") else p.speculative
-        return mode != "off"
+    def _mode(self, p: SamplingParams) -> str:
+        """How a sequence with these parameters drafts: the model's default unless its request
+        turns it off or names another drafter the model has (an unavailable one is refused
+        when the request is prepared, see `check_speculative`)."""
+        return self.spec.mode if p.speculative in (None, "auto") else p.speculative
 
     def _budget(self, req: Request) -> int:
         return self.cache.n_ctx - len(req.prompt_ids)  # the context limit: the cache's, decided at load
@@ -224,8 +231,9 @@ class Scheduler:
             choices = [_Choice(i, p, self.lm, req.prompt_ids, self._budget_for(req, p), self.eog)
                        for i, p in enumerate(req.params)]
             for c in choices:
-                if self._drafts(c.params):
-                    c.drafting = Drafting(self.spec, req.prompt_ids)
+                mode = self._mode(c.params)
+                if mode != "off":
+                    c.drafting = Drafting(self.spec, req.prompt_ids, mode)
             slot, reused = self._prefill_slot(req.prompt_ids)
             choices[0].slot = slot
             for c in choices[1:]:
@@ -261,13 +269,23 @@ class Scheduler:
             del self.idle[best]
             self.cache.rewind(best, best_n)  # now: a checkpoint it needs is not evicted before its first step
             self.held[best] = self.held[best][:best_n]
+            self._mtp_cut(best, best, best_n)
             return best, best_n
         slot = self._take_slot(keep=best)
         if best is not None:
             self.cache.copy_prefix(best, slot, best_n)
             self.held[slot] = self.held[best][:best_n]
+            self._mtp_cut(best, slot, best_n)
             return slot, best_n
         return slot, 0
+
+    def _mtp_cut(self, src: int, dst: int, n: int) -> None:
+        """`dst` now holds `src`'s first n tokens: so does the MTP head's cache, as far as it went."""
+        known, last = self.mtp_state.get(src, (0, None))
+        if known >= n:
+            self.mtp_state[dst] = (n, last if known == n else None)
+        elif dst != src:
+            self.mtp_state[dst] = (known, last)
 
     def _take_slot(self, keep: int | None = None) -> int:
         """A free slot, else the least recently used finished one (never `keep`)."""
@@ -277,9 +295,56 @@ class Scheduler:
             self._release(victim)
         slot = self.cache.allocate()
         self.held[slot] = []
+        self.mtp_state.pop(slot, None)
         return slot
 
+    def _draft_pass(self) -> None:
+        """After a step: the draft model takes what each drafting sequence now is (from where
+        its own slot's tokens part from it: a rejected draft is cut back) and decodes
+        greedily ahead of it, every sequence one token per forward."""
+        lm, live = self.draft, []
+        for r in self.running:
+            for c in r.choices:
+                if (c.finished or r.prefilling or c.drafting is None or c.drafting.mode != "draft"
+                        or c.drafting.wanted() == 0):
+                    continue
+                seq = self.held[c.slot] + c.refeed + [c.next_token]
+                k = min(c.drafting.wanted(), self.cache.n_ctx - len(seq) - 1)
+                if k <= 0:
+                    continue
+                if c.slot not in self.draft_slots:
+                    self.draft_slots[c.slot] = lm.cache.allocate()
+                ds = self.draft_slots[c.slot]
+                held = self.draft_held.get(ds, [])
+                n, limit = 0, min(len(held), len(seq) - 1)
+                while n < limit and held[n] == seq[n]:
+                    n += 1
+                n = lm.cache.restart_point(ds, n)
+                live.append((c, ds, seq, n, k))
+        if not live:
+            return
+        chains = {}
+        logits = lm.forward(Batch.of([(ds, seq[n:], n) for _, ds, seq, n, _ in live], "last", device=lm.device))
+        for j, (c, ds, seq, n, k) in enumerate(live):
+            self.draft_held[ds] = list(seq)
+            chains[id(c)] = [_pick(logits[j], c)]
+        for step in range(1, max(k for *_, k in live)):
+            more = [(c, ds, seq) for c, ds, seq, _, k in live if k > step]
+            if not more:
+                break
+            logits = lm.forward(Batch.of([(ds, [chains[id(c)][-1]], len(seq) + step - 1) for c, ds, seq in more],
+                                         "last", device=lm.device))
+            for j, (c, ds, _) in enumerate(more):
+                self.draft_held[ds].append(chains[id(c)][-1])
+                chains[id(c)].append(_pick(logits[j], c))
+        for c, *_ in live:
+            c.drafting.pending = chains[id(c)]
+
     def _release(self, slot: int) -> None:
+        ds = self.draft_slots.pop(slot, None)
+        if ds is not None:
+            self.draft_held.pop(ds, None)
+            self.draft.cache.free(ds)
         self.held.pop(slot, None)
         self.cache.free(slot)
 
@@ -323,14 +388,17 @@ class Scheduler:
         decoding = [(r, c) for r in self.running if not r.prefilling for c in r.choices if not c.finished]
         room = self.cache.max_batch - sum(len(c.refeed) + 1 for _, c in decoding)
         for r, c in decoding:
-            drafts = c.drafting.propose(room) if c.drafting is not None else []
+            drafts = []
+            if c.drafting is not None:  # within the batch, the context and the tokens the sequence may still take
+                end = len(self.held[c.slot]) + len(c.refeed) + 1
+                drafts = c.drafting.propose(min(room, self.cache.n_ctx - end, c.budget - len(c.generated) - 1))
             room -= len(drafts)
             if drafts and self.cache.has_linear:  # recurrent states cannot be cut back: keep them
                 c.snapshot = self.cache.snapshot(c.slot, reuse=c.snapshot)
             items.append((c.slot, c.refeed + [c.next_token] + drafts, len(self.held[c.slot])))
             wants.append(1 + len(drafts))
             owners.append((r, c, "decode", drafts))
-        budget = self.cache.max_batch - len(items)
+        budget = self.cache.max_batch - sum(len(ids) for _, ids, _ in items)
         chunk = self.prefill_chunk if items else budget
         for r in self.running:
             if r.prefilling and budget > 0:
@@ -346,6 +414,8 @@ class Scheduler:
         if not items:
             return 0
         batch = Batch.of(items, wants, device=self.lm.device)
+        batch.keep_hidden = self.mtp is not None and any(c.drafting is not None and c.drafting.mode == "mtp"
+                                                         for r, _, _, _ in owners for c in r.choices)
         try:
             logits = self.lm.forward(batch)
         except Exception as e:  # a failed forward ends the requests in it; the scheduler goes on
@@ -374,6 +444,10 @@ class Scheduler:
                 if not r.req.done:
                     self._fail([r], e)
             row += n_rows
+        if batch.keep_hidden:
+            self._mtp_pass(batch, items, owners)
+        if self.draft is not None:
+            self._draft_pass()
         self.running = [r for r in self.running if not r.req.done]
         return batch.n_tokens
 
@@ -398,6 +472,7 @@ class Scheduler:
                 break
             accepted += 1
         c.refeed = []
+        c.valid = len(fed) - (len(drafts) - accepted)  # tokens of `fed` the sequence stands for
         if drafts:
             c.drafting.verified(len(drafts), accepted)
             self.drafted_tokens += len(drafts)
@@ -414,6 +489,62 @@ class Scheduler:
                 del self.held[c.slot][valid:]
         for step in steps:
             self._emit(r, c, c.count_drafts(step))
+
+    def _mtp_pass(self, batch: Batch, items: list, owners: list) -> None:
+        """After a step: the MTP head's cache catches up with what the trunk took (each
+        token paired with the trunk's output at the position before), then drafts a chain
+        for every sequence that goes on: the first from its next token and the trunk's
+        last output, each further one from the last draft and the head's own output."""
+        rows, hidden, wants, starts = [], [], [], []  # starts: (choice, slot, position of its next token)
+        zero = batch.hidden.new_zeros(batch.hidden.shape[1])
+        for (r, c, kind, _), (slot, ids, pos), seq in zip(owners, items, batch.seqs):
+            if not any(x.drafting is not None and x.drafting.mode == "mtp" for x in r.choices):
+                continue
+            n_valid = c.valid if kind == "decode" else len(ids)
+            if n_valid <= 0:
+                continue
+            h = batch.hidden[seq.start:seq.start + n_valid]
+            known, last = self.mtp_state.get(slot, (0, None))
+            targets = [c] if kind != "last" else r.choices  # the prompt's last chunk: every choice's slot
+            for x in targets:
+                if x.slot is None:  # finished and retired already
+                    continue
+                first = max(known, pos) if known >= pos else pos
+                prev = [last if (p == pos and known == pos and last is not None) else zero if p == pos
+                        else h[p - 1 - pos] for p in range(first, pos + n_valid)]
+                toks = ids[first - pos:n_valid]
+                goes_on = kind != "chunk" and not x.finished and x.drafting is not None and x.drafting.mode == "mtp" \
+                    and x.drafting.wanted() > 0 and pos + n_valid < self.cache.n_ctx - 1
+                if goes_on:
+                    toks, prev = toks + [x.next_token], prev + [h[n_valid - 1]]
+                    starts.append((x, x.slot, pos + n_valid))
+                if toks:
+                    rows.append((x.slot, toks, first))
+                    hidden += prev
+                    wants.append("last" if goes_on else "none")
+                self.mtp_state[x.slot] = (pos + n_valid, h[n_valid - 1])
+        if not rows:
+            return
+        logits, out = self.mtp(Batch.of(rows, wants, device=batch.tokens.device), self.cache, torch.stack(hidden))
+        if not starts:  # a prompt chunk: the head's cache caught up, nothing to draft yet
+            return
+        ends = [i for i, w in enumerate(wants) if w == "last"]
+        offsets = torch.tensor([0] + [len(t) for _, t, _ in rows]).cumsum(0)
+        chains = {id(x): [_pick(logits[j], x)] for j, (x, _, _) in enumerate(starts)}
+        state = {id(x): out[int(offsets[i + 1]) - 1] for i, (x, _, _) in zip(ends, starts)}
+        for step in range(1, max(x.drafting.wanted() for x, _, _ in starts)):
+            live = [(x, slot, p) for x, slot, p in starts if x.drafting.wanted() > step
+                    and p + step < self.cache.n_ctx - 1]
+            if not live:
+                break
+            b = Batch.of([(slot, [chains[id(x)][-1]], p + step) for x, slot, p in live], "last",
+                         device=batch.tokens.device)
+            logits, out = self.mtp(b, self.cache, torch.stack([state[id(x)] for x, _, _ in live]))
+            for j, (x, _, _) in enumerate(live):
+                chains[id(x)].append(_pick(logits[j], x))
+                state[id(x)] = out[j]
+        for x, _, _ in starts:
+            x.drafting.pending = chains[id(x)]
 
     def _fork(self, r: _Running, logits: torch.Tensor) -> None:
         """The prompt is in: copy it into the other choices' slots; each samples its first token."""
@@ -443,10 +574,19 @@ class Scheduler:
         self.running = [r for r in self.running if not r.req.done]
 
 
+def _pick(logits: torch.Tensor, c: _Choice) -> int:
+    """A drafter's token: its argmax after the sequence's logit bias (which the target's sampler applies too)."""
+    return int(apply_logit_bias(logits, c.params.logit_bias).argmax())
+
+
 def _default_mode(lm) -> str:
-    """The model's drafter by default: its configured one (`--spec`), "auto" meaning n-gram lookup."""
+    """The model's drafter by default: its configured one (`--spec`); "auto": the draft model
+    when one was given, else its MTP head where the file has one, else n-gram lookup."""
     mode = getattr(getattr(lm, "config", None), "spec", None) or "auto"
-    return "ngram" if mode == "auto" else mode
+    if mode == "auto":
+        have = available_modes(lm)
+        return "draft" if "draft" in have else "mtp" if "mtp" in have else "ngram"
+    return mode
 
 
 def check_speculative(lm, mode: str | None) -> None:

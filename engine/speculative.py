@@ -6,6 +6,11 @@ one batch forward, engine.scheduler), and how many tokens it proposes.
   indexed by their last `n` tokens; when the sequence's current ending occurred before,
   what followed it then is proposed. Costs no weights and almost no time; pays where the
   output repeats the prompt (editing a passage or code, quoting, extraction) or itself.
+- draft: a smaller model of the same vocabulary (--draft-model, loaded beside the target,
+  its KV cache slots mirroring the target's) decodes greedily ahead (`Scheduler._draft_pass`).
+- mtp: the file's multi-token-prediction head (Qwen3.5's nextn block, models.qwen35.MtpHead)
+  drafts a chain of tokens from the trunk's last output; the scheduler runs it after each
+  step (`Scheduler._mtp_pass`) and the drafts wait in `Drafting.pending`.
 
 The draft length adapts per sequence: it grows while whole drafts are accepted, shrinks
 to what was accepted, and after repeated misses drafting pauses for a while (doubling),
@@ -15,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MODES = ("off", "ngram")  # what --spec and a request's `speculative` may name ("auto": the model's default)
+MODES = ("off", "ngram", "mtp", "draft")  # what --spec and a request's `speculative` may name ("auto": the model's default)
 
 
 class SpeculationError(ValueError):
@@ -23,8 +28,10 @@ class SpeculationError(ValueError):
 
 
 def available_modes(lm) -> tuple[str, ...]:
-    """The drafters `lm` can use: off, and n-gram lookup for every model."""
-    return MODES
+    """The drafters `lm` can use: off and n-gram lookup for every model, mtp where its file
+    has a multi-token-prediction head, draft where a draft model runs beside it."""
+    return ("off", "ngram") + (("mtp",) if getattr(lm.model, "mtp", None) is not None else ()) \
+        + (("draft",) if getattr(lm, "draft", None) is not None else ())
 
 
 @dataclass(frozen=True)
@@ -80,10 +87,13 @@ class Drafting:
     """One sequence's drafting: its lookup index, its current draft length and pause, and
     what it drafted and had accepted."""
 
-    def __init__(self, settings: SpecSettings, prompt_ids: list[int]):
-        self.s = settings
-        self.ngrams = NgramIndex(settings.ngram_min, settings.ngram_max)
-        self.ngrams.extend(prompt_ids)
+    def __init__(self, settings: SpecSettings, prompt_ids: list[int], mode: str = "ngram"):
+        self.s, self.mode = settings, mode
+        self.ngrams = None
+        if mode == "ngram":
+            self.ngrams = NgramIndex(settings.ngram_min, settings.ngram_max)
+            self.ngrams.extend(prompt_ids)
+        self.pending: list[int] = []  # mtp: the drafts its head made after the last step
         self.k = settings.first_draft
         self.misses = 0
         self.pause = 0  # steps left without drafting
@@ -93,14 +103,24 @@ class Drafting:
 
     def push(self, token: int) -> None:
         """A token of the sequence's output (accepted, sampled or a draft that held)."""
-        self.ngrams.extend((token,))
+        if self.ngrams is not None:
+            self.ngrams.extend((token,))
 
     def propose(self, room: int) -> list[int]:
         """The draft for the next step (at most `room` tokens); [] while paused or without a match."""
+        pending, self.pending = self.pending, []
         if self.pause:
             self.pause -= 1
             return []
-        return self.ngrams.propose(min(self.k, room)) if room > 0 else []
+        if room <= 0:
+            return []
+        if self.mode in ("mtp", "draft"):
+            return pending[:room]
+        return self.ngrams.propose(min(self.k, room))
+
+    def wanted(self) -> int:
+        """How many tokens a head should draft for the next step (0 while paused)."""
+        return 0 if self.pause else self.k
 
     def verified(self, n_drafted: int, n_accepted: int) -> None:
         """After a step: adapt the length to what was accepted."""

@@ -54,9 +54,12 @@ class ServerSettings(BaseSettings):
     cache_ram: Optional[int] = Field(default=None, ge=0, description=(
         "MiB for state checkpoints that let a new turn reuse a hybrid or sliding-window model's history (default: "
         "a tenth of the memory available, at most 8192; 0: none)"))
-    spec: Literal["auto", "off", "ngram"] = Field(default="auto", description=(
-        "speculative decoding: drafts verified in one batch forward, output unchanged (auto: n-gram lookup over the "
-        "prompt and output; off: none); a request's `speculative` field overrides it"))
+    spec: Literal["auto", "off", "ngram", "mtp", "draft"] = Field(default="auto", description=(
+        "speculative decoding: drafts verified in one batch forward, output unchanged (auto: the draft model if one "
+        "is given, else the file's multi-token-prediction head where it has one, else n-gram lookup over the prompt "
+        "and output; off: none); a request's `speculative` field overrides it"))
+    draft_model: Optional[str] = Field(default=None, description=(
+        "a smaller model with the same vocabulary that drafts for speculative decoding (a local .gguf or a Hub ID)"))
     offline: bool = Field(default=False, description="never touch the network (HF_HUB_OFFLINE)")
     max_queue: int = Field(default=16, ge=1, description="requests that may wait per model before 429")
     max_loaded: int = Field(default=2, ge=1, description=(
@@ -73,4 +76,4 @@ class ServerSettings(BaseSettings):
         return EngineConfig(device=self.device, n_ctx=self.ctx_size, n_seq=self.parallel, threads=self.threads,
                             kernels=self.kernels, cpu_isa=self.cpu_isa, cpu_repack=self.cpu_repack,
                             prefill_dtype=self.prefill_dtype, cache_ram=self.cache_ram,
-                            spec=self.spec)
+                            spec=self.spec, draft_model=self.draft_model)

@@ -133,14 +133,21 @@ class Model:
                  vocab_size: int, softcap: float | None = None):
         self.ops, self.embed, self.layers, self.norm, self.head = ops, embed, layers, norm, head
         self.eps, self.vocab_size, self.softcap = eps, vocab_size, softcap
+        # a multi-token-prediction head drafting for speculative decoding (qwen35's MtpHead), whose
+        # own cache layer follows the trunk's: called (batch, cache, hidden) -> (logits, hidden)
+        self.mtp = None
 
     def cache_specs(self) -> list[LayerCache]:
-        return [layer.cache_spec() for layer in self.layers]
+        specs = [layer.cache_spec() for layer in self.layers]
+        return specs + [self.mtp.cache_spec()] if self.mtp is not None else specs
 
     def forward(self, batch: Batch, cache: KVCache) -> torch.Tensor:
         """Logits (len(batch.rows), vocab) float32; a batch longer than the cache's
         max_batch runs in consecutive chunks."""
-        parts = [self._forward(b, cache) for b in batch.split(cache.max_batch)]
+        subs = batch.split(cache.max_batch)
+        parts = [self._forward(b, cache) for b in subs]
+        if batch.keep_hidden and len(subs) > 1:
+            batch.hidden = torch.cat([b.hidden for b in subs])
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def _forward(self, batch: Batch, cache: KVCache) -> torch.Tensor:
@@ -148,11 +155,13 @@ class Model:
         x = self.embed(batch.tokens)
         for layer in self.layers:
             x = layer(x, batch, cache)
+        if batch.keep_hidden:  # every token's output after the final norm (what an MTP head reads)
+            batch.hidden = x = self.ops.rms_norm(x, self.norm, self.eps)
         if batch.rows.numel() == 0:
             return torch.empty(0, self.vocab_size, dtype=torch.float32)
         if batch.rows.numel() != x.shape[0]:
             x = x[batch.rows]
-        logits = self.head(self.ops.rms_norm(x, self.norm, self.eps)).float()
+        logits = self.head(x if batch.keep_hidden else self.ops.rms_norm(x, self.norm, self.eps)).float()
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits

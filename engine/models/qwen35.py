@@ -8,7 +8,8 @@ gated by SiLU(z). The file keeps llama.cpp's tiled value-head order (value head 
 reads key head h % n_k heads) and A as -exp(A_log): the forward works in that order.
 The attention layer: q_proj yields query and a sigmoid output gate per head, q/k
 RMS-normalized, rotary over the first quarter of each head (text positions: the
-multi-section rotary reduces to plain NeoX)."""
+multi-section rotary reduces to plain NeoX). A file with a multi-token-prediction block
+(nextn_predict_layers) gets its head (`MtpHead`) for speculative decoding's drafts."""
 
 from __future__ import annotations
 
@@ -119,7 +120,59 @@ class Qwen35Layer:
         return h + self.mlp(self.ops.rms_norm(h, self.post_attn_norm, self.eps))
 
 
+class MtpHead:
+    """Qwen3.5's multi-token-prediction block (llama.cpp's nextn layer, `blk.N.nextn.*` and
+    `blk.N.*` at N = the trunk's layers): at position p, the embedding of token x_p and the
+    trunk's output (after its final norm) at p - 1, each RMS-normalized, concatenated
+    (embedding first) and projected (eh_proj), then one gated full-attention decoder layer
+    with its own KV cache, a norm (shared_head_norm, else the trunk's) and the head
+    (shared_head_head, else the trunk's): logits for x_{p+1}, one token past what the
+    trunk at p - 1 predicted. Its normed output feeds the next draft in a chain."""
+
+    def __init__(self, w: Weights, i: int, p: Params, rope: Rope, ops, embed, head, output_norm):
+        pre = f"blk.{i}.nextn."
+        self.layer, self.ops, self.eps = i, ops, p.eps
+        self.eh_proj = w.linear(pre + "eh_proj.weight", p.hidden, 2 * p.hidden)
+        self.enorm = w.vector(pre + "enorm.weight", p.hidden)
+        self.hnorm = w.vector(pre + "hnorm.weight", p.hidden)
+        self.norm = w.vector(pre + "shared_head_norm.weight", p.hidden) if w.has(pre + "shared_head_norm.weight") \
+            else output_norm
+        self.embed = w.embedding(pre + "embed_tokens.weight", p.vocab_size, p.hidden) \
+            if w.has(pre + "embed_tokens.weight") else embed
+        self.head = w.linear(pre + "shared_head_head.weight", p.vocab_size, p.hidden) \
+            if w.has(pre + "shared_head_head.weight") else head
+        self.attn_norm = w.vector(f"blk.{i}.attn_norm.weight", p.hidden)
+        self.post_attn_norm = w.vector(f"blk.{i}.post_attention_norm.weight", p.hidden)
+        self.attn = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads,
+                              head_dim=p.head_dim, eps=p.eps, rope=rope, scale=p.head_dim ** -0.5, qk_norm=True,
+                              gated=True)
+        self.mlp = feed_forward(w, i, ops, hidden=p.hidden, ffn=p.ffn, n_experts=p.n_experts, n_used=p.n_experts_used,
+                                expert_ffn=p.expert_ffn, shared_ffn=p.shared_ffn)
+
+    def cache_spec(self) -> LayerCache:
+        return self.attn.cache_spec()
+
+    def __call__(self, batch, cache, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits of batch.rows, the normed output of every row) for the batch's tokens
+        paired with `hidden` (one trunk output per token: the previous position's). The
+        batch's positions are written in this layer's cache cells only: the slots' lengths
+        are the trunk's (cache.begin is not called)."""
+        ops = self.ops
+        e = ops.rms_norm(self.embed(batch.tokens), self.enorm, self.eps)
+        h = ops.rms_norm(hidden.to(e.dtype), self.hnorm, self.eps)
+        x = self.eh_proj(torch.cat([e, h], dim=-1))
+        x = x + self.attn(ops.rms_norm(x, self.attn_norm, self.eps), batch, cache)
+        x = x + self.mlp(ops.rms_norm(x, self.post_attn_norm, self.eps))
+        out = ops.rms_norm(x, self.norm, self.eps)
+        rows = out if batch.rows.numel() == out.shape[0] else out[batch.rows]
+        logits = self.head(rows).float() if batch.rows.numel() else torch.empty(0, 0)
+        return logits, out
+
+
 def build(p: Params, w: Weights, ops) -> Model:
     # text positions only: the multi-section rotary (rope.dimension_sections) reduces to plain NeoX
     rope = Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, context_length=p.context_length)
-    return standard_model(ops, w, p, [Qwen35Layer(w, i, p, rope, ops) for i in range(p.n_layers)])
+    model = standard_model(ops, w, p, [Qwen35Layer(w, i, p, rope, ops) for i in range(p.n_layers)])
+    if p.n_mtp_layers and w.has(f"blk.{p.n_layers}.nextn.eh_proj.weight"):  # the first block drafts
+        model.mtp = MtpHead(w, p.n_layers, p, rope, ops, model.embed, model.head, model.norm)
+    return model

@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from gguf_serve.engine import kernels, load_model
+from gguf_serve.engine.config import EngineConfig
+from gguf_serve.engine.loader import load_draft
 from gguf_serve.engine.batch import Batch
 from gguf_serve.engine.sampling import SamplingParams
 from gguf_serve.engine.scheduler import Request, Scheduler, check_speculative
@@ -229,3 +231,165 @@ def test_a_drafter_the_model_lacks_is_refused(models):
         check_speculative(lm, "mtp")
     with pytest.raises(SpeculationError, match="not known"):
         SpecSettings(mode="magic")
+
+
+# ----------------------------------------------------------------- multi-token prediction
+
+def mtp_reference(dense, tokens: list[int], k: int) -> list[int]:
+    """The drafts a Qwen3.5 MTP head makes, computed densely with transformers' decoder
+    layer: the trunk over every token but the last (its outputs after the final norm),
+    then the head at the last position (that token, the trunk's output before it), each
+    further draft from the last one and the head's own output."""
+    import copy
+
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as Q
+
+    cfg = copy.deepcopy(dense.config)
+    cfg.layer_types = list(cfg.layer_types) + ["full_attention"]
+    layer = Q.Qwen3_5DecoderLayer(cfg, cfg.num_hidden_layers).eval()
+    w = dense.mtp
+    layer.load_state_dict({n[len("mtp.layers.0."):]: v for n, v in w.items() if n.startswith("mtp.layers.0.")})
+
+    def rms(x, weight):  # Qwen3.5's norms scale by 1 + w
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps) * (1.0 + weight)
+
+    with torch.no_grad():
+        h = dense.model(input_ids=torch.tensor([tokens[:-1]])).last_hidden_state[0]
+        toks, prev = list(tokens), torch.cat([torch.zeros(1, h.shape[1]), h])
+        drafts = []
+        for _ in range(k):
+            e = dense.model.embed_tokens(torch.tensor(toks))
+            x = torch.cat([rms(e, w["mtp.pre_fc_norm_embedding.weight"]),
+                           rms(prev, w["mtp.pre_fc_norm_hidden.weight"])], -1) @ w["mtp.fc.weight"].T
+            pos = torch.arange(len(toks))[None]
+            out = rms(layer(x[None], position_embeddings=dense.model.rotary_emb(x[None], pos), position_ids=pos)[0],
+                      w["mtp.norm.weight"])
+            drafts.append(int(dense.lm_head(out[-1]).argmax()))
+            toks, prev = toks + [drafts[-1]], torch.cat([prev, out[-1:]])
+        return drafts
+
+
+@pytest.fixture(scope="module")
+def mtp_model(tmp_path_factory, models):
+    from tiny_models import mtp_weights
+
+    s = spec("qwen35")
+    path = tmp_path_factory.mktemp("mtp") / "qwen35-mtp.gguf"
+    dense = write_gguf(s, random_model(s, seed=4), path, "F32", mtp=mtp_weights(s.config))
+    return load_model(str(path), device="cpu", n_seq=4), dense
+
+
+def test_the_mtp_head_drafts_what_a_dense_reference_computes(mtp_model):
+    """Step after step (after rejections and the hybrid's rollbacks, whose accepted tokens
+    the head's cache must catch up with), the drafts waiting for the next step are the
+    dense reference's for the sequence so far."""
+    lm, dense = mtp_model
+    assert lm.model.mtp is not None and check_speculative(lm, "mtp") is None
+    prompt = pattern(1) * 3
+    sched = Scheduler(lm, spec=SpecSettings(mode="mtp", pause_after_misses=1000))  # a random head: drafts fail
+    out = []
+    sched.add(Request(prompt, [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)], out.append))
+    checked = 0
+    try:
+        while sched.busy:
+            sched.step()
+            for r in sched.running:
+                c = r.choices[0]
+                if c.drafting.pending:
+                    assert c.drafting.pending == mtp_reference(dense, prompt + c.generated, len(c.drafting.pending))
+                    checked += 1
+    finally:
+        sched.close()
+    assert checked >= 8 and sched.drafted_tokens > 0
+
+
+def test_greedy_with_mtp_drafts_is_greedy_without(mtp_model):
+    lm, _ = mtp_model
+    a, b = pattern(1), pattern(2)
+    plan = [(0, a * 5, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True, logit_bias={t: 8.0 for t in a})),
+            (2, b * 3, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)),
+            (4, a + b, SamplingParams(temperature=0, max_tokens=15, ignore_eos=True, speculative="ngram"))]
+    plain, _ = run(lm, "off", plan)
+    got, sched = run(lm, "mtp", plan)
+    assert [tokens(o) for o in got] == [tokens(o) for o in plain]
+    assert sched.drafted_tokens > 0
+    assert [s for s in got[0] if s is not None][-1].drafted_tokens > 0
+
+
+def test_mtp_on_a_file_without_heads_is_refused(models):
+    lm = models("qwen35")
+    with pytest.raises(SpeculationError, match="'mtp' is not available"):
+        Scheduler(lm, spec=SpecSettings(mode="mtp"))
+
+
+# ------------------------------------------------------------------------ draft models
+
+@pytest.fixture(scope="module")
+def draft_files(tmp_path_factory, models):
+    """A tiny Qwen3 target, a smaller-seeded draft of the same vocabulary, and one of another."""
+    folder = tmp_path_factory.mktemp("draft")
+    out = {}
+    for name, seed, vocab in (("target", 2, None), ("draft", 7, None), ("other", 7, 300)):
+        s = spec("qwen3")
+        if vocab:
+            s.config.vocab_size = vocab
+        write_gguf(s, random_model(s, seed=seed), folder / f"{name}.gguf", "F32")
+        out[name] = str(folder / f"{name}.gguf")
+    return out
+
+
+@pytest.mark.parametrize("drafter", ["target", "draft"])
+def test_greedy_with_a_draft_model_is_greedy_without(draft_files, drafter):
+    """The target itself as its draft: every draft holds (exact arithmetic); another model:
+    drafts come and go. Either way the tokens are the target's."""
+    lm = load_model(draft_files["target"], device="cpu", n_seq=4, config=None)
+    lm.draft = load_draft(lm, draft_files[drafter])
+    a, b = pattern(1), pattern(2)
+    plan = [(0, a * 5, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True, logit_bias={t: 3.0 for t in a})),
+            (2, b * 3, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)),
+            (4, a + b, SamplingParams(temperature=0, max_tokens=15, ignore_eos=True, speculative="off"))]
+    plain, _ = run(lm, "off", plan)
+    got, sched = run(lm, "draft", plan)
+    assert [tokens(o) for o in got] == [tokens(o) for o in plain]
+    assert sched.drafted_tokens > 10
+    if drafter == "target":
+        assert sched.accepted_tokens == sched.drafted_tokens
+    else:
+        assert sched.accepted_tokens < sched.drafted_tokens
+    assert lm.draft.cache.free_slots == lm.draft.cache.n_seq  # every draft slot given back
+
+
+def test_a_draft_model_of_another_vocabulary_or_a_missing_file_is_refused(draft_files):
+    from gguf_serve.engine.loader import DraftMismatch
+
+    lm = load_model(draft_files["target"], device="cpu", n_seq=2)
+    with pytest.raises(DraftMismatch, match="vocabulary is not the model's"):
+        load_draft(lm, draft_files["other"])
+    with pytest.raises(FileNotFoundError, match="no such GGUF file"):
+        load_model(draft_files["target"], device="cpu", n_seq=2, config=EngineConfig(draft_model="/nowhere/x.gguf"))
+    with pytest.raises(SpeculationError, match="'draft' is not available"):
+        check_speculative(lm, "draft")
+
+
+def test_a_grammar_mask_sees_each_verified_token(models):
+    """A JSON schema's llguidance mask (stateful: it is fed each token the sequence takes)
+    with drafts from a prompt that holds such objects: the same reply with and without."""
+    import json
+
+    from gguf_serve.engine.grammar import GrammarMask, json_grammar
+    from gguf_serve.engine.tokenizer import encode
+
+    lm = models("qwen3")
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "tag": {"enum": ["x", "yy"]}},
+              "required": ["n", "tag"], "additionalProperties": False}
+    prompt = encode(lm.tokenizer, '{"n": 12, "tag": "yy"}\n' * 4)
+    grammar = json_grammar(schema)
+
+    def plan():  # a fresh mask per run: it keeps the state of what its sequence took
+        return [(0, prompt, SamplingParams(temperature=0, max_tokens=40,
+                                           logits_processor=GrammarMask(lm, grammar)))]
+    plain, _ = run(lm, "off", plan())
+    got, sched = run(lm, "ngram", plan())
+    assert tokens(got[0]) == tokens(plain[0])
+    assert sched.drafted_tokens > 0
+    json.loads("".join(s.text for s in got[0] if s is not None))

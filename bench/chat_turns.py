@@ -22,7 +22,6 @@ other, `--repeat` rounds; medians printed with ratios.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -32,10 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).parent))
-from server_speed import free_port, wait_ready  # noqa: E402
+from server_speed import free_port, sse_chunks, wait_ready  # noqa: E402
 
 SLOTS, SLOT_CTX = 4, 4096
 PROSE = (Path(__file__).parent / "data" / "prose.txt").read_text()
@@ -77,16 +74,11 @@ def turn(url: str, model: str, messages: list, tokens: int) -> dict:
     body = {"model": model, "messages": messages, "max_tokens": tokens, "temperature": 0, "stream": True,
             "ignore_eos": True, "stream_options": {"include_usage": True}}
     start, first, usage = time.perf_counter(), None, {}
-    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=900) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            usage = chunk.get("usage") or usage
-            delta = ((chunk.get("choices") or [{}])[0].get("delta") or {})
-            if first is None and (delta.get("content") or delta.get("reasoning_content")):
-                first = time.perf_counter()
+    for chunk in sse_chunks(url, "/v1/chat/completions", body):
+        usage = chunk.get("usage") or usage
+        delta = ((chunk.get("choices") or [{}])[0].get("delta") or {})
+        if first is None and (delta.get("content") or delta.get("reasoning_content")):
+            first = time.perf_counter()
     details = usage.get("prompt_tokens_details") or {}
     return {"ttft_ms": ((first or time.perf_counter()) - start) * 1e3, "prompt": usage.get("prompt_tokens", 0),
             "cached": details.get("cached_tokens", 0)}

@@ -42,6 +42,15 @@ def wait_ready(url: str, proc, timeout: float = 300) -> None:
     raise RuntimeError("server did not become ready")
 
 
+def sse_chunks(url: str, path: str, body: dict):
+    """The JSON chunks of a streamed request, as they arrive."""
+    with httpx.stream("POST", url + path, json=body, timeout=900) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                yield json.loads(line[6:])
+
+
 def stream(url: str, model: str, prompt: str, tokens: int) -> dict:
     body = {"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True,
             "ignore_eos": True}

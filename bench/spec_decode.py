@@ -18,7 +18,6 @@ process, the configurations take turns, `--repeat` rounds; medians printed with 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -28,10 +27,8 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).parent))
-from server_speed import free_port, wait_ready  # noqa: E402
+from server_speed import free_port, sse_chunks, wait_ready  # noqa: E402
 
 SLOTS, SLOT_CTX = 8, 4096
 MODEL = ["model"]  # the id requests name: the file's path (gguf-serve lists it so; llama-server takes any)
@@ -82,17 +79,12 @@ def gemma_path() -> str:
 def stream(url: str, prompt: str, tokens: int, out: list) -> None:
     body = {"model": MODEL[0], "prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True,
             "ignore_eos": True, "stream_options": {"include_usage": True}}
-    stamps, n, usage = [], 0, {}
+    stamps, usage = [], {}
     start = time.perf_counter()
-    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=900) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            usage = chunk.get("usage") or usage
-            if chunk.get("choices") and chunk["choices"][0].get("text"):
-                stamps.append(time.perf_counter())
+    for chunk in sse_chunks(url, "/v1/completions", body):
+        usage = chunk.get("usage") or usage
+        if chunk.get("choices") and chunk["choices"][0].get("text"):
+            stamps.append(time.perf_counter())
     n = usage.get("completion_tokens", len(stamps))
     details = usage.get("completion_tokens_details") or {}
     out.append({"start": start, "first": stamps[0], "last": stamps[-1], "tokens": n,

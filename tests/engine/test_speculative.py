@@ -303,12 +303,17 @@ def test_the_mtp_head_drafts_what_a_dense_reference_computes(mtp_model):
     assert checked >= 8 and sched.drafted_tokens > 0
 
 
+def three_requests(bias: float, third: str) -> list:
+    """A biased request, a plain one joining at step 2, one with its own `speculative` at step 4."""
+    a, b = pattern(1), pattern(2)
+    return [(0, a * 5, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True, logit_bias={t: bias for t in a})),
+            (2, b * 3, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)),
+            (4, a + b, SamplingParams(temperature=0, max_tokens=15, ignore_eos=True, speculative=third))]
+
+
 def test_greedy_with_mtp_drafts_is_greedy_without(mtp_model):
     lm, _ = mtp_model
-    a, b = pattern(1), pattern(2)
-    plan = [(0, a * 5, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True, logit_bias={t: 8.0 for t in a})),
-            (2, b * 3, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)),
-            (4, a + b, SamplingParams(temperature=0, max_tokens=15, ignore_eos=True, speculative="ngram"))]
+    plan = three_requests(8.0, "ngram")
     plain, _ = run(lm, "off", plan)
     got, sched = run(lm, "mtp", plan)
     assert [tokens(o) for o in got] == [tokens(o) for o in plain]
@@ -344,10 +349,7 @@ def test_greedy_with_a_draft_model_is_greedy_without(draft_files, drafter):
     drafts come and go. Either way the tokens are the target's."""
     lm = load_model(draft_files["target"], device="cpu", n_seq=4, config=None)
     lm.draft = load_draft(lm, draft_files[drafter])
-    a, b = pattern(1), pattern(2)
-    plan = [(0, a * 5, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True, logit_bias={t: 3.0 for t in a})),
-            (2, b * 3, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)),
-            (4, a + b, SamplingParams(temperature=0, max_tokens=15, ignore_eos=True, speculative="off"))]
+    plan = three_requests(3.0, "off")
     plain, _ = run(lm, "off", plan)
     got, sched = run(lm, "draft", plan)
     assert [tokens(o) for o in got] == [tokens(o) for o in plain]

@@ -61,7 +61,7 @@ kv = bytes_per_token(lm.cache.layers, lm.cache.dtype) * used
 kv += fixed_bytes(lm.cache.layers, lm.cache.n_ctx, lm.cache.max_batch, lm.cache.dtype)
 out = {"load_s": time.perf_counter() - t, "kv_cache_mb": kv / 1e6, "kv_alloc_mb": lm.cache.nbytes / 1e6}
 ids = list(range(1000, 1000 + max(prefills)))
-greedy = lambda n: SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
+greedy = lambda n: SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, speculative="off")  # as llama-bench: no drafts
 list(lm.generate(ids[:8], greedy(4)))  # warm-up
 for n in prefills:
     times = []

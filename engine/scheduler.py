@@ -506,12 +506,12 @@ class Scheduler:
             h = batch.hidden[seq.start:seq.start + n_valid]
             known, last = self.mtp_state.get(slot, (0, None))
             targets = [c] if kind != "last" else r.choices  # the prompt's last chunk: every choice's slot
+            before_pos = last if known == pos and last is not None else zero  # the trunk's output at pos - 1
             for x in targets:
                 if x.slot is None:  # finished and retired already
                     continue
-                first = max(known, pos) if known >= pos else pos
-                prev = [last if (p == pos and known == pos and last is not None) else zero if p == pos
-                        else h[p - 1 - pos] for p in range(first, pos + n_valid)]
+                first = max(known, pos)  # positions the head's cache holds already are not fed again
+                prev = [h[p - 1 - pos] if p > pos else before_pos for p in range(first, pos + n_valid)]
                 toks = ids[first - pos:n_valid]
                 goes_on = kind != "chunk" and not x.finished and x.drafting is not None and x.drafting.mode == "mtp" \
                     and x.drafting.wanted() > 0 and pos + n_valid < self.cache.n_ctx - 1

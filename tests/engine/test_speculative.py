@@ -102,6 +102,38 @@ def test_greedy_with_speculation_is_greedy_without(models, arch):
     assert last.drafted_tokens == 0  # the request that turned it off drafted nothing
 
 
+@pytest.mark.parametrize("arch", ["qwen3", "qwen35"])
+def test_penalties_logprobs_and_cancellation_hold_with_drafts(models, arch):
+    """Presence and frequency penalties (counted token by token through a verified run) and
+    logprobs (each from the logits its token was taken from) as without drafts; a request
+    cancelled mid-way ends at the next step with its slot given back."""
+    lm = models(arch)
+    a = pattern(1)
+    params = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True, logit_bias={t: 8.0 for t in a},
+                            presence_penalty=0.3, frequency_penalty=0.2, logprobs=2)
+    plan = [(0, a * 5, params)]
+    plain, _ = run(lm, "off", plan)
+    got, sched = run(lm, "ngram", plan)
+    with_lp = lambda items: [(s.token_id, s.text, s.logprob, s.top_logprobs) for s in items if s is not None]  # noqa: E731
+    assert len(with_lp(got[0])) == 30
+    for x, y in zip(with_lp(got[0]), with_lp(plain[0])):
+        assert x[:2] == y[:2] and x[2] == pytest.approx(y[2], abs=1e-4)
+        assert [t for t, _ in x[3]] == [t for t, _ in y[3]]
+    assert sched.drafted_tokens > 0
+    sched = Scheduler(lm, spec=SpecSettings(mode="ngram"))
+    out = []
+    req = Request(a * 5, [SamplingParams(temperature=0, max_tokens=200, ignore_eos=True,
+                                         logit_bias={t: 8.0 for t in a})], out.append)
+    sched.add(req)
+    for _ in range(4):
+        sched.step()
+    req.cancel.set()
+    sched.step()
+    assert out[-1] is None and out[-2].finish_reason == "cancelled" and not sched.busy
+    sched.close()
+    assert lm.cache.free_slots == lm.cache.n_seq
+
+
 def test_rollbacks_on_the_hybrid_model(models):
     """Qwen3.5's recurrent states cannot be cut back: a rejected draft restores the state
     from before the step and feeds the accepted tokens again with the next one."""

@@ -61,3 +61,22 @@ def test_a_directory_serves_every_gguf_under_it(tiny_path, tmp_path):
         c = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
         r = c.completions.create(model="sub/deeper/b.gguf", prompt="a", max_tokens=2)
         assert r.usage.completion_tokens >= 1
+
+
+def test_a_drafter_the_model_cannot_have_stops_the_start_with_the_reason(tiny_path, tmp_path):
+    """--spec mtp for a file without a multi-token-prediction head, a --draft-model that is
+    missing or of another vocabulary: exit 1 with a line that says so."""
+    from tiny_models import random_model, spec, write_gguf
+
+    s = spec("qwen3")
+    s.config.vocab_size = 300
+    other = tmp_path / "other-vocab.gguf"
+    write_gguf(s, random_model(s, seed=1), other, "Q8_0")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    for args, says in ((["--spec", "mtp"], "'mtp' is not available"),
+                       (["--draft-model", str(tmp_path / "nope.gguf")], "no such GGUF file"),
+                       (["--draft-model", str(other)], "its vocabulary is not the model's")):
+        p = subprocess.run(serve_command(tiny_path, *args, "--port", str(free_port())), capture_output=True,
+                           text=True, timeout=120, env=env)
+        line = [x for x in p.stderr.splitlines() if x.startswith("gguf-serve: no model could be served")]
+        assert p.returncode == 1 and len(line) == 1 and says in line[0], p.stderr[-2000:]

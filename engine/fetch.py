@@ -48,6 +48,24 @@ def is_follow_on_shard(filename: str) -> bool:
     return m is not None and int(m["no"]) != 1
 
 
+# files that sit beside a model in GGUF repositories and are not models, by a marker in
+# their names (those llama.cpp's downloader leaves out when it looks for a model)
+COMPANIONS = {"mmproj": "vision projector (mmproj)", "imatrix": "importance matrix", "mtp-": "MTP draft head",
+              "eagle3-": "EAGLE-3 draft head", "dflash-": "DFlash draft head", "dspark-": "DSpark draft head"}
+
+
+def companion_kind(filename: str) -> str | None:
+    """What a .gguf file beside a model is (a COMPANIONS description), or None for a model."""
+    name = os.path.basename(filename).lower()
+    return next((what for marker, what in COMPANIONS.items() if marker in name), None)
+
+
+def is_model_file(filename: str) -> bool:
+    """A .gguf file that is a model to list: not a follow-on shard, not a companion file."""
+    return (filename.lower().endswith(".gguf") and not is_follow_on_shard(filename)
+            and companion_kind(filename) is None)
+
+
 def download(repo: str, filename: str, revision: str | None = None, cached_only: bool = False) -> str:
     """Local path of the file (all shards fetched for a split model); `cached_only`: from
     the cache or not at all."""
@@ -84,6 +102,6 @@ def cached_gguf_models() -> list[tuple[str, str]]:
             for f in rev.files:
                 name = f.file_name
                 rel = str(f.file_path).split(f"/snapshots/{rev.commit_hash}/", 1)[-1]
-                if name.lower().endswith(".gguf") and not is_follow_on_shard(name):
+                if is_model_file(name):
                     out.append((model_id(repo.repo_id, rel), str(f.file_path)))
     return sorted(set(out))

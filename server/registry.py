@@ -94,14 +94,15 @@ class Registry:
         return entry
 
     def add_directory(self, root: str) -> list[Entry]:
-        """Every .gguf file under `root` (recursively; a split model once, by its first
-        shard), listed by its path relative to `root` and loaded on first request. A file
-        that cannot be read is listed with its error."""
+        """Every .gguf model under `root` (recursively; a split model once, by its first
+        shard; not the files that go with models, such as mmproj vision projectors), listed
+        by its path relative to `root` and loaded on first request. A file that cannot be
+        read is listed with its error."""
         found = []
         for d, dirs, files in os.walk(root):
             dirs.sort()
             for f in sorted(files):
-                if f.lower().endswith(".gguf") and not resolve.is_follow_on_shard(f):
+                if resolve.is_model_file(f):
                     found.append(os.path.join(d, f))
         if not found:
             raise ModelLoadFailed(f"no .gguf files under {root}")

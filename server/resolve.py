@@ -18,7 +18,8 @@ import os
 import re
 
 # re-exported: the server reaches every Hub helper through this module
-from ..engine.fetch import ModelRef, cached_gguf_models, download, is_follow_on_shard, model_id, parse  # noqa: F401
+from ..engine.fetch import (ModelRef, cached_gguf_models, companion_kind, download, is_model_file,  # noqa: F401
+                            model_id, parse)
 from .errors import APIError, BadRequest, Forbidden, ModelNotFound, Unavailable
 
 DEFAULT_QUANT = "Q4_K_M"
@@ -53,15 +54,16 @@ def reachable() -> bool:
 
 
 def gguf_files(repo: str, revision: str | None = None) -> list[str]:
-    """The repo's .gguf files (split models by their first shard only); a failure is the
-    API error it means (hub_error)."""
+    """The repo's .gguf models (split models by their first shard only; vision projectors,
+    importance matrices and separate draft heads left out); a failure is the API error it
+    means (hub_error)."""
     from huggingface_hub import HfApi
 
     try:
         files = HfApi().list_repo_files(repo, revision=revision)
     except Exception as e:  # every Hub failure, mapped to what it means
         raise hub_error(e, model_id(repo, "", revision).rstrip(":")) from e
-    return sorted(f for f in files if f.lower().endswith(".gguf") and not is_follow_on_shard(f))
+    return sorted(f for f in files if is_model_file(f))
 
 
 TOKEN_HINT = "set HF_TOKEN (or run `hf auth login`) with a token that has access"
@@ -120,6 +122,9 @@ def _by_quant(files: list[str], quant: str) -> list[str]:
 
 
 def choose_file(ref: ModelRef, files: list[str]) -> str:
+    if ref.filename and companion_kind(ref.filename):
+        raise BadRequest(f"{ref.filename} is a {companion_kind(ref.filename)} that goes with a model, not a model; "
+                         f"name one of {ref.repo}'s models: {', '.join(files) or 'none'}", param="model")
     if ref.filename:
         if ref.filename not in files:
             raise ModelNotFound(model_id(ref.repo, ref.filename, ref.revision))

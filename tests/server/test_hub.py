@@ -1,6 +1,10 @@
 """Model IDs resolved like the ecosystem does, against a Hub-compatible test server
 with the real huggingface_hub client."""
 
+import os
+import shutil
+import subprocess
+
 import httpx
 import openai
 import pytest
@@ -10,7 +14,7 @@ from gguf_serve.server.errors import BadRequest, ModelNotFound
 
 from helpers import split_gguf
 from hub_server import HubServer
-from server_harness import server
+from server_harness import free_port, serve_command, server
 
 
 @pytest.mark.parametrize("spec,expected", [
@@ -165,3 +169,28 @@ def test_offline_says_offline(tmp_path):
     assert r.returncode == 1, out
     assert "--offline" in out and "does not answer" not in out and "local_files_only" not in out, out
 
+
+
+def test_files_that_go_with_a_model_are_not_listed_as_models(tiny_path, tmp_path):
+    """A Qwen3.5 or Gemma 3 repository ships its vision projector (mmproj-*.gguf) beside the
+    model, some an importance matrix or a separate MTP head: they are not models. The bare
+    repo resolves to its one model, /v1/models lists the models only, naming a companion
+    file says what it is; a local directory leaves them out too."""
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1", "HF_HUB_OFFLINE": "0"}
+    with HubServer() as h:
+        h.add_repo("org/vl-GGUF", {"vl-Q4_K_M.gguf": tiny_path, "mmproj-F16.gguf": tiny_path,
+                                   "vl.imatrix.gguf": tiny_path, "mtp-vl-Q8_0.gguf": tiny_path})
+        with server("org/vl-GGUF", env={**env, "HF_ENDPOINT": h.url}) as base:
+            ids = [m["id"] for m in httpx.get(f"{base}/v1/models").json()["data"]]
+            assert [i for i in ids if i.startswith("org/")] == ["org/vl-GGUF:vl-Q4_K_M.gguf"]
+        cmd = serve_command("org/vl-GGUF:mmproj-F16.gguf", "--port", str(free_port()))
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, **env,
+                                                                                  "HF_ENDPOINT": h.url})
+        assert p.returncode == 1 and "mmproj-F16.gguf is a vision projector (mmproj) that goes with a model" in p.stderr
+        assert "vl-Q4_K_M.gguf" in p.stderr
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for name in ("a-Q8_0.gguf", "mmproj-a-F16.gguf"):
+        shutil.copy(tiny_path, folder / name)
+    with server(str(folder)) as base:
+        assert [m["id"] for m in httpx.get(f"{base}/v1/models").json()["data"]] == ["a-Q8_0.gguf"]

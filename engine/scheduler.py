@@ -30,7 +30,6 @@ next turn, whose template drops the last reply's thinking, leaves the history th
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Callable
@@ -39,7 +38,7 @@ import torch
 
 from .batch import Batch
 from .cache import CacheError, Checkpoint
-from .speculative import Drafting, SpecSettings, SpeculationError, StepCosts, available_modes
+from .speculative import Drafting, SpecSettings, SpeculationError, available_modes
 from .text import Detokenizer, Step, StopStrings, end_of_generation_ids
 from .sampling import SamplingParams, apply_logit_bias, apply_penalties, sample, token_logprobs
 
@@ -147,7 +146,6 @@ class Scheduler:
         self.lm, self.cache = lm, lm.cache
         self.spec = spec if spec is not None else SpecSettings(mode=_default_mode(lm))
         self.drafted_tokens = self.accepted_tokens = 0  # speculative decoding, over every sequence
-        self.costs = StepCosts()  # forwards timed by their token count: what a draft's rows cost
         check_speculative(lm, self.spec.mode)
         self.mtp = getattr(lm.model, "mtp", None)
         # per slot: how many positions the MTP head's cache holds, and the trunk's output at the last
@@ -235,7 +233,7 @@ class Scheduler:
             for c in choices:
                 mode = self._mode(c.params)
                 if mode != "off":
-                    c.drafting = Drafting(self.spec, req.prompt_ids, mode, self.costs)
+                    c.drafting = Drafting(self.spec, req.prompt_ids, mode)
             slot, reused = self._prefill_slot(req.prompt_ids)
             choices[0].slot = slot
             for c in choices[1:]:
@@ -389,7 +387,6 @@ class Scheduler:
         items, wants, owners = [], [], []  # owners: (request, choice, "decode" | "chunk" | "last", drafts)
         decoding = [(r, c) for r in self.running if not r.prefilling for c in r.choices if not c.finished]
         room = self.cache.max_batch - sum(len(c.refeed) + 1 for _, c in decoding)
-        self.costs.base = max(1, self.cache.max_batch - room)
         for r, c in decoding:
             drafts = []
             if c.drafting is not None:  # within the batch, the context and the tokens the sequence may still take
@@ -420,9 +417,7 @@ class Scheduler:
         batch.keep_hidden = self.mtp is not None and any(c.drafting is not None and c.drafting.mode == "mtp"
                                                          for r, _, _, _ in owners for c in r.choices)
         try:
-            t0 = time.perf_counter()
             logits = self.lm.forward(batch)
-            self.costs.observe(batch.n_tokens, time.perf_counter() - t0)
         except Exception as e:  # a failed forward ends the requests in it; the scheduler goes on
             self._fail({id(r): r for r, _, _, _ in owners}.values(), e)
             raise

@@ -14,12 +14,7 @@ one batch forward, engine.scheduler), and how many tokens it proposes.
 
 The draft length adapts per sequence: it grows while whole drafts are accepted, shrinks
 to what was accepted, and after repeated misses drafting pauses for a while (doubling),
-so a sequence whose drafts keep failing decodes as it would without them. And it pays
-for itself: the scheduler times its forwards by their token count (`StepCosts`), and a
-sequence drafts only as many tokens as maximize the tokens it expects per unit of time,
-given its drafts' acceptance so far (where a row more costs little, as on Gemma 3 270M,
-drafts are long; where the multi-row kernels are compute-bound, as on 4B k-quant files
-on this CPU, only well-accepted drafts are worth their rows)."""
+so a sequence whose drafts keep failing decodes as it would without them."""
 
 from __future__ import annotations
 
@@ -59,24 +54,6 @@ class SpecSettings:
             raise SpeculationError(f"draft lengths: need 1 <= first ({self.first_draft}) <= max ({self.max_draft})")
 
 
-class StepCosts:
-    """Seconds of the scheduler's forwards by their token count (moving averages), and the
-    token count of the step being planned (`base`: the decoding sequences' own tokens)."""
-
-    def __init__(self):
-        self.seconds: dict[int, float] = {}
-        self.base = 1
-
-    def observe(self, n_tokens: int, seconds: float) -> None:
-        old = self.seconds.get(n_tokens)
-        self.seconds[n_tokens] = seconds if old is None else 0.8 * old + 0.2 * seconds
-
-    def ratio(self, extra: int) -> float | None:
-        """How much longer a step of `base + extra` tokens took than one of `base`; None unmeasured."""
-        a, b = self.seconds.get(self.base), self.seconds.get(self.base + extra)
-        return None if a is None or b is None else b / a
-
-
 class NgramIndex:
     """For n in [n_min, n_max]: each n-gram of the tokens → the position after its latest
     occurrence that has a token following it (the current ending is looked up, not indexed)."""
@@ -110,9 +87,8 @@ class Drafting:
     """One sequence's drafting: its lookup index, its current draft length and pause, and
     what it drafted and had accepted."""
 
-    def __init__(self, settings: SpecSettings, prompt_ids: list[int], mode: str = "ngram",
-                 costs: StepCosts | None = None):
-        self.s, self.mode, self.costs = settings, mode, costs
+    def __init__(self, settings: SpecSettings, prompt_ids: list[int], mode: str = "ngram"):
+        self.s, self.mode = settings, mode
         self.ngrams = None
         if mode == "ngram":
             self.ngrams = NgramIndex(settings.ngram_min, settings.ngram_max)
@@ -124,8 +100,6 @@ class Drafting:
         self.next_pause = settings.pause_steps
         self.drafted = 0
         self.accepted = 0
-        self.held = self.failed = 0.0  # recent draft positions that held / runs that ended in a rejection
-        self.idle = 0  # steps the cost model kept this sequence from drafting
 
     def push(self, token: int) -> None:
         """A token of the sequence's output (accepted, sampled or a draft that held)."""
@@ -142,34 +116,11 @@ class Drafting:
             return []
         if self.mode in ("mtp", "draft"):
             return pending[:room]
-        return self.ngrams.propose(min(self.worth(), room))
+        return self.ngrams.propose(min(self.k, room))
 
     def wanted(self) -> int:
         """How many tokens a head should draft for the next step (0 while paused)."""
-        return 0 if self.pause else self.worth()
-
-    def worth(self) -> int:
-        """The draft length, at most `k`, that maximizes the tokens expected per unit of time:
-        each position holding with probability p (from this sequence's recent drafts) until
-        the first that does not, against the measured cost of the extra rows. Unmeasured
-        costs: `k` (the step measures them). Kept from drafting for `pause_steps` steps,
-        a sequence tries one token, so that its estimate can change."""
-        if self.costs is None:
-            return self.k
-        p = (self.held + 1) / (self.held + self.failed + 2)
-        best_k, best = 0, 1.0
-        for k in range(1, self.k + 1):
-            r = self.costs.ratio(k)
-            if r is None:
-                return self.k
-            gain = (1 - p ** (k + 1)) / (1 - p) / r
-            if gain > best:
-                best_k, best = k, gain
-        if best_k == 0:
-            self.idle += 1
-            if self.idle >= self.s.pause_steps:
-                self.idle, best_k = 0, 1
-        return best_k
+        return 0 if self.pause else self.k
 
     def verified(self, n_drafted: int, n_accepted: int) -> None:
         """After a step: adapt the length to what was accepted."""
@@ -177,8 +128,6 @@ class Drafting:
             return
         self.drafted += n_drafted
         self.accepted += n_accepted
-        self.held = 0.9 * self.held + n_accepted
-        self.failed = 0.9 * self.failed + (n_accepted < n_drafted)
         if n_accepted == n_drafted:
             self.k = min(self.s.max_draft, self.k * 2)
         else:

@@ -244,28 +244,6 @@ def test_the_draft_length_adapts_and_pauses():
     assert (d.drafted, d.accepted) == (9, 3)
 
 
-def test_drafts_are_as_long_as_they_pay_for_their_rows():
-    """On the costs of a 4B k-quant file on this CPU (one row 76 ms, 2: 115, 3: 175, 5: 201):
-    a sequence whose drafts mostly fail drafts nothing (but tries one token every
-    pause_steps steps); one whose drafts hold drafts four."""
-    from gguf_serve.engine.speculative import Drafting, StepCosts
-
-    costs = StepCosts()
-    for n, ms in ((1, 76), (2, 115), (3, 175), (4, 190), (5, 201)):
-        costs.observe(n, ms / 1000)
-    settings = SpecSettings(first_draft=4, max_draft=4, pause_steps=3)
-    poor = Drafting(settings, [1, 2, 3], costs=costs)
-    for _ in range(4):
-        poor.verified(4, 0)
-        poor.pause = 0
-    assert [poor.worth() for _ in range(3)] == [0, 0, 1]
-    good = Drafting(settings, [1, 2, 3], costs=costs)
-    for _ in range(6):
-        good.verified(4, 4)
-    assert good.worth() == 4
-    assert Drafting(settings, [1, 2, 3], costs=StepCosts()).worth() == 4  # unmeasured: as adapted
-
-
 def test_ngram_lookup_proposes_what_followed_the_longest_match():
     ix = NgramIndex(2, 3)
     ix.extend([5, 6, 7, 8, 9, 6, 7, 1, 5, 6, 7])

@@ -94,12 +94,12 @@ def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
     return logits.masked_fill(probs < min_p * probs.max(), float("-inf"))
 
 
-def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None,
-           draft: int | None = None) -> int:
-    """One token id from processed logits. With a `draft` (a token a drafter proposed
-    deterministically), speculative sampling's rule: the draft is kept with its
-    probability p(draft), else a token is drawn from p without it (renormalized), so
-    the token has exactly the distribution p; greedy keeps the argmax either way."""
+def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+    """One token id from processed logits. Speculative decoding verifies a draft (a token a
+    drafter proposed deterministically) against this very draw: it holds where the draw
+    is the draft, which happens with probability p(draft), and otherwise the draw comes
+    from p without the draft, renormalized: speculative sampling's rule. So a seeded
+    sequence draws the same tokens with drafts as without, however many are drafted."""
     if params.greedy:
         if logits.device.type == "cpu":  # numpy's argmax: ~10x torch's over a 262k vocabulary here
             return int(logits.numpy().argmax())
@@ -113,13 +113,6 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     logits = top_p_filter(logits, params.top_p)
     logits = min_p_filter(logits, params.min_p)
     probs = torch.softmax(logits, dim=-1)
-    if draft is not None:
-        if float(torch.rand((), generator=generator)) < float(probs[draft]):
-            return draft
-        probs = probs.clone()
-        probs[draft] = 0.0
-        if not float(probs.sum()) > 0:  # p(draft) rounds to 1: nothing else can be drawn
-            return draft
     return int(torch.multinomial(probs, 1, generator=generator))
 
 

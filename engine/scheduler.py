@@ -83,16 +83,16 @@ class _Choice:
         self.snapshot: Checkpoint | None = None  # recurrent states before a verification step (reused buffers)
         self.valid = 0  # after a decode step: how many of the tokens it fed the sequence stands for
 
-    def take(self, logits: torch.Tensor, draft: int | None = None) -> Step:
-        """Sample from this sequence's logits row and apply the stopping rules; with a
-        `draft` token, by speculative sampling's rule (engine.sampling.sample)."""
+    def take(self, logits: torch.Tensor) -> Step:
+        """Sample from this sequence's logits row and apply the stopping rules (a draft
+        holds where this draw is the draft: engine.sampling.sample)."""
         p = self.params
         logits = apply_logit_bias(logits, p.logit_bias)
         logits = apply_penalties(logits, self.counts, repetition=p.repetition_penalty, presence=p.presence_penalty,
                                  frequency=p.frequency_penalty)
         if p.logits_processor is not None:
             logits = p.logits_processor(self.generated, logits)
-        token = sample(logits, p, self.generator, draft)
+        token = sample(logits, p, self.generator)
         if self.drafting is not None:
             self.drafting.push(token)
         logprob = top = None
@@ -462,12 +462,13 @@ class Scheduler:
     def _verify(self, r: _Running, c: _Choice, rows: torch.Tensor, drafts: list[int], fed: list[int],
                 pos: int) -> None:
         """A decode step's logits: sample the next token, and with drafts, go on through them
-        while each is what the sequence takes (speculative sampling keeps each token's
-        distribution); emit what was taken and cut the slot back to what it stands for."""
+        while each is what the sequence takes (the draw it makes without drafts: each
+        token keeps its distribution); emit what was taken and cut the slot back to what
+        it stands for."""
         steps, accepted = [], 0
         for j in range(len(drafts) + 1):
             draft = drafts[j] if j < len(drafts) else None
-            steps.append(c.take(rows[j], draft))
+            steps.append(c.take(rows[j]))
             if c.finished or draft is None or steps[-1].token_id != draft:
                 break
             accepted += 1

@@ -251,9 +251,7 @@ class Scheduler:
         held = self.held.get(slot)
         if not held:
             return 0
-        n, limit = 0, min(len(held), len(prompt) - 1)
-        while n < limit and held[n] == prompt[n]:
-            n += 1
+        n = _shared(held, prompt)
         return self.cache.restart_point(slot, n) if n else 0
 
     def _prefill_slot(self, prompt: list[int]) -> tuple[int, int]:
@@ -315,11 +313,7 @@ class Scheduler:
                 if c.slot not in self.draft_slots:
                     self.draft_slots[c.slot] = lm.cache.allocate()
                 ds = self.draft_slots[c.slot]
-                held = self.draft_held.get(ds, [])
-                n, limit = 0, min(len(held), len(seq) - 1)
-                while n < limit and held[n] == seq[n]:
-                    n += 1
-                n = lm.cache.restart_point(ds, n)
+                n = lm.cache.restart_point(ds, _shared(self.draft_held.get(ds, []), seq))
                 live.append((c, ds, seq, n, k))
         if not live:
             return
@@ -480,12 +474,12 @@ class Scheduler:
             self.accepted_tokens += accepted
             rejected = len(drafts) - accepted
             if rejected and not c.finished:
-                valid = pos + len(fed) - rejected  # the slot's state must stand for these tokens only
+                valid = pos + c.valid  # the slot's state must stand for these tokens only
                 if self.cache.can_restart_at(c.slot, valid):
                     self.cache.rewind(c.slot, valid)
                 else:  # recurrent states: back to before the step; what held is fed again with the next token
                     self.cache.restore(c.slot, c.snapshot)
-                    c.refeed = fed[:len(fed) - rejected]
+                    c.refeed = fed[:c.valid]
                     valid = pos
                 del self.held[c.slot][valid:]
         for step in steps:
@@ -573,6 +567,15 @@ class Scheduler:
             r.req.done = True
             r.req.emit(e)
         self.running = [r for r in self.running if not r.req.done]
+
+
+def _shared(held: list[int], seq: list[int]) -> int:
+    """How many leading tokens `held` shares with `seq`, leaving seq's last one to feed (its
+    logits are what comes next)."""
+    n, limit = 0, min(len(held), len(seq) - 1)
+    while n < limit and held[n] == seq[n]:
+        n += 1
+    return n
 
 
 def _pick(logits: torch.Tensor, c: _Choice) -> int:

@@ -4,12 +4,18 @@ position, and the rows whose logits are wanted (llama.cpp's `llama_batch`, vLLM'
 flattened tokens). The batch is data: it knows nothing of requests or sampling.
 
 A sequence's tokens are contiguous in the batch and at consecutive positions; a slot
-appears at most once per batch."""
+appears at most once per batch.
+
+Image tokens are negative ids (engine.vision.media_token: an image's content key and
+the token's index in it): `Batch.of` takes the images' embeddings by key and gives the
+model `media` (the rows and the embeddings that stand for their tokens) and
+`media_spans` (per sequence, each image's positions [lo, hi) in this batch: an image is
+never split between batches)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal, Mapping, Sequence
 
 import torch
 
@@ -41,6 +47,8 @@ class Batch:
     memo: dict = field(default_factory=dict, repr=False)  # per-forward tables (rotary, masks)
     keep_hidden: bool = False  # the forward keeps every token's final normed output in `hidden`
     hidden: torch.Tensor | None = field(default=None, repr=False)
+    media: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)  # (rows, embeddings)
+    media_spans: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # slot -> image positions [lo, hi)
 
     @property
     def n_tokens(self) -> int:
@@ -48,10 +56,11 @@ class Batch:
 
     @classmethod
     def of(cls, items: Sequence[tuple[int, Sequence[int], int]], want: Want | Sequence[Want] = "last",
-           device: torch.device | str = "cpu") -> "Batch":
+           device: torch.device | str = "cpu", media: Mapping[int, torch.Tensor] | None = None) -> "Batch":
         """A batch of (slot, token ids, position of the first) items; `want` says, for all
         items or per item, whose logits come back: the last token's, every token's, none,
-        or (an int m) the last m tokens'."""
+        or (an int m) the last m tokens'. `media`: the embeddings (n, hidden) of the
+        images whose tokens (negative ids) the items hold, by content key."""
         wants = [want] * len(items) if isinstance(want, (str, int)) else list(want)
         if len(wants) != len(items):
             raise ValueError(f"batch: {len(items)} items but {len(wants)} logits requests")
@@ -82,13 +91,45 @@ class Batch:
             elif w != "none":
                 raise ValueError(f"batch: want must be 'last', 'all' or 'none', got {w!r}")
         as_long = lambda v: torch.tensor(v, dtype=torch.long, device=device)  # noqa: E731
-        return cls(as_long(tokens), as_long(slots), as_long(positions), tuple(seqs), as_long(rows))
+        batch = cls(as_long(tokens), as_long(slots), as_long(positions), tuple(seqs), as_long(rows))
+        if any(t < 0 for t in tokens):
+            batch._place_media(tokens, media or {})
+        return batch
+
+    def _place_media(self, tokens: list[int], media: Mapping[int, torch.Tensor]) -> None:
+        from .vision import media_of
+
+        rows, parts = [], []
+        for s in self.seqs:
+            run = None  # (key, first row) of the image being read
+            for r in range(s.start, s.start + s.n + 1):
+                t = tokens[r] if r < s.start + s.n else 0
+                key, index = media_of(t) if t < 0 else (None, 0)
+                if run is not None and (key != run[0] or index == 0):  # the run ends: at the image's last token
+                    n = r - run[1]
+                    emb = media[run[0]]
+                    if media_of(tokens[r - 1])[1] != emb.shape[0] - 1 or media_of(tokens[run[1]])[1] != 0:
+                        raise ValueError(f"batch: slot {s.slot} holds part of an image ({n} of its "
+                                         f"{emb.shape[0]} tokens); an image goes in one batch")
+                    self.media_spans.setdefault(s.slot, []).append((s.pos + run[1] - s.start, s.pos + r - s.start))
+                    rows.extend(range(run[1], r))
+                    parts.append(emb)
+                    run = None
+                if key is not None and run is None:
+                    if key not in media:
+                        raise ValueError(f"batch: slot {s.slot} holds an image whose embeddings were not given")
+                    run = (key, r)
+        device = self.tokens.device
+        self.media = (torch.tensor(rows, dtype=torch.long, device=device), torch.cat(parts).to(device))
 
     def split(self, max_tokens: int) -> list["Batch"]:
         """Consecutive sub-batches of at most `max_tokens` tokens (a long prompt is then
         processed in chunks, in order); logits rows are renumbered within each."""
         if self.n_tokens <= max_tokens:
             return [self]
+        if self.media is not None:
+            raise ValueError(f"batch: {self.n_tokens} tokens with images do not fit {max_tokens} per forward "
+                             "(an image goes in one forward)")
         out = []
         rows = self.rows.tolist()
         for lo in range(0, self.n_tokens, max_tokens):

@@ -73,3 +73,38 @@ def rendered_ids(tokenizer, text: str) -> list[int]:
     from .tokenizer import encode
 
     return encode(tokenizer, text, add_special=False)
+
+
+def template_images(lm, messages: list[dict]) -> tuple[list[dict], list]:
+    """Messages as the template reads them, and their images in order: each content part
+    {"type": "image", "image": bytes or engine.vision.PromptImage} becomes {"type": "image"}
+    (the family's template writes its image mark there). ImageError for an image part
+    when the model has no vision file."""
+    from .vision import ImageError, PromptImage
+
+    images, out = [], []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "image" for p in content):
+            if lm.vision is None:
+                raise ImageError("this model has no vision file, so it cannot take images (--mmproj)")
+            parts = []
+            for p in content:
+                if p.get("type") == "image":
+                    image = p.get("image")
+                    images.append(image if isinstance(image, PromptImage) else lm.vision.prepare(bytes(image)))
+                    parts.append({"type": "image"})
+                else:
+                    parts.append(p)
+            m = {**m, "content": parts}
+        out.append(m)
+    return out, images
+
+
+def prompt_ids(lm, text: str, images: list) -> tuple[list[int], dict]:
+    """A rendered chat prompt's ids with its images in place (their runs of media tokens),
+    and the images by content key, as the scheduler's Request takes them."""
+    if not images:
+        return rendered_ids(lm.tokenizer, text), {}
+    ids = rendered_ids(lm.tokenizer, lm.vision.expand(text, images))
+    return lm.vision.prompt_ids(ids, images), {img.key: img for img in images}

@@ -31,6 +31,7 @@ ENV = {
     "cache_ram": "GGUF_SERVE_CACHE_RAM",
     "spec": "GGUF_SERVE_SPEC",
     "draft_model": "GGUF_SERVE_DRAFT_MODEL",
+    "mmproj": "GGUF_SERVE_MMPROJ",
 }
 SPEC_CHOICES = ("auto", "off", "ngram", "mtp", "draft")
 KERNEL_CHOICES = ("reference", "hub", "cpu")
@@ -54,6 +55,7 @@ class EngineConfig:
     cache_ram: int | None = None
     spec: str = "auto"  # speculative decoding's drafter (SPEC_CHOICES); auto: the best the model has
     draft_model: str | None = None  # a smaller model of the same vocabulary that drafts (spec "draft")
+    mmproj: str | None = None  # the model's vision file (llama.cpp's mmproj GGUF): images in chat messages
 
     def __post_init__(self) -> None:
         if self.kernels is not None and self.kernels not in KERNEL_CHOICES:

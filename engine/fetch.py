@@ -66,6 +66,35 @@ def is_model_file(filename: str) -> bool:
             and companion_kind(filename) is None)
 
 
+def _quant_bits(filename: str) -> int:
+    """The bits of a file's quantization tag, as llama.cpp's downloader reads them: the first
+    number in the last '-' part of its name (Q4_K_M: 4, F16: 16), 0 without one."""
+    tag = os.path.basename(filename)[:-len(".gguf")].rsplit("-", 1)[-1]
+    m = re.search(r"\d+", tag)
+    return int(m.group()) if m else 0
+
+
+def best_companion(files: list[str], model: str, marker: str = "mmproj") -> str | None:
+    """The companion file (`marker` in its name: mmproj) that goes with `model` among a
+    repository's or directory's files, chosen as llama.cpp's downloader does
+    (find_best_sibling): in the model's folder or one above it, the deepest; then the
+    quantization closest to the model's (an F16 vision file for a Q4_K_M model: 16 vs 4,
+    but the only one)."""
+    model_dir = os.path.dirname(model).split("/") if os.path.dirname(model) else []
+    bits = _quant_bits(model)
+    best, best_key = None, None
+    for f in files:
+        if not f.lower().endswith(".gguf") or marker not in os.path.basename(f).lower() or is_follow_on_shard(f):
+            continue
+        d = os.path.dirname(f).split("/") if os.path.dirname(f) else []
+        if model_dir[:len(d)] != d:
+            continue
+        key = (-len(d), abs(_quant_bits(f) - bits), f)
+        if best_key is None or key < best_key:
+            best, best_key = f, key
+    return best
+
+
 def download(repo: str, filename: str, revision: str | None = None, cached_only: bool = False) -> str:
     """Local path of the file (all shards fetched for a split model); `cached_only`: from
     the cache or not at all."""

@@ -17,21 +17,28 @@ from .text import Step
 def prompt_ids_for(lm, prompt, **template_kwargs) -> list[int]:
     """Token ids for a prompt given as ids, as text (BOS per the file), or as chat
     messages (rendered with the model's chat template, generation prompt added)."""
+    return prompt_for(lm, prompt, **template_kwargs)[0]
+
+
+def prompt_for(lm, prompt, **template_kwargs) -> tuple[list[int], dict]:
+    """prompt_ids_for, and the images of chat messages by content key: parts
+    {"type": "image", "image": <PNG, JPEG, WebP or GIF bytes>} (with a vision file)."""
     if isinstance(prompt, str):
         from .tokenizer import encode
 
-        return encode(lm.tokenizer, prompt)
+        return encode(lm.tokenizer, prompt), {}
     if prompt and isinstance(prompt[0], dict):
-        from .chat import render, rendered_ids
+        from .chat import prompt_ids, render, template_images
 
-        return rendered_ids(lm.tokenizer, render(lm.tokenizer, lm.chat_template, list(prompt), **template_kwargs))
-    return [int(i) for i in prompt]
+        messages, images = template_images(lm, list(prompt))
+        return prompt_ids(lm, render(lm.tokenizer, lm.chat_template, messages, **template_kwargs), images)
+    return [int(i) for i in prompt], {}
 
 
 def generate(lm, prompt, params: SamplingParams | None = None,
              cancel: threading.Event | None = None, **template_kwargs) -> Iterator[Step]:
-    """Stream a completion of `prompt`: token ids, a text, or chat messages. This is the
-    scheduler (engine.scheduler) with one request: one sequence slot of the model's KV
-    cache is held for the generation."""
-    prompt_ids = prompt_ids_for(lm, prompt, **template_kwargs)
-    return run_one(lm, prompt_ids, params or SamplingParams(), cancel)
+    """Stream a completion of `prompt`: token ids, a text, or chat messages (which may
+    hold images, see prompt_for). This is the scheduler (engine.scheduler) with one
+    request: one sequence slot of the model's KV cache is held for the generation."""
+    prompt_ids, media = prompt_for(lm, prompt, **template_kwargs)
+    return run_one(lm, prompt_ids, params or SamplingParams(), cancel, media=media)

@@ -65,6 +65,7 @@ class LoadedModel:
     threads: ThreadPolicy
     config: EngineConfig  # the settings it was loaded with
     draft: "LoadedModel | None" = None  # the draft model speculative decoding runs beside it (--draft-model)
+    vision: Any = None  # engine.vision.VisionModel: the vision file images go through (--mmproj)
 
     @property
     def n_ctx(self) -> int:
@@ -238,6 +239,11 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     threads = ThreadPolicy.decide(dev, native, cfg.threads)
     log.info("loaded %s (%s) on %s in %s; %s", path, arch.name, dev, dtype, threads.describe())
     lm = LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads, cfg)
+    if cfg.mmproj:
+        from .vision import load_vision
+
+        lm.vision = load_vision(resolve_path(cfg.mmproj), reader, params.hidden, dev, dtype, native)
+        lm.vision.bind(tokenizer)
     if cfg.draft_model:
         lm.draft = load_draft(lm, cfg.draft_model)
     return lm
@@ -253,7 +259,8 @@ def load_draft(lm: LoadedModel, path_or_id: str) -> LoadedModel:
     its vocabulary is lm's, token for token."""
     from dataclasses import replace
 
-    cfg = replace(lm.config, n_ctx=lm.cache.n_ctx, n_seq=lm.cache.n_seq, cache_ram=0, spec="off", draft_model=None)
+    cfg = replace(lm.config, n_ctx=lm.cache.n_ctx, n_seq=lm.cache.n_seq, cache_ram=0, spec="off", draft_model=None,
+                  mmproj=None)
     draft = load_model(path_or_id, config=cfg)
     ours, theirs = lm.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
     if lm.model.vocab_size != draft.model.vocab_size or ours != theirs:

@@ -58,6 +58,8 @@ class Request:
     emit: Callable[[object], None]
     cancel: threading.Event = field(default_factory=threading.Event)
     done: bool = False
+    # the prompt's images by content key (engine.vision.PromptImage; their tokens are media tokens)
+    media: dict = field(default_factory=dict)
 
 
 class _Choice:
@@ -69,7 +71,7 @@ class _Choice:
         self.generator = None
         if params.seed is not None:
             self.generator = torch.Generator(device="cpu").manual_seed(params.seed)
-        self.detok = Detokenizer(lm.tokenizer, prompt_ids)
+        self.detok = Detokenizer(lm.tokenizer, [t for t in prompt_ids[-16:] if t >= 0])  # no image tokens
         self.stops = StopStrings(params.stop)
         self.counts: dict[int, int] = {}
         self.generated: list[int] = []
@@ -133,6 +135,7 @@ class _Running:
     def __init__(self, req: Request, choices: list[_Choice], fed: int):
         self.req, self.choices, self.fed = req, choices, fed
         self.prompt = req.prompt_ids
+        self.encoding: dict[int, object] = {}  # images being encoded: content key -> the tower's step generator
 
     @property
     def prefilling(self) -> bool:
@@ -232,6 +235,8 @@ class Scheduler:
                        for i, p in enumerate(req.params)]
             for c in choices:
                 mode = self._mode(c.params)
+                if req.media and mode in ("mtp", "draft"):  # their drafters read token ids: images have none
+                    mode = "ngram"
                 if mode != "off":
                     c.drafting = Drafting(self.spec, req.prompt_ids, mode)
             slot, reused = self._prefill_slot(req.prompt_ids)
@@ -252,6 +257,10 @@ class Scheduler:
         if not held:
             return 0
         n = _shared(held, prompt)
+        if n and prompt[n] < 0:  # never into an image: from its first token
+            from .vision import media_of
+
+            n -= media_of(prompt[n])[1]
         return self.cache.restart_point(slot, n) if n else 0
 
     def _prefill_slot(self, prompt: list[int]) -> tuple[int, int]:
@@ -400,6 +409,14 @@ class Scheduler:
                 mark = len(r.prompt) - CHECKPOINT_BEFORE_END
                 if self.checkpoints and r.fed < mark < r.fed + n:
                     n = mark - r.fed  # the last few tokens in a step of their own, after a checkpoint
+                if r.req.media:
+                    try:
+                        n = self._media_chunk(r, n, budget, piecewise=bool(items))
+                    except Exception as e:  # an image the tower fails on ends its request only
+                        self._fail([r], e)
+                        continue
+                    if n == 0:
+                        continue
                 items.append((r.choices[0].slot, r.prompt[r.fed:r.fed + n], r.fed))
                 last = r.fed + n == len(r.prompt)
                 wants.append("last" if last else "none")
@@ -407,7 +424,13 @@ class Scheduler:
                 budget -= n
         if not items:
             return 0
-        batch = Batch.of(items, wants, device=self.lm.device)
+        media = {k: img.embeddings for r, _, kind, _ in owners if kind != "decode" and r.req.media
+                 for k, img in r.req.media.items() if img.embeddings is not None}
+        try:
+            batch = Batch.of(items, wants, device=self.lm.device, media=media)
+        except ValueError as e:  # an image the chunking let through whole or not at all
+            self._fail({id(r): r for r, _, _, _ in owners}.values(), e)
+            raise
         batch.keep_hidden = self.mtp is not None and any(c.drafting is not None and c.drafting.mode == "mtp"
                                                          for r, _, _, _ in owners for c in r.choices)
         try:
@@ -444,6 +467,41 @@ class Scheduler:
             self._draft_pass()
         self.running = [r for r in self.running if not r.req.done]
         return batch.n_tokens
+
+    def _media_chunk(self, r: _Running, n: int, room: int, piecewise: bool) -> int:
+        """How many of the next n prompt tokens this step takes, with images whole: a chunk
+        ends before an image that would not fit it, takes an image that starts it even past
+        the chunk size (within `room`, the batch's), and waits while an image in it is being
+        encoded (one encoder step per scheduler step while other sequences run, `piecewise`;
+        else at once). Returns 0 to take nothing this step."""
+        from .vision import media_of
+
+        prompt, lo = r.prompt, r.fed
+        end = lo + n
+        if end < len(prompt) and prompt[end] < 0 and media_of(prompt[end])[1] != 0:  # inside an image
+            start = end - media_of(prompt[end])[1]
+            if start > lo:
+                end = start  # up to the image
+            else:  # the image starts the chunk: all of it, or wait for room
+                image = r.req.media[media_of(prompt[start])[0]]
+                end = start + image.n_tokens
+                if end - lo > room:
+                    return 0
+        for t in prompt[lo:end]:
+            if t < 0 and media_of(t)[1] == 0:
+                image = r.req.media[media_of(t)[0]]
+                if image.embeddings is not None:
+                    continue
+                steps = r.encoding.get(image.key)
+                if steps is None:
+                    steps = r.encoding[image.key] = self.lm.vision.encode_steps(image)
+                for out in steps:
+                    if out is not None or piecewise:
+                        break
+                if image.embeddings is None:
+                    return 0
+                r.encoding.pop(image.key, None)
+        return end - lo
 
     def _checkpoint(self, r: _Running, slot: int) -> None:
         """After a prompt chunk: keep the slot's state where a later prompt may leave this one."""
@@ -601,10 +659,11 @@ def check_speculative(lm, mode: str | None) -> None:
                                f"{', '.join(have)} (or auto)")
 
 
-def run_one(lm, prompt_ids: list[int], params: SamplingParams, cancel: threading.Event | None = None):
+def run_one(lm, prompt_ids: list[int], params: SamplingParams, cancel: threading.Event | None = None,
+            media: dict | None = None):
     """A scheduler with one request, its Steps as they come (generate()'s loop)."""
     out: deque = deque()
-    req = Request(list(prompt_ids), [params], out.append, cancel or threading.Event())
+    req = Request(list(prompt_ids), [params], out.append, cancel or threading.Event(), media=media or {})
     sched = Scheduler(lm, prefix_cache=False)
     try:
         sched.add(req)

@@ -79,7 +79,8 @@ class NgramIndex:
                 continue
             at = self.index.get(tuple(toks[-n:]))
             if at is not None:
-                return toks[at:at + k]
+                out = toks[at:at + k]
+                return next((out[:i] for i, t in enumerate(out) if t < 0), out)  # never an image's token
         return []
 
 

@@ -174,7 +174,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             for i, spec in enumerate(settings.models):  # named models are fetched and loaded now
                 alias = settings.alias[i] if i < len(settings.alias) else None
                 try:
-                    added = registry.add(spec, alias)
+                    added = registry.add(spec, alias, mmproj=settings.mmproj if i == 0 else None)
                     if not isinstance(added, list):  # a directory's models load on first request
                         registry.ensure_loaded(added)
                 except Exception as e:  # this model only
@@ -263,7 +263,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         return {"status": "ok", **({"failed": state["failed"]} if state["failed"] else {})}
 
     def describe(e) -> Model:
-        return Model(id=e.id, loaded=e.lm is not None, error=e.error, **(e.info or {}))
+        return Model(id=e.id, loaded=e.lm is not None, error=e.error, vision=e.vision, **(e.info or {}))
 
     @app.get("/v1/models", responses=errors(401))
     async def list_models() -> ModelList:

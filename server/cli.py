@@ -57,6 +57,8 @@ def _option(name: str, field) -> tuple[list[str], dict]:
     if default not in (None, False, True):
         helps += f" (default {default})"
     helps += f"; env {env}"
+    if inner is bool and name.startswith("no_"):  # a switch that is itself the negative (--no-mmproj)
+        return [flag], dict(action="store_const", const=True, default=None, help=helps)
     if inner is bool:
         return [flag], dict(action=argparse.BooleanOptionalAction, default=None,
                             help=helps + (" (default on)" if default else ""))

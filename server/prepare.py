@@ -74,12 +74,12 @@ def template_tool_calls(calls: list[dict], i: int) -> list[dict]:
 
 
 def refuse_parts(m, i: int) -> None:
-    """Content this server cannot use is refused, never dropped: non-text parts (images,
-    audio, files)."""
+    """Content this server cannot use is refused, never dropped: parts other than text and
+    images (audio, files)."""
     if isinstance(m.content, list):
         for j, part in enumerate(m.content):
-            if part.type != "text":
-                raise BadRequest(f"content parts of type {part.type!r} are not supported (text only)",
+            if part.type not in ("text", "image_url"):
+                raise BadRequest(f"content parts of type {part.type!r} are not supported (text and image_url are)",
                                  param=f"messages.{i}.content.{j}", code="unsupported_parameter")
 
 
@@ -124,6 +124,7 @@ class Prepared:
     job: Job | None = None  # queued before a stream starts
     tools: list = field(default_factory=list)  # the tools the reply may call (their calls parsed out)
     family: Family = HERMES  # how the model writes them
+    media: dict = field(default_factory=dict)  # the prompt's images by content key
 
 
 def tools_for(req, lm, messages: list[dict], kwargs: dict) -> tuple[list[dict], str | None, Family]:

@@ -9,7 +9,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator, PrivateAttr
 from pydantic_core import PydanticCustomError
 
 
@@ -85,6 +85,7 @@ class Model(BaseModel):
     quantization: Optional[str] = None
     size_bytes: Optional[int] = None
     chat_template: Optional[bool] = None  # False: the file has none (a base model); chat uses a fallback
+    vision: bool = False  # a vision file goes with it: chat messages may hold images
     error: Optional[str] = None  # set when the model cannot be served (its file failed to read or load)
 
 
@@ -99,6 +100,7 @@ class ModelList(BaseModel):
 class ContentPart(OpenAIModel):
     type: str
     text: Optional[str] = None
+    image_url: Optional[Union[dict[str, Any], str]] = None  # {"url": ..., "detail": ...}
 
 
 class ChatMessage(OpenAIModel):
@@ -123,6 +125,7 @@ class StreamOptions(OpenAIModel):
 
 
 class ChatCompletionRequest(OpenAIRequest):
+    _origins: Optional[list] = PrivateAttr(default=None)  # from the Responses API: each message's input item
     messages: list[ChatMessage] = Field(min_length=1)
     model: str
     frequency_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)

@@ -37,6 +37,12 @@ class Entry:
     info: dict = field(default_factory=dict)
     error: str | None = None  # why it cannot be served (a file that failed to read or load)
     failure: Any = None  # the APIError that said so, where one did (its status is kept: 403, 404, 503, ...)
+    mmproj: str | None = None  # its vision file: a local path, or a Hub ID fetched with the model
+    mmproj_hub: tuple | None = None  # (repo, file, revision) of a Hub vision file not fetched yet
+
+    @property
+    def vision(self) -> bool:
+        return bool(self.mmproj or self.mmproj_hub)
 
 
 class Registry:
@@ -50,11 +56,12 @@ class Registry:
 
     # ------------------------------------------------------------ naming
 
-    def add(self, spec: str, alias: str | None = None) -> Entry:
+    def add(self, spec: str, alias: str | None = None, mmproj: str | None = None) -> Entry:
         """Register a model by local path, Hub id (see server.hub), or `default`; a Hub
         repo's other .gguf files are registered too (listed, fetched on first use). A
         local file is listed as `alias`, else its file name (the path as typed, should
-        two files share a name); the path is accepted as well."""
+        two files share a name); the path is accepted as well. Its vision file is `mmproj`
+        (--mmproj), else the one beside it (best_companion), unless --no-mmproj."""
         if spec in ("default", DEFAULT_MODEL_ID):
             return self._put(Entry(DEFAULT_MODEL_ID, default_model_path()))
         if os.path.isdir(spec):
@@ -64,15 +71,17 @@ class Registry:
             mid = alias or os.path.basename(spec)
             if mid in self.entries and self.entries[mid].path != path:
                 mid = spec
-            entry = self._put(Entry(mid, path))
+            entry = self._put(Entry(mid, path, mmproj=self._vision(mmproj) or self._beside(path)))
             for name in {spec, path} - {mid}:
                 self.aliases[name] = mid
             return entry
         ref = resolve.parse(spec)
         if ref is None:
             raise ModelNotFound(spec)
+        everything = []
         if self._online():
-            files = resolve.gguf_files(ref.repo, ref.revision)  # the Hub's answer (403, 404, 503) stands
+            everything = resolve.gguf_files(ref.repo, ref.revision, models_only=False)  # the Hub's answer stands
+            files = [f for f in everything if resolve.is_model_file(f)]
         elif ref.filename is not None:
             files = [ref.filename]  # fetched from the cache, or a 404/503 saying why not
         else:  # offline, or a Hub that does not answer: only the cache can choose a file
@@ -86,7 +95,12 @@ class Registry:
             mid = resolve.model_id(ref.repo, f, ref.revision)
             if mid not in self.entries:
                 self.entries[mid] = Entry(mid, None, hub_ref=(ref.repo, f, ref.revision))
+                vision = None if self.settings.no_mmproj else resolve.best_companion(everything, f)
+                if vision is not None:
+                    self.entries[mid].mmproj_hub = (ref.repo, vision, ref.revision)
         entry = self.entries[resolve.model_id(ref.repo, chosen, ref.revision)]
+        if self._vision(mmproj):
+            entry.mmproj, entry.mmproj_hub = mmproj, None
         self._fetch(entry)
         for name in (spec, alias):
             if name and name != entry.id:
@@ -109,7 +123,7 @@ class Registry:
         entries = []
         for path in found:
             mid = os.path.relpath(path, root)
-            entry = Entry(mid, os.path.abspath(path))
+            entry = Entry(mid, os.path.abspath(path), mmproj=self._beside(path))
             try:
                 self._describe(entry)
             except ModelLoadFailed as e:
@@ -140,6 +154,17 @@ class Registry:
                 except ModelLoadFailed:
                     del self.entries[mid]
 
+    def _beside(self, path: str) -> str | None:
+        """The vision file in a local model's folder (llama.cpp's choice among several), unless --no-mmproj."""
+        if self.settings.no_mmproj:
+            return None
+        folder = os.path.dirname(os.path.abspath(path))
+        found = resolve.best_companion(sorted(os.listdir(folder)), os.path.basename(path))
+        return os.path.join(folder, found) if found else None
+
+    def _vision(self, mmproj: str | None) -> str | None:
+        return None if self.settings.no_mmproj else mmproj
+
     def _put(self, entry: Entry) -> Entry:
         self._describe(entry)
         self.entries[entry.id] = entry
@@ -162,6 +187,15 @@ class Registry:
                 entry.path = resolve.download(repo, f, rev, cached_only=not self._online())
             except Exception as e:
                 raise resolve.hub_error(e, entry.id) from e
+            if entry.mmproj is None and entry.mmproj_hub is None:  # offline: a vision file fetched before
+                entry.mmproj = self._beside(entry.path)
+        if entry.mmproj_hub is not None:
+            repo, f, rev = entry.mmproj_hub
+            try:
+                entry.mmproj = resolve.download(repo, f, rev, cached_only=not self._online())
+            except Exception as e:
+                raise resolve.hub_error(e, resolve.model_id(repo, f, rev)) from e
+            entry.mmproj_hub = None
         if not entry.info:
             self._describe(entry)
 
@@ -216,7 +250,8 @@ class Registry:
                     bar.set_postfix_str(stage)
 
                 try:
-                    entry.lm = load_model(entry.path, progress=progress, config=self.settings.engine_config())
+                    entry.lm = load_model(entry.path, progress=progress,
+                                          config=self.settings.engine_config(mmproj=entry.mmproj))
                 except Exception as e:
                     entry.error = f"cannot load {entry.id}: {e}"  # the file will not get better by retrying
                     raise ModelLoadFailed(entry.error) from e

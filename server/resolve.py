@@ -18,7 +18,7 @@ import os
 import re
 
 # re-exported: the server reaches every Hub helper through this module
-from ..engine.fetch import (ModelRef, cached_gguf_models, companion_kind, download, is_model_file,  # noqa: F401
+from ..engine.fetch import (ModelRef, best_companion, cached_gguf_models, companion_kind, download, is_model_file,  # noqa: F401
                             model_id, parse)
 from .errors import APIError, BadRequest, Forbidden, ModelNotFound, Unavailable
 
@@ -53,17 +53,17 @@ def reachable() -> bool:
         return False
 
 
-def gguf_files(repo: str, revision: str | None = None) -> list[str]:
+def gguf_files(repo: str, revision: str | None = None, models_only: bool = True) -> list[str]:
     """The repo's .gguf models (split models by their first shard only; vision projectors,
-    importance matrices and separate draft heads left out); a failure is the API error it
-    means (hub_error)."""
+    importance matrices and separate draft heads left out; all its .gguf files with
+    `models_only` False); a failure is the API error it means (hub_error)."""
     from huggingface_hub import HfApi
 
     try:
         files = HfApi().list_repo_files(repo, revision=revision)
     except Exception as e:  # every Hub failure, mapped to what it means
         raise hub_error(e, model_id(repo, "", revision).rstrip(":")) from e
-    return sorted(f for f in files if is_model_file(f))
+    return sorted(f for f in files if is_model_file(f) or (not models_only and f.lower().endswith(".gguf")))
 
 
 TOKEN_HINT = "set HF_TOKEN (or run `hf auth login`) with a token that has access"

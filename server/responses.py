@@ -52,10 +52,31 @@ def _text(content, where: str) -> str:
     return "".join(out)
 
 
+def _content(content, where: str):
+    """A message item's content for chat: its text, or with input_image parts, chat parts
+    (text and image_url); other parts are refused."""
+    if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") == "input_image"
+                                                for p in content):
+        return _text(content, where)
+    parts = []
+    for j, part in enumerate(content):
+        if isinstance(part, dict) and part.get("type") == "input_image":
+            if not isinstance(part.get("image_url"), str):
+                raise BadRequest("an input_image part needs image_url (a data: URL or an http(s) URL); file_id "
+                                 "needs stored files, which this server does not keep", param=f"{where}.{j}",
+                                 code="invalid_image")
+            parts.append({"type": "image_url", "image_url": {"url": part["image_url"],
+                                                             "detail": part.get("detail") or "auto"}})
+        else:
+            parts.append({"type": "text", "text": _text([part], f"{where}.{j}")})
+    return parts
+
+
 def _messages(req: ResponsesRequest) -> list[dict]:
-    messages = [{"role": "system", "content": req.instructions}] if req.instructions else []
+    """The chat messages of a request, each with `_from`: the field it came from (for errors)."""
+    messages = [{"role": "system", "content": req.instructions, "_from": "instructions"}] if req.instructions else []
     if isinstance(req.input, str):
-        return messages + [{"role": "user", "content": req.input}]
+        return messages + [{"role": "user", "content": req.input, "_from": "input"}]
     reasoning = ""  # a reasoning item goes with the assistant turn after it
     for i, item in enumerate(req.input):
         where = f"input.{i}"
@@ -66,7 +87,7 @@ def _messages(req: ResponsesRequest) -> list[dict]:
             role = item.get("role")
             if role not in ("user", "system", "developer", "assistant"):
                 raise BadRequest(f"role {role!r} is not user, system, developer or assistant", param=f"{where}.role")
-            msg = {"role": role, "content": _text(item.get("content"), f"{where}.content")}
+            msg = {"role": role, "content": _content(item.get("content"), f"{where}.content"), "_from": where}
             if role == "assistant" and reasoning:
                 msg["reasoning_content"], reasoning = reasoning, ""
             messages.append(msg)
@@ -149,6 +170,7 @@ def to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
     messages = _messages(req)
     if not messages:
         raise BadRequest("the input is empty", param="input")
+    origins = [m.pop("_from", "input") for m in messages]
     tools, choice = _tools(req)
     logprobs = LOGPROBS in (req.include or []) or req.top_logprobs is not None
     fields = dict(model=req.model, messages=messages, tools=tools, tool_choice=choice,
@@ -161,13 +183,19 @@ def to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
                   repetition_penalty=req.repetition_penalty, presence_penalty=req.presence_penalty,
                   frequency_penalty=req.frequency_penalty, chat_template_kwargs=req.chat_template_kwargs,
                   ignore_eos=req.ignore_eos, speculative=req.speculative, user=req.user)
-    return ChatCompletionRequest(**{k: v for k, v in fields.items() if v is not None})
+    chat = ChatCompletionRequest(**{k: v for k, v in fields.items() if v is not None})
+    chat._origins = origins
+    return chat
 
 
-def _param(param: str | None) -> str | None:
-    """A chat field named in an error, as the Responses field it came from."""
+def _param(param: str | None, origins: list[str] | None = None) -> str | None:
+    """A chat field named in an error, as the Responses field it came from (`origins`: each
+    message's input item, so that messages.1.content.0 is named as input.0.content.0)."""
     if param is None:
         return None
+    parts = param.split(".")
+    if origins and parts[0] == "messages" and len(parts) > 1 and parts[1].isdigit() and int(parts[1]) < len(origins):
+        return ".".join([origins[int(parts[1])]] + parts[2:])
     renamed = {"messages": "input", "response_format": "text.format", "max_completion_tokens": "max_output_tokens",
                "reasoning_effort": "reasoning.effort", "thinking_budget_tokens": "reasoning.max_tokens"}
     return renamed.get(param.split(".")[0], param)
@@ -308,10 +336,12 @@ class Responses:
         self.service = service
 
     async def _prepare(self, req: ResponsesRequest):
+        chat = None
         try:
-            return await self.service.prepare_chat(to_chat(req))
+            chat = to_chat(req)
+            return await self.service.prepare_chat(chat)
         except APIError as e:
-            e.param = _param(e.param)
+            e.param = _param(e.param, getattr(chat, "_origins", None))
             raise
 
     def _shell(self, req: ResponsesRequest, rid: str, created: float) -> dict:

@@ -13,10 +13,12 @@ import threading
 import time
 from typing import AsyncIterator
 
-from ..engine.chat import rendered_ids
+from ..engine.chat import prompt_ids
+from ..engine.vision import ImageError
 from ..engine.grammar import ThinkingBudget
 from ..engine.tokenizer import encode
 from .errors import BadRequest, ContextLengthExceeded
+from .images import bad_image, load_image
 from .prepare import (Prepared, constrain, per_choice, refuse_parts, refuse_unsupported, render_chat, template_tool_calls,
                       tools_for)
 from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Completion,
@@ -93,10 +95,11 @@ class Service:
         refuse_unsupported(req)
         entry = await self._entry(req.model)
         lm = entry.lm
-        messages = []
+        messages, images = [], []
         for i, m in enumerate(req.messages):
             refuse_parts(m, i)
-            msg = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+            msg = {"role": "system" if m.role == "developer" else m.role,
+                   "content": await self._content(lm, m, i, images)}
             if m.tool_calls:
                 msg["tool_calls"] = template_tool_calls(m.tool_calls, i)
             if m.tool_call_id:
@@ -116,7 +119,10 @@ class Service:
         tools, grammar_for_tools, family = tools_for(req, lm, messages, kwargs)
         prompt = await asyncio.to_thread(render_chat, lm, messages, kwargs)
         await self._measure(entry, prompt, "messages")
-        ids = await asyncio.to_thread(rendered_ids, lm.tokenizer, prompt)
+        try:
+            ids, media = await asyncio.to_thread(prompt_ids, lm, prompt, images)
+        except ImageError as e:  # the template placed the images otherwise than given
+            raise BadRequest(str(e), param="messages") from None
         max_tokens = req.max_completion_tokens or req.max_tokens
         self._check_length(entry, len(ids), max_tokens, "messages")
         if max_tokens is None:  # the server's cap for requests that set none, within the context left
@@ -139,10 +145,35 @@ class Service:
             for p in params:
                 p.logits_processor = ThinkingBudget(budget, think_close, think_open, split["in_reasoning"],
                                                     inner=p.logits_processor)
-        return Prepared(entry, ids, params, split, tools=tools, family=family)
+        return Prepared(entry, ids, params, split, tools=tools, family=family, media=media)
+
+    async def _content(self, lm, m, i: int, images: list):
+        """A message's content as the template reads it: its text, or, with images, its parts
+        (each image_url part an image, prepared for the vision file and added to `images`)."""
+        if not isinstance(m.content, list) or not any(p.type == "image_url" for p in m.content):
+            return m.text()
+        parts = []
+        for j, part in enumerate(m.content):
+            where = f"messages.{i}.content.{j}"
+            if part.type == "text":
+                parts.append({"type": "text", "text": part.text or ""})
+                continue
+            if m.role != "user":
+                raise BadRequest(f"{where}: images go in user messages, not {m.role} ones", param=where,
+                                 code="invalid_image")
+            try:
+                image = await asyncio.to_thread(load_image, lm, part, self.settings)
+            except ImageError as e:
+                raise bad_image(e, where) from None
+            if image.n_tokens > lm.cache.max_batch:
+                raise BadRequest(f"{where}: the image is {image.n_tokens} tokens; a forward pass takes at most "
+                                 f"{lm.cache.max_batch}", param=where, code="invalid_image")
+            images.append(image)
+            parts.append({"type": "image"})
+        return parts
 
     def _submit(self, prep: Prepared) -> Job:
-        job = Job(prep.prompt_ids, prep.params, asyncio.get_running_loop(), asyncio.Queue())
+        job = Job(prep.prompt_ids, prep.params, asyncio.get_running_loop(), asyncio.Queue(), media=prep.media)
         prep.entry.worker.submit(job)  # Overloaded (429) when the queue is full
         return job
 

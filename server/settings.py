@@ -60,6 +60,13 @@ class ServerSettings(BaseSettings):
         "and output; off: none); a request's `speculative` field overrides it"))
     draft_model: Optional[str] = Field(default=None, description=(
         "a smaller model with the same vocabulary that drafts for speculative decoding (a local .gguf or a Hub ID)"))
+    mmproj: Optional[str] = Field(default=None, description=(
+        "the vision file (a local mmproj .gguf or <repo>:<file>.gguf) of the first model named; default: the one "
+        "beside each model (its directory, or its Hub repository, as llama-server's -hf finds it)"))
+    no_mmproj: bool = Field(default=False, description="serve text only: load no vision file, even where one is found")
+    image_urls: bool = Field(default=False, description=(
+        "fetch http(s) image URLs in messages (with --max-image-bytes and a 10 s limit); default: data URLs only"))
+    max_image_bytes: int = Field(default=20 * 1024 * 1024, ge=1, description="largest image accepted, encoded")
     offline: bool = Field(default=False, description="never touch the network (HF_HUB_OFFLINE)")
     max_queue: int = Field(default=16, ge=1, description="requests that may wait per model before 429")
     max_loaded: int = Field(default=2, ge=1, description=(
@@ -71,9 +78,9 @@ class ServerSettings(BaseSettings):
             with open(self.api_key_file) as f:
                 self.api_key = f.read().strip()
 
-    def engine_config(self) -> EngineConfig:
-        """The engine's settings for every model this server loads."""
+    def engine_config(self, mmproj: str | None = None) -> EngineConfig:
+        """The engine's settings for a model this server loads (`mmproj`: its vision file)."""
         return EngineConfig(device=self.device, n_ctx=self.ctx_size, n_seq=self.parallel, threads=self.threads,
                             kernels=self.kernels, cpu_isa=self.cpu_isa, cpu_repack=self.cpu_repack,
                             prefill_dtype=self.prefill_dtype, cache_ram=self.cache_ram,
-                            spec=self.spec, draft_model=self.draft_model)
+                            spec=self.spec, draft_model=self.draft_model, mmproj=None if self.no_mmproj else mmproj)

@@ -29,6 +29,7 @@ class Job:
     out: asyncio.Queue
     cancel: threading.Event = field(default_factory=threading.Event)
     done_callbacks: list = field(default_factory=list)  # called on the worker's thread once it has ended
+    media: dict = field(default_factory=dict)  # the prompt's images by content key (engine.vision.PromptImage)
 
     def emit(self, item) -> None:
         self.loop.call_soon_threadsafe(self.out.put_nowait, item)
@@ -37,7 +38,7 @@ class Job:
                 f()
 
     def request(self) -> Request:
-        return Request(self.prompt_ids, self.params, self.emit, self.cancel)
+        return Request(self.prompt_ids, self.params, self.emit, self.cancel, media=self.media)
 
 
 class Worker:

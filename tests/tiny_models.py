@@ -37,9 +37,11 @@ def bytes_to_unicode() -> dict[int, str]:
     return {b: chr(c) for b, c in zip(keep, chars)}
 
 
-def byte_level_vocab(n_vocab: int = VOCAB, think: bool = False) -> tuple[list[str], list[str], list[int]]:
+def byte_level_vocab(n_vocab: int = VOCAB, think: bool = False,
+                     extra: tuple[str, ...] = ()) -> tuple[list[str], list[str], list[int]]:
     """A byte-level BPE vocabulary: 256 bytes, merges of frequent English pairs, specials
-    (with `think`, also Qwen3's user-defined <think> and </think> tokens)."""
+    (with `think`, also Qwen3's user-defined <think> and </think> tokens; `extra`: more
+    special tokens, such as a vision model's image tokens, before the last three)."""
     b2u = bytes_to_unicode()
     tokens = [b2u[b] for b in range(256)]
     merges = []
@@ -54,7 +56,7 @@ def byte_level_vocab(n_vocab: int = VOCAB, think: bool = False) -> tuple[list[st
                 merges.append(f"{a} {b}")
                 tokens.append(w)
                 break
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    specials = list(extra) + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     users = ["<think>", "</think>"] if think else []
     room = n_vocab - len(specials) - len(users)
     while len(tokens) > room:  # drop the last merges to make room for the added tokens
@@ -265,7 +267,8 @@ def mtp_weights(cfg, seed: int = 1) -> dict[str, np.ndarray]:
 
 
 def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool = False,
-               chat_template: str | None = None, mtp: dict[str, np.ndarray] | None = None) -> torch.nn.Module:
+               chat_template: str | None = None, mtp: dict[str, np.ndarray] | None = None,
+               extra_tokens: tuple[str, ...] = ()) -> torch.nn.Module:
     """Write `model` as llama.cpp would, with matrices in `mix`; returns the dense
     transformers model carrying exactly the dequantized weights the file holds.
 
@@ -276,7 +279,7 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
     transformers' layout and convention."""
     cfg = s.config
     arch = s.arch
-    tokens, merges, types = byte_level_vocab(cfg.vocab_size, think=think)
+    tokens, merges, types = byte_level_vocab(cfg.vocab_size, think=think, extra=extra_tokens)
     state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     n_trunk = cfg.num_hidden_layers
     if mtp:

@@ -179,7 +179,8 @@ class CpuOps(TorchOps):
         native = memo.get("native_attention")
         if native is None:  # once per forward: the batch's arrays, and whether to attend natively
             native = memo["native_attention"] = (
-                max(s.n for s in batch.seqs) <= NATIVE_ATTENTION_MAX_TOKENS, batch.slots.data_ptr(),
+                max(s.n for s in batch.seqs) <= NATIVE_ATTENTION_MAX_TOKENS and not batch.media_spans,
+                batch.slots.data_ptr(),
                 batch.positions.data_ptr(), _kv_end(batch).data_ptr())
         attend, slots, pos, kv_end = native
         t, hd = qkv.shape[0], spec.n_heads * spec.head_dim
@@ -194,7 +195,7 @@ class CpuOps(TorchOps):
         q = qkv[:, :layer.k_off].reshape(t, h, -1)[..., :d]
         kbuf, vbuf = cache.kv(spec.layer)
         o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[spec.layer], spec.window, spec.scale,
-                           spec.softcap).reshape(t, hd)
+                           spec.softcap, spec.media_both_ways).reshape(t, hd)
         if spec.gated:
             o = o * torch.sigmoid(qkv[:, :layer.k_off].reshape(t, h, 2 * d)[..., d:].reshape(t, hd))
         return o

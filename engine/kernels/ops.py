@@ -98,21 +98,25 @@ class TorchOps:
         q, k = self.rope(q, cos, sin, spec.rope.neox), self.rope(k, cos, sin, spec.rope.neox)
         kbuf, vbuf = cache.kv(spec.layer)
         self.kv_write(kbuf, vbuf, k, v, batch.slots, cache.cells(spec.layer, batch))
-        o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[spec.layer], spec.window, spec.scale, spec.softcap)
+        o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[spec.layer], spec.window, spec.scale, spec.softcap,
+                           spec.media_both_ways)
         o = o.reshape(t, h * d)
         return o if gate is None else o * torch.sigmoid(gate.reshape(t, h * d))
 
     def attention(self, q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, batch: Batch, n_cells: int,
-                  window: int, scale: float, softcap: float | None = None) -> torch.Tensor:
+                  window: int, scale: float, softcap: float | None = None, media_both_ways: bool = False
+                  ) -> torch.Tensor:
         """Causal attention of q (T, heads, head_dim) over each sequence's cached keys
         and values (already written), grouped-query, optionally within a window of
-        `window` positions (the query's own included) and with tanh soft-capping."""
+        `window` positions (the query's own included) and with tanh soft-capping. With
+        `media_both_ways`, an image's tokens (batch.media_spans) also see each other's
+        later ones (Gemma 3)."""
         out = torch.empty_like(q)
         for s in batch.seqs:
             qs = q[s.start:s.start + s.n].transpose(0, 1)[None]  # (1, H, n, D)
             used = min(s.end, n_cells)
             ks, vs = kbuf[s.slot, :, :used][None], vbuf[s.slot, :, :used][None]
-            mask = self._mask(batch, s, n_cells, window)
+            mask = self._mask(batch, s, n_cells, window, batch.media_spans.get(s.slot) if media_both_ways else None)
             if softcap:
                 o = self._softcapped(qs, ks, vs, mask, scale, softcap)
             else:
@@ -122,12 +126,14 @@ class TorchOps:
         return out
 
     @staticmethod
-    def _mask(batch: Batch, s, n_cells: int, window: int) -> torch.Tensor | None:
-        key = ("mask", s.slot, n_cells, window)
+    def _mask(batch: Batch, s, n_cells: int, window: int, spans=None) -> torch.Tensor | None:
+        key = ("mask", s.slot, n_cells, window, bool(spans))
         if key not in batch.memo:
             cell_pos = ring_positions(n_cells, s.end)
             q_pos = torch.arange(s.pos, s.end)[:, None]
             ok = cell_pos[None, :] <= q_pos
+            for lo, hi in spans or ():
+                ok |= (q_pos >= lo) & (q_pos < hi) & (cell_pos[None, :] >= lo) & (cell_pos[None, :] < hi)
             if window:
                 ok &= q_pos - cell_pos[None, :] < window
             batch.memo[key] = None if bool(ok.all()) else ok.to(batch.tokens.device)

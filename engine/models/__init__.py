@@ -16,9 +16,9 @@ from ...gguf_io import GGUFReader
 from .base import Metadata, MissingMetadata, Model, TextParams
 
 __all__ = ["Architecture", "MissingMetadata", "Metadata", "Model", "TextParams", "UnsupportedArchitecture",
-           "architecture_for", "architectures"]
+           "architecture_for", "architectures", "projectors"]
 
-SHARED_MODULES = {"base", "layers"}  # the pieces architectures are built from, not architectures
+SHARED_MODULES = {"base", "layers", "vision"}  # the pieces architectures are built from, not architectures
 
 
 class UnsupportedArchitecture(ValueError):
@@ -41,6 +41,7 @@ class Architecture:
 
 
 _REGISTRY: dict[str, Architecture] = {}
+_PROJECTORS: dict[str, ModuleType] = {}  # vision towers by clip.projector_type: PROJECTOR, Params, build
 
 
 def architectures() -> dict[str, Architecture]:
@@ -52,6 +53,8 @@ def architectures() -> dict[str, Architecture]:
             mod = importlib.import_module(f"{__name__}.{info.name}")
             name = getattr(mod, "ARCHITECTURE", None)
             if name is None:
+                if getattr(mod, "PROJECTOR", None) is not None:
+                    _PROJECTORS[mod.PROJECTOR] = mod
                 continue
             if name in _REGISTRY:
                 raise RuntimeError(f"architecture {name!r} is defined by both {_REGISTRY[name].module.__name__} "
@@ -68,3 +71,10 @@ def architecture_for(reader: GGUFReader) -> Architecture:
         raise UnsupportedArchitecture(
             f"{reader.path}: architecture {name!r} is not supported; supported: {', '.join(sorted(architectures()))}")
     return arch
+
+
+def projectors() -> dict[str, ModuleType]:
+    """Every vision tower file of this package (`PROJECTOR`, `TEXT_ARCHITECTURES`, `Params`,
+    `build(params, weights)`), by the `clip.projector_type` llama.cpp's converter writes."""
+    architectures()
+    return _PROJECTORS

@@ -152,7 +152,12 @@ class Model:
 
     def _forward(self, batch: Batch, cache: KVCache) -> torch.Tensor:
         cache.begin(batch)
-        x = self.embed(batch.tokens)
+        if batch.media is None:
+            x = self.embed(batch.tokens)
+        else:  # image tokens: their embeddings stand for the (negative) ids
+            rows, emb = batch.media
+            x = self.embed(batch.tokens.clamp(min=0))
+            x[rows] = emb.to(x.dtype)
         for layer in self.layers:
             x = layer(x, batch, cache)
         if batch.keep_hidden:  # every token's output after the final norm (what an MTP head reads)

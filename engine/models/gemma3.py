@@ -49,7 +49,8 @@ class Gemma3Layer:
         self.ffn_norm, self.post_ffn_norm = n("ffn_norm"), n("post_ffw_norm")
         self.attn = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads,
                               head_dim=p.head_dim, eps=p.eps, rope=rope, scale=p.query_scale,
-                              window=p.window if p.sliding[i] else 0, softcap=p.attn_softcap, qk_norm=True)
+                              window=p.window if p.sliding[i] else 0, softcap=p.attn_softcap, qk_norm=True,
+                              media_both_ways=True)
         self.mlp = MLP(w, i, ops, hidden=p.hidden, ffn=p.ffn, act="gelu_tanh")
 
     def cache_spec(self) -> LayerCache:

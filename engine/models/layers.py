@@ -116,6 +116,7 @@ class AttentionSpec:
     gated: bool = False
     q_norm: torch.Tensor | None = None
     k_norm: torch.Tensor | None = None
+    media_both_ways: bool = False  # an image's tokens attend to each other both ways (Gemma 3)
 
     @property
     def q_width(self) -> int:
@@ -129,13 +130,13 @@ class Attention:
 
     def __init__(self, w: Weights, layer: int, ops, *, hidden: int, n_heads: int, n_kv_heads: int, head_dim: int,
                  eps: float, rope: Rope, scale: float, window: int = 0, softcap: float | None = None,
-                 qk_norm: bool = False, fused_qkv: bool = False, gated: bool = False):
+                 qk_norm: bool = False, fused_qkv: bool = False, gated: bool = False, media_both_ways: bool = False):
         p = f"blk.{layer}."
         self.ops = ops
         self.spec = AttentionSpec(
             layer, n_heads, n_kv_heads, head_dim, rope, scale, eps, window, softcap, gated,
             q_norm=w.vector(p + "attn_q_norm.weight", head_dim) if qk_norm else None,
-            k_norm=w.vector(p + "attn_k_norm.weight", head_dim) if qk_norm else None)
+            k_norm=w.vector(p + "attn_k_norm.weight", head_dim) if qk_norm else None, media_both_ways=media_both_ways)
         q_rows, kv_rows = self.spec.q_width, n_kv_heads * head_dim
         if fused_qkv:
             self.qkv = w.linear(p + "attn_qkv.weight", q_rows + 2 * kv_rows, hidden, bias=p + "attn_qkv.bias")

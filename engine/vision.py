@@ -1,0 +1,218 @@
+"""Images in: a vision file (llama.cpp's `mmproj` GGUF: `general.architecture` "clip",
+`clip.projector_type` naming the tower) loaded beside its text model, images decoded
+with Pillow within limits, and the prompt's image tokens.
+
+An image in a prompt is a run of its tokens, each a negative id that names the image's
+content hash and the token's place in the image (`media_token`): the prefix cache
+compares prompts id by id, so a later prompt with the same image at the same place
+reuses its cached state, and a different image never matches. The ids the tokenizer
+gave those places (the family's image token) never reach the model: the batch carries
+the image's embeddings for them (`Batch.media`).
+
+The tower runs an encoder layer per scheduler step (`encode_steps`), so that streams
+decoding beside a request with an image wait at most one layer per step; encoded
+images are kept (least recently used dropped) so that a follow-up about the same image
+does not encode it again even where the prefix cache no longer holds it."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+
+from ..gguf_io import GGUFReader, Keys
+from .models import projectors
+from .models.vision import ImagePlan, VisionMetadata
+from .modules import Weights
+
+log = logging.getLogger("gguf_serve.engine")
+
+MAX_IMAGE_BYTES = 20 << 20  # an image's encoded size
+MAX_IMAGE_PIXELS = 40_000_000  # width x height once decoded (Pillow's bomb check warns at ~89M)
+FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
+KEEP_ENCODED = 16  # encoded images kept for follow-ups
+MEDIA_SHIFT = 20  # a media token: (content key << MEDIA_SHIFT | index within the image), negated
+KEY_BITS = 40
+
+
+class ImageError(ValueError):
+    """An image this model cannot take: it does not decode, is over a limit, or the
+    model has no vision file."""
+
+
+class VisionFileError(ValueError):
+    """A vision file that does not fit (not a clip file, an unknown tower, another text model's)."""
+
+
+def media_token(key: int, index: int) -> int:
+    return -((key << MEDIA_SHIFT) | index) - 1
+
+
+def media_of(token: int) -> tuple[int, int]:
+    """(content key, index within the image) of a media token (< 0)."""
+    v = -token - 1
+    return v >> MEDIA_SHIFT, v & ((1 << MEDIA_SHIFT) - 1)
+
+
+def decode_image(data: bytes, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: int = MAX_IMAGE_PIXELS):
+    """A PNG, JPEG, WebP or GIF (its first frame) as an RGB Pillow image; ImageError
+    for anything else or anything over the limits."""
+    from PIL import Image, UnidentifiedImageError
+
+    if len(data) > max_bytes:
+        raise ImageError(f"the image is {len(data)} bytes; the limit is {max_bytes} bytes")
+    try:
+        with Image.open(io.BytesIO(data), formats=FORMATS) as im:
+            w, h = im.size
+            if w * h > max_pixels:
+                raise ImageError(f"the image is {w}x{h} pixels; the limit is {max_pixels} pixels")
+            if w < 1 or h < 1:
+                raise ImageError(f"the image is {w}x{h} pixels")
+            im.seek(0)
+            return im.convert("RGB")
+    except ImageError:
+        raise
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+        raise ImageError(f"the image does not decode as PNG, JPEG, WebP or GIF ({type(e).__name__}: {e})") from None
+
+
+@dataclass(eq=False)
+class PromptImage:
+    """One image of a prompt: what the tower takes, its content key, its embeddings once encoded."""
+
+    plan: ImagePlan
+    key: int
+    embeddings: torch.Tensor | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        return self.plan.n_tokens
+
+
+class VisionModel:
+    """A vision file loaded for a text model: `prepare` (bytes -> PromptImage),
+    `encode_steps`/`encode` (-> embeddings (n_tokens, text width)), and the prompt
+    side: `expand` (the template's image marks -> the image token runs) and `prompt_ids`."""
+
+    def __init__(self, path: str, reader: GGUFReader, family: ModuleType, tower, nbytes: int):
+        self.path, self.reader, self.family, self.tower, self.nbytes = path, reader, family, tower, nbytes
+        self.projector = family.PROJECTOR
+        self.encoded: OrderedDict[int, torch.Tensor] = OrderedDict()
+        self.image_token_id: int | None = None  # set by `bind` from the text model's vocabulary
+
+    def bind(self, tokenizer) -> None:
+        token = self.family.IMAGE_TOKEN
+        tid = tokenizer.convert_tokens_to_ids(token)
+        if tid is None or tid == tokenizer.unk_token_id or tokenizer.convert_ids_to_tokens(tid) != token:
+            raise VisionFileError(f"{self.path}: the text model's vocabulary has no {token!r} token, which "
+                                  f"{self.projector} vision files place images with")
+        self.image_token_id = tid
+
+    # ------------------------------------------------------------ images
+
+    def prepare(self, data: bytes, detail: str = "auto", **limits) -> PromptImage:
+        image = decode_image(data, **limits)
+        plan = self.tower.plan(image, detail)
+        digest = hashlib.blake2b(data, digest_size=8, person=detail.encode()[:16]).digest()
+        return PromptImage(plan, int.from_bytes(digest, "little") & ((1 << KEY_BITS) - 1))
+
+    def encode_steps(self, image: PromptImage):
+        """A generator: None per piece of work, then the embeddings (also kept on `image`)."""
+        if image.embeddings is None and image.key in self.encoded:
+            self.encoded.move_to_end(image.key)
+            image.embeddings = self.encoded[image.key]
+        if image.embeddings is not None:
+            yield image.embeddings
+            return
+        with torch.inference_mode():
+            for out in self.tower.encode_steps(image.plan):
+                if out is not None:
+                    image.embeddings = out.float().contiguous()
+                    break
+                yield None
+        self.encoded[image.key] = image.embeddings
+        while len(self.encoded) > KEEP_ENCODED:
+            self.encoded.popitem(last=False)
+        yield image.embeddings
+
+    def encode(self, image: PromptImage) -> torch.Tensor:
+        for out in self.encode_steps(image):
+            if out is not None:
+                return out
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------ prompts
+
+    @property
+    def mark(self) -> str:
+        """What the chat template writes for an image content part."""
+        return self.family.TEMPLATE_MARK
+
+    def expand(self, text: str, images: list[PromptImage]) -> str:
+        """The rendered prompt with each image mark replaced by the image's token run."""
+        parts = text.split(self.mark)
+        if len(parts) - 1 != len(images):
+            raise ImageError(f"the chat template placed {len(parts) - 1} image(s) for {len(images)} given")
+        out = [parts[0]]
+        for image, rest in zip(images, parts[1:]):
+            out += [self.family.expand(image.n_tokens), rest]
+        return "".join(out)
+
+    def prompt_ids(self, ids: list[int], images: list[PromptImage]) -> list[int]:
+        """Token ids of an expanded prompt with each image's run of image tokens replaced
+        by its media tokens (raises ImageError where the runs do not match the images)."""
+        out, k, i = list(ids), 0, 0
+        while i < len(out):
+            if out[i] != self.image_token_id:
+                i += 1
+                continue
+            if k >= len(images):
+                raise ImageError("the prompt holds more image tokens than the images given")
+            img = images[k]
+            run = out[i:i + img.n_tokens]
+            if len(run) != img.n_tokens or any(t != self.image_token_id for t in run):
+                raise ImageError(f"image {k}: its {img.n_tokens} tokens are not one run in the prompt")
+            out[i:i + img.n_tokens] = [media_token(img.key, j) for j in range(img.n_tokens)]
+            i += img.n_tokens
+            k += 1
+        if k != len(images):
+            raise ImageError(f"the prompt placed {k} of {len(images)} images")
+        return out
+
+
+def load_vision(path: str, text_reader: GGUFReader, text_hidden: int, device: torch.device, dtype: torch.dtype,
+                native_cpu: bool) -> VisionModel:
+    """A vision file for a text model (VisionFileError where it is not one, or not this model's)."""
+    reader = GGUFReader(path)
+    if reader.architecture != "clip":
+        raise VisionFileError(f"{path}: not a vision file (general.architecture is {reader.architecture!r}, "
+                              "a vision file's is 'clip')")
+    m = VisionMetadata(reader)
+    if not m.get(Keys.CLIP_HAS_VISION, False):
+        raise VisionFileError(f"{path}: the file has no vision encoder (clip.has_vision_encoder)")
+    kind = m.get(Keys.VISION_PROJECTOR_TYPE, None) or m.get(Keys.CLIP_PROJECTOR_TYPE, None)
+    family = projectors().get(kind)
+    if family is None:
+        raise VisionFileError(f"{path}: vision projector {kind!r} is not supported; supported: "
+                              f"{', '.join(sorted(projectors()))}")
+    text_arch = text_reader.architecture
+    if text_arch not in family.TEXT_ARCHITECTURES:
+        raise VisionFileError(f"{path}: a {kind} vision file goes with {', '.join(family.TEXT_ARCHITECTURES)} "
+                              f"text models, not {text_arch}")
+    params = family.Params.from_gguf(m)
+    if params.projection_dim != text_hidden:
+        raise VisionFileError(f"{path}: its images are {params.projection_dim} wide; the text model's embeddings "
+                              f"are {text_hidden} (a vision file of another model size?)")
+    reader.populate()
+    w = Weights(reader, device, dtype, native_cpu=native_cpu)
+    tower = family.build(params, w)
+    w.release_copies()
+    nbytes = sum(t.nbytes for t in reader.tensors.values())
+    log.info("vision file %s (%s): %d layers, %d tokens per image", path, kind, params.n_layers,
+             getattr(params, "n_tokens", 0))
+    return VisionModel(path, reader, family, tower, nbytes)

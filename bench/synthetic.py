@@ -12,8 +12,9 @@ without a download:
   x 128, 128 experts of ffn 768, 8 used).
 
 Each has a byte-level vocabulary (the 256 bytes, filler tokens up to the model's size,
-<think> and </think>, ChatML's specials: text tokenizes one token per byte in both
-engines) and a thinking ChatML template that, as Qwen3.5's, drops past turns' thinking.
+<think> and </think>, ChatML's and Qwen's vision specials: text tokenizes one token per
+byte in both engines) and a thinking ChatML template that, as Qwen3.5's, drops past turns'
+thinking and writes an image part as <|vision_start|><|image_pad|><|vision_end|>.
 
     python bench/synthetic.py NAME OUT.gguf
 """
@@ -62,7 +63,11 @@ def random_blocks(rng: np.random.Generator, gtype: GGMLType, shape: tuple[int, .
 
 # ChatML with Qwen3's thinking switch; past assistant turns are rendered from their content only
 THINKING_TEMPLATE = (
-    "{%- for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endfor %}"
+    "{%- for m in messages %}{{ '<|im_start|>' + m.role + '\\n' }}"
+    "{%- if m.content is string %}{{ m.content }}{%- else %}{%- for item in m.content %}"
+    "{%- if item.type == 'image' %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif item.type == 'text' %}{{ item.text }}{%- endif %}{%- endfor %}{%- endif %}"
+    "{{ '<|im_end|>\\n' }}{%- endfor %}"
     "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
     "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
     "{%- else %}{{ '<think>\\n' }}{%- endif %}{%- endif %}"
@@ -80,13 +85,14 @@ def _byte_chars() -> list[str]:
 
 
 def _vocab(w: GGUFWriter, n: int) -> None:
-    users, specials = ["<think>", "</think>"], ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    users = ["<think>", "</think>"]
+    specials = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     fill = n - 256 - len(users) - len(specials)
     tokens = _byte_chars() + [f"t{i}" for i in range(fill)] + users + specials
     w.add("tokenizer.ggml.model", "gpt2")
     w.add("tokenizer.ggml.pre", "qwen2")
     w.add("tokenizer.ggml.tokens", tokens, (V.ARRAY, V.STRING))
-    w.add("tokenizer.ggml.token_type", [1] * (256 + fill) + [4, 4] + [3, 3, 3], (V.ARRAY, V.INT32))
+    w.add("tokenizer.ggml.token_type", [1] * (256 + fill) + [4, 4] + [3] * len(specials), (V.ARRAY, V.INT32))
     w.add("tokenizer.chat_template", THINKING_TEMPLATE)
     w.add("tokenizer.ggml.merges", [], (V.ARRAY, V.STRING))
     w.add("tokenizer.ggml.eos_token_id", n - 1)

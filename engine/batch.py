@@ -49,6 +49,7 @@ class Batch:
     hidden: torch.Tensor | None = field(default=None, repr=False)
     media: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)  # (rows, embeddings)
     media_spans: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # slot -> image positions [lo, hi)
+    mrope: torch.Tensor | None = None  # (T, 3) multi-section rotary positions (time, row, column), with images
 
     @property
     def n_tokens(self) -> int:
@@ -56,11 +57,14 @@ class Batch:
 
     @classmethod
     def of(cls, items: Sequence[tuple[int, Sequence[int], int]], want: Want | Sequence[Want] = "last",
-           device: torch.device | str = "cpu", media: Mapping[int, torch.Tensor] | None = None) -> "Batch":
+           device: torch.device | str = "cpu", media: Mapping[int, torch.Tensor] | None = None,
+           whole_media: bool = True, rope_positions: Sequence[torch.Tensor | None] | None = None) -> "Batch":
         """A batch of (slot, token ids, position of the first) items; `want` says, for all
         items or per item, whose logits come back: the last token's, every token's, none,
         or (an int m) the last m tokens'. `media`: the embeddings (n, hidden) of the
-        images whose tokens (negative ids) the items hold, by content key."""
+        images whose tokens (negative ids) the items hold, by content key (each image whole
+        in the batch unless `whole_media` is False). `rope_positions`: per item, its
+        tokens' (n, 3) multi-section rotary positions (None: the plain positions)."""
         wants = [want] * len(items) if isinstance(want, (str, int)) else list(want)
         if len(wants) != len(items):
             raise ValueError(f"batch: {len(items)} items but {len(wants)} logits requests")
@@ -93,10 +97,14 @@ class Batch:
         as_long = lambda v: torch.tensor(v, dtype=torch.long, device=device)  # noqa: E731
         batch = cls(as_long(tokens), as_long(slots), as_long(positions), tuple(seqs), as_long(rows))
         if any(t < 0 for t in tokens):
-            batch._place_media(tokens, media or {})
+            batch._place_media(tokens, media or {}, whole_media)
+        if rope_positions is not None and any(r is not None for r in rope_positions):
+            parts = [r if r is not None else torch.arange(pos, pos + len(ids))[:, None].expand(-1, 3)
+                     for r, (_, ids, pos) in zip(rope_positions, items)]
+            batch.mrope = torch.cat(parts).to(device=device, dtype=torch.long)
         return batch
 
-    def _place_media(self, tokens: list[int], media: Mapping[int, torch.Tensor]) -> None:
+    def _place_media(self, tokens: list[int], media: Mapping[int, torch.Tensor], whole: bool) -> None:
         from .vision import media_of
 
         rows, parts = [], []
@@ -105,15 +113,16 @@ class Batch:
             for r in range(s.start, s.start + s.n + 1):
                 t = tokens[r] if r < s.start + s.n else 0
                 key, index = media_of(t) if t < 0 else (None, 0)
-                if run is not None and (key != run[0] or index == 0):  # the run ends: at the image's last token
+                if run is not None and (key != run[0] or index == 0):  # the run ends (at the image's end if whole)
                     n = r - run[1]
                     emb = media[run[0]]
-                    if media_of(tokens[r - 1])[1] != emb.shape[0] - 1 or media_of(tokens[run[1]])[1] != 0:
+                    first, last = media_of(tokens[run[1]])[1], media_of(tokens[r - 1])[1]
+                    if whole and (last != emb.shape[0] - 1 or first != 0):
                         raise ValueError(f"batch: slot {s.slot} holds part of an image ({n} of its "
                                          f"{emb.shape[0]} tokens); an image goes in one batch")
                     self.media_spans.setdefault(s.slot, []).append((s.pos + run[1] - s.start, s.pos + r - s.start))
                     rows.extend(range(run[1], r))
-                    parts.append(emb)
+                    parts.append(emb[first:last + 1])
                     run = None
                 if key is not None and run is None:
                     if key not in media:
@@ -142,5 +151,5 @@ class Batch:
             sub_rows = [r - lo for r in rows if lo <= r < hi]
             out.append(Batch(self.tokens[lo:hi], self.slots[lo:hi], self.positions[lo:hi], tuple(seqs),
                              torch.tensor(sub_rows, dtype=torch.long, device=self.tokens.device),
-                             keep_hidden=self.keep_hidden))
+                             keep_hidden=self.keep_hidden, mrope=None if self.mrope is None else self.mrope[lo:hi]))
         return out

@@ -106,5 +106,4 @@ def prompt_ids(lm, text: str, images: list) -> tuple[list[int], dict]:
     and the images by content key, as the scheduler's Request takes them."""
     if not images:
         return rendered_ids(lm.tokenizer, text), {}
-    ids = rendered_ids(lm.tokenizer, lm.vision.expand(text, images))
-    return lm.vision.prompt_ids(ids, images), {img.key: img for img in images}
+    return lm.vision.rendered_ids(text, images), {img.key: img for img in images}

@@ -136,6 +136,7 @@ class _Running:
         self.req, self.choices, self.fed = req, choices, fed
         self.prompt = req.prompt_ids
         self.encoding: dict[int, object] = {}  # images being encoded: content key -> the tower's step generator
+        self.rope = None  # engine.vision.RopePlan: where its images move the rotary positions (Qwen3.5)
 
     @property
     def prefilling(self) -> bool:
@@ -246,7 +247,12 @@ class Scheduler:
             self.prefix_hit_tokens += reused
             for c in choices:
                 c.cached = reused
-            self.running.append(_Running(req, choices, reused))
+            run = _Running(req, choices, reused)
+            if req.media and self.lm.vision.family.MROPE:
+                from .vision import RopePlan
+
+                run.rope = RopePlan(req.prompt_ids, req.media)
+            self.running.append(run)
 
     # ---------------------------------------------------------- slots
 
@@ -426,8 +432,13 @@ class Scheduler:
             return 0
         media = {k: img.embeddings for r, _, kind, _ in owners if kind != "decode" and r.req.media
                  for k, img in r.req.media.items() if img.embeddings is not None}
+        ropes = None
+        if any(r.rope is not None for r, _, _, _ in owners):
+            ropes = [r.rope.positions(pos, len(ids)) if r.rope is not None else None
+                     for (r, _, _, _), (_, ids, pos) in zip(owners, items)]
         try:
-            batch = Batch.of(items, wants, device=self.lm.device, media=media)
+            batch = Batch.of(items, wants, device=self.lm.device, media=media, rope_positions=ropes,
+                             whole_media=self.lm.vision is None or self.lm.vision.family.BIDIRECTIONAL)
         except ValueError as e:  # an image the chunking let through whole or not at all
             self._fail({id(r): r for r, _, _, _ in owners}.values(), e)
             raise
@@ -478,7 +489,8 @@ class Scheduler:
 
         prompt, lo = r.prompt, r.fed
         end = lo + n
-        if end < len(prompt) and prompt[end] < 0 and media_of(prompt[end])[1] != 0:  # inside an image
+        whole = self.lm.vision.family.BIDIRECTIONAL  # else an image may end in a later chunk
+        if whole and end < len(prompt) and prompt[end] < 0 and media_of(prompt[end])[1] != 0:  # inside an image
             start = end - media_of(prompt[end])[1]
             if start > lo:
                 end = start  # up to the image

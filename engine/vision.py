@@ -106,12 +106,15 @@ class VisionModel:
         self.image_token_id: int | None = None  # set by `bind` from the text model's vocabulary
 
     def bind(self, tokenizer) -> None:
+        """The text model's id of the family's image token, where its vocabulary has one
+        (then a prompt is tokenized whole, as the family's processor does); else None, and
+        the text around each image is tokenized on its own (as llama.cpp's mtmd does)."""
         token = self.family.IMAGE_TOKEN
         tid = tokenizer.convert_tokens_to_ids(token)
         if tid is None or tid == tokenizer.unk_token_id or tokenizer.convert_ids_to_tokens(tid) != token:
-            raise VisionFileError(f"{self.path}: the text model's vocabulary has no {token!r} token, which "
-                                  f"{self.projector} vision files place images with")
+            tid = None
         self.image_token_id = tid
+        self.tokenizer = tokenizer
 
     # ------------------------------------------------------------ images
 
@@ -155,13 +158,32 @@ class VisionModel:
 
     def expand(self, text: str, images: list[PromptImage]) -> str:
         """The rendered prompt with each image mark replaced by the image's token run."""
-        parts = text.split(self.mark)
-        if len(parts) - 1 != len(images):
-            raise ImageError(f"the chat template placed {len(parts) - 1} image(s) for {len(images)} given")
+        parts = self._marks(text, images)
         out = [parts[0]]
         for image, rest in zip(images, parts[1:]):
             out += [self.family.expand(image.n_tokens), rest]
         return "".join(out)
+
+    def _marks(self, text: str, images: list[PromptImage]) -> list[str]:
+        parts = text.split(self.mark)
+        if len(parts) - 1 != len(images):
+            raise ImageError(f"the chat template placed {len(parts) - 1} image(s) for {len(images)} given")
+        return parts
+
+    def rendered_ids(self, text: str, images: list[PromptImage]) -> list[int]:
+        """A rendered chat prompt's ids with its images' media tokens in place."""
+        from .chat import rendered_ids
+
+        if self.image_token_id is not None:
+            return self.prompt_ids(rendered_ids(self.tokenizer, self.expand(text, images)), images)
+        parts = self._marks(text, images)  # no image token: the text between images tokenized piece by piece
+        ids, pending = [], parts[0]
+        for image, rest in zip(images, parts[1:]):
+            before, after = self.family.expand(image.n_tokens).split(self.family.IMAGE_TOKEN * image.n_tokens)
+            ids += rendered_ids(self.tokenizer, pending + before)
+            ids += [media_token(image.key, j) for j in range(image.n_tokens)]
+            pending = after + rest
+        return ids + rendered_ids(self.tokenizer, pending)
 
     def prompt_ids(self, ids: list[int], images: list[PromptImage]) -> list[int]:
         """Token ids of an expanded prompt with each image's run of image tokens replaced
@@ -216,3 +238,45 @@ def load_vision(path: str, text_reader: GGUFReader, text_hidden: int, device: to
     log.info("vision file %s (%s): %d layers, %d tokens per image", path, kind, params.n_layers,
              getattr(params, "n_tokens", 0))
     return VisionModel(path, reader, family, tower, nbytes)
+
+
+class RopePlan:
+    """Where a prompt's images sit, for families with multi-section rotary (Qwen3.5): an
+    image's tokens take (t, t + row, t + column), t the text position it starts at, and
+    what follows goes on from t + max(rows, columns), so each image moves the rotary
+    positions of everything after it back by its tokens less that."""
+
+    def __init__(self, prompt: list[int], media: dict[int, PromptImage]):
+        self.images = []  # (first cache position, tokens, rows, columns, shift before it)
+        shift, i = 0, 0
+        while i < len(prompt):
+            if prompt[i] < 0 and media_of(prompt[i])[1] == 0:
+                img = media[media_of(prompt[i])[0]]
+                rows, cols = img.plan.grid
+                self.images.append((i, img.n_tokens, rows, cols, shift))
+                shift += img.n_tokens - max(rows, cols)
+                i += img.n_tokens
+            else:
+                i += 1
+        self.total = shift
+
+    def positions(self, pos: int, n: int) -> torch.Tensor | None:
+        """(n, 3) rotary positions of cache positions [pos, pos + n); None where plain."""
+        if not self.images or pos + n <= self.images[0][0]:
+            return None
+        p = torch.arange(pos, pos + n)
+        shift = torch.zeros(n, dtype=torch.long)
+        out = None
+        for start, count, rows, cols, before in self.images:
+            shift[p >= start + count] = before + count - max(rows, cols)
+            inside = (p >= start) & (p < start + count)
+            if bool(inside.any()):
+                out = out if out is not None else []
+                out.append((inside, start - before, (p[inside] - start) // cols, (p[inside] - start) % cols))
+        q = p - shift
+        pos3 = q[:, None].repeat(1, 3)
+        for inside, t, r, c in out or ():
+            pos3[inside, 0] = t
+            pos3[inside, 1] = t + r
+            pos3[inside, 2] = t + c
+        return pos3

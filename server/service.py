@@ -165,7 +165,7 @@ class Service:
                 image = await asyncio.to_thread(load_image, lm, part, self.settings)
             except ImageError as e:
                 raise bad_image(e, where) from None
-            if image.n_tokens > lm.cache.max_batch:
+            if lm.vision.family.BIDIRECTIONAL and image.n_tokens > lm.cache.max_batch:
                 raise BadRequest(f"{where}: the image is {image.n_tokens} tokens; a forward pass takes at most "
                                  f"{lm.cache.max_batch}", param=where, code="invalid_image")
             images.append(image)

@@ -182,3 +182,155 @@ def tiny_gemma3_vlm(folder, text_mix: str = "F32", vision_ftype: str = "F32", se
     assert not missing.unexpected_keys, missing.unexpected_keys
     side = cfg.vision_config.image_size
     return TinyVLM(str(text_path), str(vision_path), vlm, cfg.image_token_id, side, cfg.mm_tokens_per_image)
+
+
+# ----------------------------------------------------------------------------- Qwen3.5
+
+QWEN35_IMAGE_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>")
+# Qwen3.5's chat template, reduced: an image part is <|vision_start|><|image_pad|><|vision_end|>
+QWEN35_VISION_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' }}"
+    "{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for item in m['content'] %}"
+    "{% if item['type'] == 'image' %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "{{ '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+# transformers' Qwen3-VL / Qwen3.5 vision names -> the converter's (gguf-py tensor_mapping)
+QWEN_VISION_NAMES = {"norm1": "ln1", "norm2": "ln2", "attn.qkv": "attn_qkv", "attn.proj": "attn_out",
+                     "mlp.linear_fc1": "ffn_up", "mlp.linear_fc2": "ffn_down"}
+
+
+def qwen35_vlm_config(side: int = 8):
+    from transformers import Qwen3_5Config
+
+    text = spec("qwen35").config.to_dict()
+    text.update(max_position_embeddings=1024)
+    tokens, _, _ = byte_level_vocab(VOCAB, extra=QWEN35_IMAGE_TOKENS)
+    vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4, patch_size=16, spatial_merge_size=2,
+                  temporal_patch_size=2, out_hidden_size=text["hidden_size"], num_position_embeddings=side * side)
+    cfg = Qwen3_5Config(text_config=text, vision_config=vision, image_token_id=tokens.index("<|image_pad|>"),
+                        vision_start_token_id=tokens.index("<|vision_start|>"),
+                        vision_end_token_id=tokens.index("<|vision_end|>"))
+    for c in (cfg, cfg.text_config, cfg.vision_config):
+        c._attn_implementation = "sdpa"
+    return cfg
+
+
+def _qwen_vision_type(ftype: str, gname: str, ndim: int) -> GGMLType:
+    """The converter's type for a Qwen3-VL vision tensor at --outtype ftype."""
+    if ndim < 2 or gname == "v.position_embd.weight":
+        return GGMLType.F32
+    if gname.startswith("v.patch_embd.weight"):  # MmprojModel.tensor_force_quant: F16 at f16, else F32
+        return GGMLType.F16 if ftype == "F16" else GGMLType.F32
+    return {"F32": GGMLType.F32, "F16": GGMLType.F16, "BF16": GGMLType.BF16, "Q8_0": GGMLType.Q8_0}[ftype]
+
+
+def _add(w, back: dict, hf: str, gname: str, value: np.ndarray, qt: GGMLType, part=None) -> None:
+    stored = np.ascontiguousarray(value, dtype=np.float32)
+    if qt == GGMLType.Q8_0 and stored.shape[-1] % 32:
+        qt = GGMLType.F16
+    if qt == GGMLType.F32:
+        w.add_tensor(gname, stored)
+        got = stored
+    else:
+        packed = quantize(stored.reshape(-1, stored.shape[-1]), qt)
+        w.add_tensor(gname, packed, ggml_type=qt, shape=stored.shape)
+        got = dequantize(packed, qt, stored.shape)
+    got = torch.from_numpy(np.array(got, dtype=np.float32).reshape(value.shape))
+    if part is None:
+        back[hf] = got
+    else:  # one temporal half of the patch convolution
+        back.setdefault(hf, [None, None])[part] = got
+
+
+def write_qwen35_mmproj(model, path, ftype: str = "F32") -> dict[str, torch.Tensor]:
+    """Qwen3_5ForConditionalGeneration's vision tower and merger as the converter's --mmproj
+    file (conversion/qwen3vl.py); returns the file's weights, dequantized, under
+    transformers' names."""
+    cfg = model.config
+    v = cfg.vision_config
+    state = {k: t.detach().float().numpy() for k, t in model.state_dict().items() if k.startswith("model.visual.")}
+    back: dict = {}
+    with GGUFWriter(path) as w:
+        w.add("general.architecture", "clip")
+        w.add("general.type", "mmproj")
+        w.add("general.name", "tiny-qwen35-vision")
+        w.add("general.file_type", {"F32": 0, "F16": 1, "Q8_0": 7, "BF16": 32}[ftype])
+        w.add("clip.has_vision_encoder", True)
+        w.add("clip.vision.projection_dim", cfg.text_config.hidden_size)
+        w.add("clip.vision.image_size", int(v.num_position_embeddings ** 0.5 * v.patch_size))
+        w.add("clip.vision.patch_size", v.patch_size)
+        w.add("clip.vision.embedding_length", v.hidden_size)
+        w.add("clip.vision.feed_forward_length", v.intermediate_size)
+        w.add("clip.vision.block_count", v.depth)
+        w.add("clip.vision.attention.head_count", v.num_heads)
+        w.add("clip.vision.image_mean", IMAGE_MEAN)
+        w.add("clip.vision.image_std", IMAGE_STD)
+        w.add("clip.projector_type", "qwen3vl_merger")
+        w.add("clip.use_gelu", True)
+        w.add("clip.vision.spatial_merge_size", v.spatial_merge_size)
+        w.add("clip.vision.attention.layer_norm_epsilon", float(cfg.text_config.rms_norm_eps))
+        w.add("clip.vision.is_deepstack_layers", [False] * v.depth)
+        for hf, value in state.items():
+            name = hf[len("model.visual."):]
+            kind = name.rsplit(".", 1)[1]
+            if name == "patch_embed.proj.weight":  # Conv3d split into its two temporal halves
+                for part, suffix in ((0, ""), (1, ".1")):
+                    g = "v.patch_embd.weight" + suffix
+                    _add(w, back, hf, g, value[:, :, part], _qwen_vision_type(ftype, g, 4), part)
+                continue
+            if name == "patch_embed.proj.bias":
+                gname = "v.patch_embd.bias"
+            elif name == "pos_embed.weight":
+                gname = "v.position_embd.weight"
+            elif name.startswith("merger.norm."):
+                gname = f"v.post_ln.{kind}"
+            elif name.startswith("merger.linear_fc"):
+                gname = f"mm.{0 if name.startswith('merger.linear_fc1') else 2}.{kind}"
+            else:
+                parts = name.split(".")  # blocks.N.<module>.<kind>
+                gname = f"v.blk.{parts[1]}.{QWEN_VISION_NAMES['.'.join(parts[2:-1])]}.{kind}"
+            _add(w, back, hf, gname, value, _qwen_vision_type(ftype, gname, value.ndim))
+    halves = back["model.visual.patch_embed.proj.weight"]
+    back["model.visual.patch_embed.proj.weight"] = torch.stack(halves, dim=2)
+    return back
+
+
+def tiny_qwen35_vlm(folder, text_mix: str = "F32", vision_ftype: str = "F32", seed: int = 0,
+                    chat_template: str = QWEN35_VISION_TEMPLATE) -> TinyVLM:
+    """A random tiny Qwen3.5 vision-language model as folder/tiny-qwen35-vl.gguf (text) and
+    folder/mmproj-tiny-qwen35-vl.gguf (vision)."""
+    from transformers import Qwen3_5ForConditionalGeneration
+
+    cfg = qwen35_vlm_config()
+    vlm = Qwen3_5ForConditionalGeneration(cfg).eval()
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, p in vlm.named_parameters():
+            if "visual" in name and "norm" in name and name.endswith("weight"):
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            elif "visual" in name and name.endswith("bias"):
+                p.copy_(0.05 * torch.randn_like(p))
+            elif "visual" in name and "pos_embed" in name:
+                p.copy_(0.5 * torch.randn_like(p))
+            elif "visual" in name:
+                p.copy_(torch.randn_like(p) / p[0].numel() ** 0.5)
+    s = spec("qwen35")
+    s = Spec(s.arch, s.model_class, cfg.text_config, s.names)
+    text = s.model_class(cfg.text_config).eval()
+    text.model.load_state_dict(vlm.model.language_model.state_dict())
+    text.lm_head.load_state_dict(vlm.lm_head.state_dict())
+    from tiny_models import random_model  # the text weights as the text tests randomize them
+
+    donor = random_model(Spec(s.arch, s.model_class, cfg.text_config, s.names), seed=seed)
+    text.load_state_dict(donor.state_dict())
+    text_path, vision_path = folder / "tiny-qwen35-vl.gguf", folder / "mmproj-tiny-qwen35-vl.gguf"
+    dense = write_gguf(s, text, text_path, text_mix, chat_template=chat_template, extra_tokens=QWEN35_IMAGE_TOKENS)
+    vlm.model.language_model.load_state_dict(dense.model.state_dict())
+    vlm.lm_head.load_state_dict(dense.lm_head.state_dict())
+    vision = write_qwen35_mmproj(vlm, vision_path, vision_ftype)
+    missing = vlm.load_state_dict(vision, strict=False)
+    assert not missing.unexpected_keys, missing.unexpected_keys
+    return TinyVLM(str(text_path), str(vision_path), vlm, cfg.image_token_id, 0, 0)

@@ -16,10 +16,15 @@ import torch.nn.functional as F
 from ..batch import Batch
 
 
-def rope_tables(batch: Batch, key, inv_freq: torch.Tensor, scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin (T, rot / 2) for the batch's positions, computed once per forward."""
+def rope_tables(batch: Batch, key, inv_freq: torch.Tensor, scaling: float,
+                axes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin (T, rot / 2) for the batch's positions, computed once per forward; with
+    `axes`, each frequency turns with its column of the batch's (T, 3) `mrope` positions."""
     if key not in batch.memo:
-        freqs = batch.positions.to(inv_freq.device, torch.float32)[:, None] * inv_freq[None, :]
+        if axes is not None:
+            freqs = batch.mrope.to(inv_freq.device, torch.float32)[:, axes.to(inv_freq.device)] * inv_freq[None, :]
+        else:
+            freqs = batch.positions.to(inv_freq.device, torch.float32)[:, None] * inv_freq[None, :]
         cos, sin = freqs.cos(), freqs.sin()
         if scaling != 1.0:
             cos, sin = cos * scaling, sin * scaling

@@ -26,7 +26,8 @@ TEXT_ARCHITECTURES = ("gemma3",)
 DEFAULT_SCALE_FACTOR = 4  # llama.cpp's default: 64x64 patches pooled to 16x16 tokens
 TEMPLATE_MARK = "<start_of_image>"  # what Gemma 3's chat template writes for an image part
 IMAGE_TOKEN = "<image_soft_token>"
-BIDIRECTIONAL = True  # an image's tokens attend to each other both ways in the text model
+BIDIRECTIONAL = True  # an image's tokens attend to each other both ways in the text model (so go in one batch)
+MROPE = False
 
 
 def expand(n_tokens: int) -> str:

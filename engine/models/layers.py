@@ -49,6 +49,9 @@ class Rope:
     inv_freq: torch.Tensor
     scaling: float = 1.0
     neox: bool = True
+    # multi-section rotary (Qwen3.5's interleaved MRoPE): per frequency, which of a token's
+    # (time, row, column) positions it turns with; used where the batch has such positions
+    axes: torch.Tensor | None = None
 
     @classmethod
     def build(cls, theta: float, dims: int, scaling: RopeScaling = RopeScaling(), *, neox: bool = True,
@@ -70,10 +73,23 @@ class Rope:
     def none(cls) -> "Rope":
         return cls(torch.empty(0))
 
+    def with_sections(self, sections) -> "Rope":
+        """This rotary with interleaved multi-section positions (llama.cpp's IMROPE, transformers'
+        mrope_interleaved): frequency i turns with the row where i % 3 == 1 and i < 3 * rows,
+        the column where i % 3 == 2 and i < 3 * columns, else the time position."""
+        _, rows, cols = (list(sections) + [0, 0, 0])[:3]
+        i = torch.arange(self.inv_freq.shape[0])
+        axes = torch.zeros_like(i)
+        axes[(i % 3 == 1) & (i < 3 * rows)] = 1
+        axes[(i % 3 == 2) & (i < 3 * cols)] = 2
+        return Rope(self.inv_freq, self.scaling, self.neox, axes)
+
     def tables(self, batch: Batch):
         dev = batch.positions.device
         if self.inv_freq.device != dev:  # built on the CPU; moved once to the model's device
             self.inv_freq = self.inv_freq.to(dev)
+        if self.axes is not None and batch.mrope is not None:
+            return rope_tables(batch, ("mrope", id(self)), self.inv_freq, self.scaling, self.axes)
         return rope_tables(batch, ("rope", id(self)), self.inv_freq, self.scaling)
 
 

@@ -40,6 +40,7 @@ class Params(TextParams):
     n_experts_used: int = 0
     expert_ffn: int = 0
     shared_ffn: int = 0
+    rope_sections: list[int] = field(default_factory=lambda: [11, 11, 10, 0])  # time, rows, columns (, unused)
 
     @classmethod
     def read(cls, m: Metadata) -> dict:
@@ -57,6 +58,7 @@ class Params(TextParams):
         c["rope_dims"] = m.get(Keys.ROPE_DIMENSION_COUNT, c["head_dim"] // 4)
         n_k, n_v = m.get(Keys.SSM_GROUP_COUNT), m.get(Keys.SSM_TIME_STEP_RANK)
         return dict(c, linear_layers=linear_layers, conv_kernel=m.get(Keys.SSM_CONV_KERNEL), n_k_heads=n_k,
+                    rope_sections=list(m.get(Keys.ROPE_DIMENSION_SECTIONS, [11, 11, 10, 0])),
                     n_v_heads=n_v, k_dim=m.get(Keys.SSM_STATE_SIZE), v_dim=m.get(Keys.SSM_INNER_SIZE) // n_v)
 
 
@@ -170,8 +172,10 @@ class MtpHead:
 
 
 def build(p: Params, w: Weights, ops) -> Model:
-    # text positions only: the multi-section rotary (rope.dimension_sections) reduces to plain NeoX
+    # multi-section rotary: for text (every section at the same position) it is plain NeoX; a batch
+    # with images carries (time, row, column) positions (Batch.mrope)
     rope = Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, context_length=p.context_length)
+    rope = rope.with_sections(p.rope_sections)
     model = standard_model(ops, w, p, [Qwen35Layer(w, i, p, rope, ops) for i in range(p.n_layers)])
     if p.n_mtp_layers and w.has(f"blk.{p.n_layers}.nextn.eh_proj.weight"):  # the first block drafts
         model.mtp = MtpHead(w, p.n_layers, p, rope, ops, model.embed, model.head, model.norm)

@@ -30,14 +30,16 @@ class ImagePlan:
     extra: dict = field(default_factory=dict)
 
 
-def resize_normalized(image, width: int, height: int, mean, std) -> torch.Tensor:
-    """A Pillow image as (3, height, width) float32: RGB, resized (bilinear, as the
-    transformers image processors do), scaled to [0, 1], normalized by mean and std."""
+def resize_normalized(image, width: int, height: int, mean, std, resample: str = "bilinear") -> torch.Tensor:
+    """A Pillow image as (3, height, width) float32: RGB, resized (bilinear or bicubic, as
+    the family's transformers image processor does), scaled to [0, 1], normalized by
+    mean and std."""
     from PIL import Image
 
     rgb = image.convert("RGB")
     if rgb.size != (width, height):
-        rgb = rgb.resize((width, height), Image.Resampling.BILINEAR)
+        rgb = rgb.resize((width, height), {"bilinear": Image.Resampling.BILINEAR,
+                                           "bicubic": Image.Resampling.BICUBIC}[resample])
     a = np.asarray(rgb, dtype=np.float32) / 255.0
     a = (a - np.asarray(mean, dtype=np.float32)) / np.asarray(std, dtype=np.float32)
     return torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1)))

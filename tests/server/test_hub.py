@@ -180,7 +180,9 @@ def test_files_that_go_with_a_model_are_not_listed_as_models(tiny_path, tmp_path
     with HubServer() as h:
         h.add_repo("org/vl-GGUF", {"vl-Q4_K_M.gguf": tiny_path, "mmproj-F16.gguf": tiny_path,
                                    "vl.imatrix.gguf": tiny_path, "mtp-vl-Q8_0.gguf": tiny_path})
-        with server("org/vl-GGUF", env={**env, "HF_ENDPOINT": h.url}) as base:
+        # (these companions are text files standing in: --no-mmproj, so the "vision file" is not loaded;
+        # tests/server/test_vision.py pairs a real one)
+        with server("org/vl-GGUF", "--no-mmproj", env={**env, "HF_ENDPOINT": h.url}) as base:
             ids = [m["id"] for m in httpx.get(f"{base}/v1/models").json()["data"]]
             assert [i for i in ids if i.startswith("org/")] == ["org/vl-GGUF:vl-Q4_K_M.gguf"]
         cmd = serve_command("org/vl-GGUF:mmproj-F16.gguf", "--port", str(free_port()))

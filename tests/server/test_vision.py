@@ -16,8 +16,9 @@ import openai
 import pytest
 from PIL import Image
 
+from hub_server import HubServer
 from server_harness import server
-from tiny_vision import tiny_gemma3_vlm
+from tiny_vision import tiny_gemma3_vlm, tiny_qwen35_vlm
 
 MODEL = "tiny-gemma3-vl.gguf"
 ADD = {"type": "function", "function": {"name": "add", "parameters": {
@@ -168,3 +169,43 @@ def test_directory_pairs_and_no_mmproj_skips(vlm):
         assert r.usage.completion_tokens >= 1
     with server(vlm.text_path, "--no-mmproj") as b:
         assert httpx.get(f"{b}/v1/models").json()["data"][0]["vision"] is False
+
+
+def test_hub_repo_fetches_its_vision_file(vlm, tmp_path):
+    """A Hub repository's mmproj file is fetched with the model (llama-server's -hf): the one
+    in the model's folder, nearest in quantization; others in the repo are not."""
+    import shutil
+
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1", "HF_HUB_OFFLINE": "0"}
+    with HubServer() as h:
+        h.add_repo("org/tiny-vl-GGUF", {"tiny-vl-Q8_0.gguf": vlm.text_path, "mmproj-F16.gguf": vlm.vision_path,
+                                        "other/mmproj-F32.gguf": vlm.text_path})
+        with server("org/tiny-vl-GGUF:tiny-vl-Q8_0.gguf", env={**env, "HF_ENDPOINT": h.url}) as b:
+            (m,) = [m for m in httpx.get(f"{b}/v1/models").json()["data"] if m["id"].startswith("org/")]
+            assert m["vision"] is True and m["loaded"] is True
+            c = openai.OpenAI(base_url=f"{b}/v1", api_key="x")
+            r = c.chat.completions.create(model=m["id"], messages=[user(image(data_url(3)))], max_tokens=2)
+            assert r.usage.completion_tokens >= 1
+    cached = [p.name for p in (tmp_path / "hf").rglob("*.gguf")]
+    assert "mmproj-F16.gguf" in cached and "mmproj-F32.gguf" not in cached
+    shutil.rmtree(tmp_path / "hf")
+
+
+def test_qwen35_images_and_the_follow_up_turn(tmp_path):
+    q = tiny_qwen35_vlm(tmp_path, text_mix="Q8_0", vision_ftype="F16")
+    with server(q.text_path, "--mmproj", q.vision_path, "--ctx-size", "2048", "--parallel", "2") as b:
+        c = openai.OpenAI(base_url=f"{b}/v1", api_key="x")
+        model = "tiny-qwen35-vl.gguf"
+        assert httpx.get(f"{b}/v1/models").json()["data"][0]["vision"] is True
+        first = [user(image(data_url(1, size=(160, 120))))]
+        r1 = c.chat.completions.create(model=model, messages=first, max_tokens=3, temperature=0,
+                                       extra_body={"ignore_eos": True})
+        follow = first + [{"role": "assistant", "content": r1.choices[0].message.content},
+                          {"role": "user", "content": "and what colour is it"}]
+        r2 = c.chat.completions.create(model=model, messages=follow, max_tokens=3, temperature=0)
+        assert r2.usage.prompt_tokens_details.cached_tokens > r1.usage.prompt_tokens - 8
+        low = c.chat.completions.create(model=model, max_tokens=1, messages=[
+            user(image(data_url(1, size=(1600, 1200)), detail="low"))])
+        high = c.chat.completions.create(model=model, max_tokens=1, messages=[
+            user(image(data_url(1, size=(1600, 1200)), detail="high"))])
+        assert low.usage.prompt_tokens < high.usage.prompt_tokens

@@ -2,7 +2,7 @@
 
 - encode: one 448x448 image through the vision tower (gguf-serve: the engine's
   VisionModel.encode in-process, median of --repeat; llama.cpp: llama-mtmd-cli's own
-  "image slice encoded in N ms").
+  "mtmd batch encoding done in N ms").
 - chat: over HTTP, time to first token of a chat with one image and a short question,
   then of a follow-up question about the same image (the prefix cache should make it
   pay for the new text only); a new random image every round.
@@ -93,7 +93,7 @@ def synthetic_mmproj(out: str, text_width: int = 640, seed: int = 0) -> str:
         w.add_tensor("mm.input_projection.weight", mat(h, text_width), ggml_type=GGMLType.F16, shape=(h, text_width))
         w.add_tensor("mm.soft_emb_norm.weight", np.ones(h, np.float32))
         w.add_tensor("v.patch_embd.weight", (rng.standard_normal((h, 3, s["patch"], s["patch"]), dtype=np.float32)
-                                             / np.sqrt(3 * s["patch"] ** 2)))
+                                             / np.float32(np.sqrt(3 * s["patch"] ** 2))))
         w.add_tensor("v.patch_embd.bias", np.zeros(h, np.float32))
         w.add_tensor("v.position_embd.weight", 0.02 * rng.standard_normal((side * side, h), dtype=np.float32))
         for i in range(s["layers"]):
@@ -190,6 +190,7 @@ lm = load_model({text!r}, config=EngineConfig(threads={threads}, n_ctx=4096, n_s
 before = rss_mib()
 lm.vision = load_vision({mmproj!r}, lm.gguf, lm.params.hidden, lm.device, lm.dtype, True)
 lm.vision.bind(lm.tokenizer)
+lm.vision.threads = lm.threads
 loaded = rss_mib()
 times = []
 for i in range({repeat}):
@@ -198,7 +199,9 @@ for i in range({repeat}):
 print(json.dumps(dict(times=times, before=before, loaded=loaded, after=rss_mib())))
 """
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if out.returncode:
+        raise RuntimeError(f"the engine's encode failed:\n{out.stderr[-3000:]}")
     import json
 
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -211,7 +214,7 @@ def llama_encode(binary: str, text: str, mmproj: str, threads: int, repeat: int)
         Path(path).write_bytes(image_png(100 + i))
         out = subprocess.run([binary, "-m", text, "--mmproj", mmproj, "--image", path, "-p", "What is this?", "-n",
                               "1", "-t", str(threads), "--temp", "0"], capture_output=True, text=True)
-        m = re.search(r"image slice encoded in (\d+) ms", out.stdout + out.stderr)
+        m = re.search(r"(?:image slice encoded in|mtmd batch encoding done in) (\d+) ms", out.stdout + out.stderr)
         if m is None:
             raise RuntimeError(f"llama-mtmd-cli printed no encode time:\n{(out.stdout + out.stderr)[-2000:]}")
         times.append(float(m.group(1)))

@@ -244,6 +244,7 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
 
         lm.vision = load_vision(resolve_path(cfg.mmproj), reader, params.hidden, dev, dtype, native)
         lm.vision.bind(tokenizer)
+        lm.vision.threads = threads
     if cfg.draft_model:
         lm.draft = load_draft(lm, cfg.draft_model)
     return lm

@@ -104,6 +104,12 @@ class VisionModel:
         self.projector = family.PROJECTOR
         self.encoded: OrderedDict[int, torch.Tensor] = OrderedDict()
         self.image_token_id: int | None = None  # set by `bind` from the text model's vocabulary
+        self.threads = None  # the text model's ThreadPolicy (set by the loader): the tower runs as a long prefill
+
+    def _threads(self):
+        import contextlib
+
+        return self.threads.run(1 << 20) if self.threads is not None else contextlib.nullcontext()
 
     def bind(self, tokenizer) -> None:
         """The text model's id of the family's image token, where its vocabulary has one
@@ -132,12 +138,14 @@ class VisionModel:
         if image.embeddings is not None:
             yield image.embeddings
             return
-        with torch.inference_mode():
-            for out in self.tower.encode_steps(image.plan):
-                if out is not None:
-                    image.embeddings = out.float().contiguous()
-                    break
-                yield None
+        steps = self.tower.encode_steps(image.plan)
+        while True:
+            with torch.inference_mode(), self._threads():  # the tower's torch ops on every kernel thread
+                out = next(steps)
+            if out is not None:
+                image.embeddings = out.float().contiguous()
+                break
+            yield None
         self.encoded[image.key] = image.embeddings
         while len(self.encoded) > KEEP_ENCODED:
             self.encoded.popitem(last=False)
@@ -226,7 +234,10 @@ def load_vision(path: str, text_reader: GGUFReader, text_hidden: int, device: to
     if text_arch not in family.TEXT_ARCHITECTURES:
         raise VisionFileError(f"{path}: a {kind} vision file goes with {', '.join(family.TEXT_ARCHITECTURES)} "
                               f"text models, not {text_arch}")
-    params = family.Params.from_gguf(m)
+    try:
+        params = family.Params.from_gguf(m)
+    except ValueError as e:  # a key that says the file is not one this tower runs
+        raise VisionFileError(str(e)) from None
     if params.projection_dim != text_hidden:
         raise VisionFileError(f"{path}: its images are {params.projection_dim} wide; the text model's embeddings "
                               f"are {text_hidden} (a vision file of another model size?)")

@@ -61,6 +61,9 @@ class Params:
 
     @classmethod
     def from_gguf(cls, m: VisionMetadata) -> "Params":
+        if any(m.get(Keys.VISION_IS_DEEPSTACK_LAYERS, [])):  # Qwen3-VL's: their features go into the text layers
+            raise ValueError(f"{m.path}: this vision file has deepstack layers (Qwen3-VL); Qwen3.5's have none, "
+                             "and deepstack is not supported")
         return cls(image_size=m.get(Keys.VISION_IMAGE_SIZE), patch_size=m.get(Keys.VISION_PATCH_SIZE),
                    hidden=m.get(Keys.VISION_EMBEDDING_LENGTH), ffn=m.get(Keys.VISION_FEED_FORWARD_LENGTH),
                    n_layers=m.get(Keys.VISION_BLOCK_COUNT), n_heads=m.get(Keys.VISION_HEAD_COUNT),

@@ -469,3 +469,20 @@ def test_llama_cpp_mtmd_loads_our_vision_files_and_encodes_the_same(tmp_path, fa
     theirs = torch.tensor(__import__("json").loads(p.stdout.strip().splitlines()[-1]))
     assert theirs.shape == ours.shape
     assert rel(ours, theirs) < 3e-3
+
+
+def test_qwen3vl_deepstack_files_are_refused(tmp_path, qwen):
+    """Qwen3-VL's vision files feed deepstack features into the text layers, which this tower
+    does not: such a file is refused at load, naming why, not run without them."""
+    from gguf_serve.gguf_io import GGUFReader, GGUFWriter
+
+    r = GGUFReader(qwen.vision_path)
+    deep = tmp_path / "mmproj-deepstack.gguf"
+    with GGUFWriter(deep) as w:
+        for k, v in r.metadata.items():
+            if k != "general.alignment":
+                w.add(k, [True, False] if k == "clip.vision.is_deepstack_layers" else v, r.metadata_types[k])
+        for t in r.tensors.values():
+            w.add_tensor(t.name, np.asarray(t.data), ggml_type=t.ggml_type, shape=t.shape)
+    with pytest.raises(VisionFileError, match="deepstack"):
+        load_model(qwen.text_path, config=EngineConfig(mmproj=str(deep), n_ctx=256, n_seq=1))

@@ -99,6 +99,25 @@ def _vision_type(ftype: str, gname: str, ndim: int) -> GGMLType:
     return {"F32": GGMLType.F32, "F16": GGMLType.F16, "BF16": GGMLType.BF16, "Q8_0": GGMLType.Q8_0}[ftype]
 
 
+def _header(w, name: str, ftype: str, text_width: int, image_size: int, patch: int, hidden: int, ffn: int,
+            blocks: int, heads: int) -> None:
+    """The keys every vision file starts with (conversion/base.py MmprojModel.set_gguf_parameters)."""
+    w.add("general.architecture", "clip")
+    w.add("general.type", "mmproj")
+    w.add("general.name", name)
+    w.add("general.file_type", {"F32": 0, "F16": 1, "Q8_0": 7, "BF16": 32}[ftype])
+    w.add("clip.has_vision_encoder", True)
+    w.add("clip.vision.projection_dim", text_width)
+    w.add("clip.vision.image_size", image_size)
+    w.add("clip.vision.patch_size", patch)
+    w.add("clip.vision.embedding_length", hidden)
+    w.add("clip.vision.feed_forward_length", ffn)
+    w.add("clip.vision.block_count", blocks)
+    w.add("clip.vision.attention.head_count", heads)
+    w.add("clip.vision.image_mean", IMAGE_MEAN)
+    w.add("clip.vision.image_std", IMAGE_STD)
+
+
 def write_gemma3_mmproj(model, path, ftype: str = "F32") -> dict[str, torch.Tensor]:
     """The vision tower and projector of a Gemma3ForConditionalGeneration as the converter's
     --mmproj file; returns the files' weights, dequantized, under transformers' names."""
@@ -108,20 +127,8 @@ def write_gemma3_mmproj(model, path, ftype: str = "F32") -> dict[str, torch.Tens
              if k.startswith(("model.vision_tower.", "model.multi_modal_projector."))}
     back: dict[str, torch.Tensor] = {}
     with GGUFWriter(path) as w:
-        w.add("general.architecture", "clip")
-        w.add("general.type", "mmproj")
-        w.add("general.name", "tiny-gemma3-vision")
-        w.add("general.file_type", {"F32": 0, "F16": 1, "Q8_0": 7, "BF16": 32}[ftype])
-        w.add("clip.has_vision_encoder", True)
-        w.add("clip.vision.projection_dim", cfg.text_config.hidden_size)
-        w.add("clip.vision.image_size", v.image_size)
-        w.add("clip.vision.patch_size", v.patch_size)
-        w.add("clip.vision.embedding_length", v.hidden_size)
-        w.add("clip.vision.feed_forward_length", v.intermediate_size)
-        w.add("clip.vision.block_count", v.num_hidden_layers)
-        w.add("clip.vision.attention.head_count", v.num_attention_heads)
-        w.add("clip.vision.image_mean", IMAGE_MEAN)
-        w.add("clip.vision.image_std", IMAGE_STD)
+        _header(w, "tiny-gemma3-vision", ftype, cfg.text_config.hidden_size, v.image_size, v.patch_size,
+                v.hidden_size, v.intermediate_size, v.num_hidden_layers, v.num_attention_heads)
         w.add("clip.projector_type", "gemma3")
         w.add("clip.vision.attention.layer_norm_epsilon", float(v.layer_norm_eps))
         w.add("clip.use_gelu", True)
@@ -146,20 +153,9 @@ def write_gemma3_mmproj(model, path, ftype: str = "F32") -> dict[str, torch.Tens
                 parts = name.split(".")  # vision_tower.encoder.layers.N.<module>.<kind>
                 layer, module, kind = parts[3], ".".join(parts[4:-1]), parts[-1]
                 gname, stored = f"v.blk.{layer}.{SIGLIP_NAMES[module]}.{kind}", value
-            qt = _vision_type(ftype, gname, stored.ndim)
-            if qt == GGMLType.Q8_0 and stored.shape[-1] % 32:  # gguf-py cannot: the converter falls back to F16
-                qt = GGMLType.F16
-            stored = np.ascontiguousarray(stored, dtype=np.float32)
-            if qt == GGMLType.F32:
-                w.add_tensor(gname, stored)
-                got = stored
-            else:
-                packed = quantize(stored.reshape(-1, stored.shape[-1]), qt)
-                w.add_tensor(gname, packed, ggml_type=qt, shape=stored.shape)
-                got = dequantize(packed, qt, stored.shape)
+            _add(w, back, hf, gname, stored, _vision_type(ftype, gname, stored.ndim))
             if gname == "mm.soft_emb_norm.weight":
-                got = got - 1.0
-            back[hf] = torch.from_numpy(np.array(got, dtype=np.float32).reshape(value.shape))
+                back[hf] = back[hf] - 1.0
     return back
 
 
@@ -228,6 +224,8 @@ def _qwen_vision_type(ftype: str, gname: str, ndim: int) -> GGMLType:
 
 
 def _add(w, back: dict, hf: str, gname: str, value: np.ndarray, qt: GGMLType, part=None) -> None:
+    """`value` written as `gname` at type qt (Q8_0 falls back to F16 where rows are not whole
+    blocks, as gguf-py does); what the file holds, dequantized, goes to back[hf]."""
     stored = np.ascontiguousarray(value, dtype=np.float32)
     if qt == GGMLType.Q8_0 and stored.shape[-1] % 32:
         qt = GGMLType.F16
@@ -254,20 +252,9 @@ def write_qwen35_mmproj(model, path, ftype: str = "F32") -> dict[str, torch.Tens
     state = {k: t.detach().float().numpy() for k, t in model.state_dict().items() if k.startswith("model.visual.")}
     back: dict = {}
     with GGUFWriter(path) as w:
-        w.add("general.architecture", "clip")
-        w.add("general.type", "mmproj")
-        w.add("general.name", "tiny-qwen35-vision")
-        w.add("general.file_type", {"F32": 0, "F16": 1, "Q8_0": 7, "BF16": 32}[ftype])
-        w.add("clip.has_vision_encoder", True)
-        w.add("clip.vision.projection_dim", cfg.text_config.hidden_size)
-        w.add("clip.vision.image_size", int(v.num_position_embeddings ** 0.5 * v.patch_size))
-        w.add("clip.vision.patch_size", v.patch_size)
-        w.add("clip.vision.embedding_length", v.hidden_size)
-        w.add("clip.vision.feed_forward_length", v.intermediate_size)
-        w.add("clip.vision.block_count", v.depth)
-        w.add("clip.vision.attention.head_count", v.num_heads)
-        w.add("clip.vision.image_mean", IMAGE_MEAN)
-        w.add("clip.vision.image_std", IMAGE_STD)
+        _header(w, "tiny-qwen35-vision", ftype, cfg.text_config.hidden_size,
+                int(v.num_position_embeddings ** 0.5 * v.patch_size), v.patch_size, v.hidden_size,
+                v.intermediate_size, v.depth, v.num_heads)
         w.add("clip.projector_type", "qwen3vl_merger")
         w.add("clip.use_gelu", True)
         w.add("clip.vision.spatial_merge_size", v.spatial_merge_size)

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ...gguf_io import Keys
-from .vision import ImagePlan, VisionMetadata, patch_linear, resize_normalized
+from .vision import ImagePlan, VisionMetadata, VisionParams, patch_linear, resize_normalized
 
 PROJECTOR = "gemma3"
 TEXT_ARCHITECTURES = ("gemma3",)
@@ -36,27 +36,12 @@ def expand(n_tokens: int) -> str:
 
 
 @dataclass
-class Params:
-    image_size: int
-    patch_size: int
-    hidden: int
-    ffn: int
-    n_layers: int
-    n_heads: int
-    eps: float
-    projection_dim: int  # the text model's width
-    mean: tuple[float, float, float]
-    std: tuple[float, float, float]
+class Params(VisionParams):
     pool: int  # patches per token along each side
 
     @classmethod
     def from_gguf(cls, m: VisionMetadata) -> "Params":
-        p = cls(image_size=m.get(Keys.VISION_IMAGE_SIZE), patch_size=m.get(Keys.VISION_PATCH_SIZE),
-                hidden=m.get(Keys.VISION_EMBEDDING_LENGTH), ffn=m.get(Keys.VISION_FEED_FORWARD_LENGTH),
-                n_layers=m.get(Keys.VISION_BLOCK_COUNT), n_heads=m.get(Keys.VISION_HEAD_COUNT),
-                eps=float(m.get(Keys.VISION_LAYERNORM_EPS, 1e-6)), projection_dim=m.get(Keys.VISION_PROJECTION_DIM),
-                mean=tuple(m.get(Keys.VISION_IMAGE_MEAN)), std=tuple(m.get(Keys.VISION_IMAGE_STD)),
-                pool=m.get(Keys.VISION_PROJECTOR_SCALE_FACTOR, DEFAULT_SCALE_FACTOR))
+        p = cls(**cls.common(m), pool=m.get(Keys.VISION_PROJECTOR_SCALE_FACTOR, DEFAULT_SCALE_FACTOR))
         side = p.image_size // p.patch_size
         if p.image_size % p.patch_size or side % p.pool:
             raise ValueError(f"{m.path}: image size {p.image_size}, patch {p.patch_size} and pooling {p.pool} "

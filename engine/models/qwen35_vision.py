@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ...gguf_io import Keys
-from .vision import ImagePlan, VisionMetadata, resize_normalized
+from .vision import ImagePlan, VisionMetadata, VisionParams, resize_normalized
 
 PROJECTOR = "qwen3vl_merger"
 TEXT_ARCHITECTURES = ("qwen35", "qwen35moe")
@@ -44,17 +44,7 @@ def expand(n_tokens: int) -> str:
 
 
 @dataclass
-class Params:
-    image_size: int
-    patch_size: int
-    hidden: int
-    ffn: int
-    n_layers: int
-    n_heads: int
-    eps: float
-    projection_dim: int
-    mean: tuple[float, float, float]
-    std: tuple[float, float, float]
+class Params(VisionParams):
     merge: int
     min_pixels: int
     max_pixels: int
@@ -64,13 +54,7 @@ class Params:
         if any(m.get(Keys.VISION_IS_DEEPSTACK_LAYERS, [])):  # Qwen3-VL's: their features go into the text layers
             raise ValueError(f"{m.path}: this vision file has deepstack layers (Qwen3-VL); Qwen3.5's have none, "
                              "and deepstack is not supported")
-        return cls(image_size=m.get(Keys.VISION_IMAGE_SIZE), patch_size=m.get(Keys.VISION_PATCH_SIZE),
-                   hidden=m.get(Keys.VISION_EMBEDDING_LENGTH), ffn=m.get(Keys.VISION_FEED_FORWARD_LENGTH),
-                   n_layers=m.get(Keys.VISION_BLOCK_COUNT), n_heads=m.get(Keys.VISION_HEAD_COUNT),
-                   eps=float(m.get(Keys.VISION_LAYERNORM_EPS, 1e-6)),
-                   projection_dim=m.get(Keys.VISION_PROJECTION_DIM),
-                   mean=tuple(m.get(Keys.VISION_IMAGE_MEAN)), std=tuple(m.get(Keys.VISION_IMAGE_STD)),
-                   merge=m.get(Keys.VISION_SPATIAL_MERGE_SIZE, 2),
+        return cls(**cls.common(m), merge=m.get(Keys.VISION_SPATIAL_MERGE_SIZE, 2),
                    min_pixels=m.get(Keys.VISION_IMAGE_MIN_PIXELS, MIN_PIXELS),
                    max_pixels=m.get(Keys.VISION_IMAGE_MAX_PIXELS, MAX_PIXELS["auto"]))
 

@@ -11,11 +11,37 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ...gguf_io import GGMLType
+from ...gguf_io import GGMLType, Keys
 from ..modules import DenseLinear, GgufLinear, WeightError
 from .base import Metadata
 
 VisionMetadata = Metadata
+
+
+@dataclass
+class VisionParams:
+    """What every tower's file states the same way (clip.vision.* keys); a family's Params
+    adds its own fields."""
+
+    image_size: int
+    patch_size: int
+    hidden: int
+    ffn: int
+    n_layers: int
+    n_heads: int
+    eps: float
+    projection_dim: int  # the text model's width
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+
+    @staticmethod
+    def common(m: Metadata) -> dict:
+        return dict(image_size=m.get(Keys.VISION_IMAGE_SIZE), patch_size=m.get(Keys.VISION_PATCH_SIZE),
+                    hidden=m.get(Keys.VISION_EMBEDDING_LENGTH), ffn=m.get(Keys.VISION_FEED_FORWARD_LENGTH),
+                    n_layers=m.get(Keys.VISION_BLOCK_COUNT), n_heads=m.get(Keys.VISION_HEAD_COUNT),
+                    eps=float(m.get(Keys.VISION_LAYERNORM_EPS, 1e-6)),
+                    projection_dim=m.get(Keys.VISION_PROJECTION_DIM),
+                    mean=tuple(m.get(Keys.VISION_IMAGE_MEAN)), std=tuple(m.get(Keys.VISION_IMAGE_STD)))
 
 
 @dataclass

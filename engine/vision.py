@@ -276,6 +276,9 @@ class RopePlan:
         if not self.images or pos + n <= self.images[0][0]:
             return None
         p = torch.arange(pos, pos + n)
+        start, count = self.images[-1][:2]
+        if pos >= start + count:  # past every image (each decode step): all moved back by the total
+            return (p - self.total)[:, None].repeat(1, 3)
         shift = torch.zeros(n, dtype=torch.long)
         out = None
         for start, count, rows, cols, before in self.images:

@@ -165,8 +165,11 @@ class GgufExperts:
 class Weights:
     """The file's tensors by GGUF name, as packed modules and dense tensors on `device`."""
 
-    def __init__(self, reader: GGUFReader, device: torch.device, dtype: torch.dtype, native_cpu: bool = False):
+    def __init__(self, reader: GGUFReader, device: torch.device, dtype: torch.dtype, native_cpu: bool = False,
+                 views: bool = False):
         self.reader, self.device, self.dtype = reader, device, dtype
+        # vectors as read-only views of the map (for modules that never write into their weights)
+        self.views = views and device.type == "cpu" and dtype is torch.float32
         self.native_cpu = native_cpu  # the native CPU kernels are in use (decided once, at load)
         self._views: dict[str, torch.Tensor] = {}
         self._copied: list[TensorInfo] = []  # tensors repacked into the kernels' own copies
@@ -198,7 +201,20 @@ class Weights:
         info = self.info(name)
         if n is not None and info.n_elements != n:
             raise WeightError(f"{self.reader.path}: tensor {name!r} has {info.n_elements} values, expected {n}")
+        if self.views and info.ggml_type == GGMLType.F32:
+            return as_tensor(info.array()).reshape(info.shape)
         return torch.from_numpy(info.dequantize().astype("float32").reshape(info.shape)).to(self.device)
+
+    def dense(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        """A larger unquantized tensor (a position table, a projection) as it is stored:
+        on CPU an F32, F16 or BF16 tensor is a read-only view over the map (no copy, so a
+        file's memory stays its size; callers never write into it and take `.float()` of
+        what they use); a quantized one is dequantized to float32."""
+        info = self._expect(name, shape)
+        if self.device.type == "cpu" and info.ggml_type in (GGMLType.F32, GGMLType.F16, GGMLType.BF16):
+            t = as_tensor(info.array()).reshape(shape)
+            return t.view(torch.bfloat16) if info.ggml_type == GGMLType.BF16 else t
+        return torch.from_numpy(info.dequantize().astype("float32").reshape(shape)).to(self.device)
 
     def linear(self, name: str, out_features: int, in_features: int, bias: str | None = None):
         """A packed matrix (out, in); a float32 one stays a dense tensor."""

@@ -242,7 +242,7 @@ def load_vision(path: str, text_reader: GGUFReader, text_hidden: int, device: to
         raise VisionFileError(f"{path}: its images are {params.projection_dim} wide; the text model's embeddings "
                               f"are {text_hidden} (a vision file of another model size?)")
     reader.populate()
-    w = Weights(reader, device, dtype, native_cpu=native_cpu)
+    w = Weights(reader, device, dtype, native_cpu=native_cpu, views=True)  # the towers never write into weights
     tower = family.build(params, w)
     w.release_copies()
     nbytes = sum(t.nbytes for t in reader.tensors.values())

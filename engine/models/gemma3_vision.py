@@ -84,12 +84,12 @@ class Tower:
     def __init__(self, p: Params, w):
         self.p = p
         self.patch = patch_linear(w, "v.patch_embd", p.hidden, p.patch_size)
-        self.positions = w.vector("v.position_embd.weight", p.side * p.side * p.hidden).view(p.side * p.side, p.hidden)
+        self.positions = w.dense("v.position_embd.weight", (p.side * p.side, p.hidden))  # a view of the file
         self.layers = [EncoderLayer(w, i, p) for i in range(p.n_layers)]
         self.post_ln = (w.vector("v.post_ln.weight", p.hidden), w.vector("v.post_ln.bias", p.hidden))
         self.soft_norm = w.vector("mm.soft_emb_norm.weight", p.hidden)
-        proj = w.vector("mm.input_projection.weight", p.hidden * p.projection_dim)
-        self.proj = proj.view(p.hidden, p.projection_dim)  # x @ proj, as transformers' projector has it
+        # x @ proj, as transformers' projector has it; kept as stored (rows are inputs, so not a packed linear)
+        self.proj = w.dense("mm.input_projection.weight", (p.hidden, p.projection_dim))
 
     # ------------------------------------------------------------ images
 
@@ -103,7 +103,7 @@ class Tower:
     def encode_steps(self, plan: ImagePlan):
         """A generator: one encoder layer per step (yields None), then the embeddings."""
         p = self.p
-        x = self.patch(plan.pixels) + self.positions
+        x = self.patch(plan.pixels) + self.positions.float()
         yield None
         for layer in self.layers:
             x = layer(x)
@@ -113,7 +113,7 @@ class Tower:
         grid = x.T.reshape(1, p.hidden, side, side)
         pooled = F.avg_pool2d(grid, k, k).flatten(2)[0].T  # (tokens, hidden), row-major over the pooled grid
         normed = pooled * torch.rsqrt(pooled.pow(2).mean(-1, keepdim=True) + p.eps) * self.soft_norm
-        yield normed @ self.proj
+        yield normed @ self.proj.float()
 
 
 def build(p: Params, w) -> Tower:

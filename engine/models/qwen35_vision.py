@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ...gguf_io import Keys
-from .vision import ImagePlan, VisionMetadata, VisionParams, resize_normalized
+from .vision import ImagePlan, VisionMetadata, VisionParams, patch_linear, resize_normalized
 
 PROJECTOR = "qwen3vl_merger"
 TEXT_ARCHITECTURES = ("qwen35", "qwen35moe")
@@ -119,20 +119,17 @@ class Tower:
     def __init__(self, p: Params, w):
         self.p = p
         ps, h = p.patch_size, p.hidden
-        shape = (h, 3, ps, ps)
-        for name in ("v.patch_embd.weight", "v.patch_embd.weight.1"):
-            if tuple(w.info(name).shape) != shape:
-                raise ValueError(f"{w.reader.path}: tensor {name!r} has shape {tuple(w.info(name).shape)}, "
-                                 f"expected {shape}")
-        # the two frames of the temporal patch are the same image: one matrix, their sum
-        self.patch = (w.vector("v.patch_embd.weight") + w.vector("v.patch_embd.weight.1")).reshape(h, -1)
-        self.patch_bias = w.vector("v.patch_embd.bias", h)
-        table = w.vector("v.position_embd.weight")
-        side = math.isqrt(table.shape[0])
-        if side * side != table.shape[0] or table.shape[1] != h:
-            raise ValueError(f"{w.reader.path}: v.position_embd.weight {tuple(table.shape)} is not a square grid "
+        # the two frames of the temporal patch are the same image: the sum of both matrices' products
+        # (each stays as stored; the bias rides with the first)
+        self.patch = (patch_linear(w, "v.patch_embd", h, ps).linear,
+                      patch_linear(w, "v.patch_embd", h, ps, weight=".weight.1", bias=False).linear)
+        info = w.info("v.position_embd.weight")
+        side = math.isqrt(info.shape[0])
+        if len(info.shape) != 2 or side * side != info.shape[0] or info.shape[1] != h:
+            raise ValueError(f"{w.reader.path}: v.position_embd.weight {tuple(info.shape)} is not a square grid "
                              f"of {h}-wide positions")
-        self.table = table.view(side, side, h).permute(2, 0, 1)[None].contiguous()  # (1, h, side, side)
+        self.table = w.dense("v.position_embd.weight", (side * side, h))  # a view of the file
+        self.side = side
         self.blocks = [Block(w, i, p) for i in range(p.n_layers)]
         self.post_ln = (w.vector("v.post_ln.weight", h), w.vector("v.post_ln.bias", h))
         merged = h * p.merge * p.merge
@@ -159,8 +156,9 @@ class Tower:
         rows, cols = plan.grid[0] * m, plan.grid[1] * m
         order = merge_order(rows, cols, m)
         patches = F.unfold(plan.pixels[None].float(), ps, stride=ps)[0].T[order]  # (n, 3 ps ps), merge order
-        x = patches @ self.patch.T + self.patch_bias
-        pos = F.interpolate(self.table, size=(rows, cols), mode="bilinear", align_corners=True)
+        x = self.patch[0](patches) + self.patch[1](patches)
+        table = self.table.float().view(self.side, self.side, p.hidden).permute(2, 0, 1)[None]  # (1, h, side, side)
+        pos = F.interpolate(table, size=(rows, cols), mode="bilinear", align_corners=True)
         x = x + pos[0].flatten(1).T[order]
         r, c = (order // cols).float(), (order % cols).float()
         fh, fw = r[:, None] * self.inv_freq, c[:, None] * self.inv_freq

@@ -84,15 +84,19 @@ class PatchEmbedding:
         return self.linear(cols.T.contiguous())
 
 
-def patch_linear(w, prefix: str, out: int, patch: int, channels: int = 3) -> PatchEmbedding:
-    """`{prefix}.weight` (out, channels, patch, patch) and its bias as a PatchEmbedding."""
-    name = prefix + ".weight"
+def patch_linear(w, prefix: str, out: int, patch: int, channels: int = 3, weight: str = ".weight",
+                 bias: bool = True) -> PatchEmbedding:
+    """`{prefix}{weight}` (out, channels, patch, patch), with `{prefix}.bias` where the file
+    has it and `bias` asks for it, as a PatchEmbedding (the matrix stays as stored: packed,
+    or a view of the file for F32)."""
+    name = prefix + weight
     info = w.info(name)
     if tuple(info.shape) != (out, channels, patch, patch):
         raise WeightError(f"{w.reader.path}: tensor {name!r} has shape {tuple(info.shape)}, "
                           f"expected {(out, channels, patch, patch)}")
     k = channels * patch * patch
-    bias = w.vector(prefix + ".bias", out) if w.has(prefix + ".bias") else None
+    b = w.vector(prefix + ".bias", out) if bias and w.has(prefix + ".bias") else None
     if info.ggml_type == GGMLType.F32:
-        return PatchEmbedding(DenseLinear(name, w.vector(name).reshape(out, k), bias, native_cpu=w.native_cpu), patch)
-    return PatchEmbedding(GgufLinear(name, w.packed(name).reshape(out, -1), info.ggml_type, k, out, bias), patch)
+        return PatchEmbedding(DenseLinear(name, w.dense(name, tuple(info.shape)).reshape(out, k), b,
+                                          native_cpu=w.native_cpu), patch)
+    return PatchEmbedding(GgufLinear(name, w.packed(name).reshape(out, -1), info.ggml_type, k, out, b), patch)

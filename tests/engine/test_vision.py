@@ -471,6 +471,21 @@ def test_llama_cpp_mtmd_loads_our_vision_files_and_encodes_the_same(tmp_path, fa
     assert rel(ours, theirs) < 3e-3
 
 
+def test_vision_weights_stay_in_the_file(f32, qwen):
+    """A vision file adds its own size: the towers' unquantized tensors (position tables,
+    projections, norms, biases, F32 patch matrices) are views of the map, not copies."""
+    for vlm in (f32, qwen):
+        v = load(vlm).vision
+        base = next(iter(v.reader.tensors.values()))._base
+        lo = base.ctypes.data
+        hi = lo + base.nbytes
+        t = v.tower
+        held = ([t.positions, t.proj, t.patch.linear.weight, t.layers[0].ln1[0], t.layers[0].q.bias, t.soft_norm]
+                if vlm is f32 else [t.table, t.patch[0].weight, t.patch[1].weight, t.blocks[0].ln2[1], t.fc1.bias])
+        for x in held:
+            assert lo <= x.data_ptr() < hi, (vlm.vision_path, tuple(x.shape))
+
+
 def test_qwen3vl_deepstack_files_are_refused(tmp_path, qwen):
     """Qwen3-VL's vision files feed deepstack features into the text layers, which this tower
     does not: such a file is refused at load, naming why, not run without them."""

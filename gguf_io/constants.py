@@ -239,6 +239,11 @@ class Keys:
     ROPE_SCALING_TYPE = "{arch}.rope.scaling.type"
     ROPE_SCALING_FACTOR = "{arch}.rope.scaling.factor"
     ROPE_SCALING_ORIG_CTX = "{arch}.rope.scaling.original_context_length"
+    ROPE_SCALING_YARN_BETA_FAST = "{arch}.rope.scaling.yarn_beta_fast"
+    ROPE_SCALING_YARN_BETA_SLOW = "{arch}.rope.scaling.yarn_beta_slow"
+    ROPE_SCALING_YARN_ATTN_FACTOR = "{arch}.rope.scaling.yarn_attn_factor"
+    ROPE_SCALING_YARN_LOG_MUL = "{arch}.rope.scaling.yarn_log_multiplier"  # a config's mscale_all_dim
+    ATTENTION_TEMPERATURE_SCALE = "{arch}.attention.temperature_scale"  # Mistral 3: llama_4_scaling_beta
     EXPERT_FEED_FORWARD_LENGTH = "{arch}.expert_feed_forward_length"
     SSM_CONV_KERNEL = "{arch}.ssm.conv_kernel"
     SSM_STATE_SIZE = "{arch}.ssm.state_size"

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Olmo2Config,
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Ministral3Config,
+                          Ministral3ForCausalLM, Olmo2Config,
                           Olmo2ForCausalLM, Olmo3Config, Olmo3ForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3_5ForCausalLM,
                           Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig, Qwen3_5TextConfig, SmolLM3Config,
@@ -144,6 +145,11 @@ def spec(arch: str) -> Spec:
     if arch == "olmo3":  # llama.cpp writes OLMo 3 as olmo2, with its sliding-window pattern
         cfg = Olmo3Config(**dict(common, num_hidden_layers=4), sliding_window=8, pad_token_id=0)
         return Spec("olmo2", Olmo3ForCausalLM, cfg, OLMO2_NAMES)
+    if arch == "mistral3":  # YaRN, and a short original context so the attention temperature turns in
+        rope = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0, "original_max_position_embeddings": 8,
+                "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}
+        return Spec(arch, Ministral3ForCausalLM, Ministral3Config(**common, head_dim=64, rope_parameters=rope),
+                    LLAMA_NAMES)
     if arch == "phi3":
         return Spec(arch, Phi3ForCausalLM, Phi3Config(**dict(common, num_key_value_heads=4), pad_token_id=0), PHI3_NAMES)
     raise KeyError(arch)
@@ -210,7 +216,7 @@ def _qwen35_reorder(cfg, name: str, value: np.ndarray) -> np.ndarray:
 
 
 # architectures whose q/k rows the converter permutes (LlamaModel and its subclasses)
-PERMUTED = ("llama", "smollm3")
+PERMUTED = ("llama", "smollm3", "mistral3")
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -329,6 +335,15 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
             w.add(f"{arch}.rope.freq_base", float(rope["rope_theta"]))
             rot = int(head_dim * rope.get("partial_rotary_factor", 1.0))
             w.add(f"{arch}.rope.dimension_count", rot)
+        if rope.get("rope_type") == "yarn":  # conversion/base.py, and mistral3.py's two keys of its own
+            w.add(f"{arch}.rope.scaling.type", "yarn")
+            w.add(f"{arch}.rope.scaling.factor", float(rope["factor"]))
+            w.add(f"{arch}.rope.scaling.original_context_length", rope["original_max_position_embeddings"])
+            w.add(f"{arch}.rope.scaling.yarn_beta_fast", float(rope["beta_fast"]))
+            w.add(f"{arch}.rope.scaling.yarn_beta_slow", float(rope["beta_slow"]))
+            if arch == "mistral3":
+                w.add(f"{arch}.rope.scaling.yarn_log_multiplier", float(rope["mscale_all_dim"]))
+                w.add(f"{arch}.attention.temperature_scale", float(rope["llama_4_scaling_beta"]))
         w.add("tokenizer.ggml.model", "gpt2")
         w.add("tokenizer.ggml.pre", "qwen2")
         w.add("tokenizer.ggml.tokens", tokens)

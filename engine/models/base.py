@@ -97,7 +97,11 @@ class TextParams:
             rope_theta=float(m.get(Keys.ROPE_FREQ_BASE, 10000.0)), rope_dims=m.get(Keys.ROPE_DIMENSION_COUNT, head_dim),
             rope_scaling=RopeScaling.read(m.get(Keys.ROPE_SCALING_TYPE, "none"),
                                           m.get(Keys.ROPE_SCALING_FACTOR, 1.0),
-                                          m.get(Keys.ROPE_SCALING_ORIG_CTX, 0)),
+                                          m.get(Keys.ROPE_SCALING_ORIG_CTX, 0),
+                                          m.get(Keys.ROPE_SCALING_YARN_BETA_FAST, None),
+                                          m.get(Keys.ROPE_SCALING_YARN_BETA_SLOW, None),
+                                          m.get(Keys.ROPE_SCALING_YARN_ATTN_FACTOR, None),
+                                          m.get(Keys.ROPE_SCALING_YARN_LOG_MUL, None)),
         )
 
     SWITCHES: ClassVar[dict[str, Any]] = {}  # a family member's fixed switches (see member)

@@ -34,10 +34,23 @@ class RopeScaling:
     attention_factor: float | None = None
 
     @classmethod
-    def read(cls, kind: str, factor: float, original_context: int) -> "RopeScaling":
+    def read(cls, kind: str, factor: float, original_context: int, beta_fast: float | None = None,
+             beta_slow: float | None = None, attn_factor: float | None = None,
+             log_mul: float | None = None) -> "RopeScaling":
+        """From the file's rope.scaling.* keys. YaRN's cos/sin scale is llama.cpp's: 0.1 ln(factor) + 1,
+        or with a log multiplier (a config's mscale_all_dim, mscale 1) the ratio
+        mscale(factor, 1) / mscale(factor, log_mul); times yarn_attn_factor where the file has one."""
         if kind not in ("none", "linear", "yarn"):
             raise ValueError(f"rotary scaling {kind!r} is not supported (none, linear, yarn)")
-        return cls(kind, float(factor or 1.0), int(original_context or 0))
+        factor = float(factor or 1.0)
+        attention = None
+        if kind == "yarn":
+            def mscale(m: float) -> float:
+                return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+            attention = mscale(1.0) / mscale(float(log_mul)) if log_mul else mscale(1.0)
+            attention *= float(attn_factor) if attn_factor else 1.0
+        return cls(kind, factor, int(original_context or 0), float(beta_fast or 32.0), float(beta_slow or 1.0),
+                   attention)
 
 
 @dataclass(eq=False)

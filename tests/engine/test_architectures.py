@@ -20,7 +20,8 @@ from gguf_serve.gguf_io import GGUFWriter
 from helpers import no_llama_cpp
 from tiny_models import mtp_weights, random_model, spec, write_gguf
 
-ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "gemma3", "phi3", "smollm3", "olmo2", "olmo3"]
+ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "gemma3", "phi3", "smollm3", "olmo2", "olmo3",
+         "mistral3"]
 MIXES = ["F32", "F16", "Q8_0", "K"]
 TOL = 2e-4  # float32 everywhere; differences come from summation order (chunked matmuls, SDPA)
 

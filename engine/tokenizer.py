@@ -12,8 +12,10 @@ templates encodes to its single ids."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import operator
 import os
+from dataclasses import dataclass
 
 import numpy as np
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
@@ -21,18 +23,47 @@ from transformers import PreTrainedTokenizerFast
 
 from ..gguf_io import GGUFReader, Keys
 
+log = logging.getLogger(__name__)
+
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
-# Pre-tokenizer regexes for byte-level BPE, by `tokenizer.ggml.pre` (from llama.cpp's vocab code).
-_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+# Pre-tokenizers for byte-level BPE, by `tokenizer.ggml.pre`: the split regexes (applied
+# one after another, each piece kept) as the models' tokenizer.json files state them, and
+# whether a word already in the vocabulary is taken whole before any merge (llama.cpp's
+# ignore_merges), from llama.cpp's vocab code.
+_CONTRACTIONS = r"'s|'t|'re|'ve|'m|'ll|'d"
+_GPT2 = _CONTRACTIONS + r"| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-PRE_TOKENIZER_REGEX = {
-    "default": _GPT2, "gpt2": _GPT2, "gpt-2": _GPT2,
-    "llama-bpe": _LLAMA3, "llama3": _LLAMA3, "smaug-bpe": _LLAMA3,
-    "qwen2": _QWEN2, "qwen35": _QWEN2, "deepseek-r1-qwen": _QWEN2,
+_QWEN35 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_UPPER, _LOWER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]", r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
+_TEKKEN = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*|\p{{N}}"
+           r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_GPT4O = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+(?i:{_CONTRACTIONS})?"
+          rf"|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*(?i:{_CONTRACTIONS})?|\p{{N}}{{1,3}}"
+          r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_REFACT = (r"\p{N}", _CONTRACTIONS + r"| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)")
+
+
+@dataclass(frozen=True)
+class PreTokenizer:
+    regexes: tuple[str, ...]
+    ignore_merges: bool = False
+
+
+PRE_TOKENIZERS = {
+    **dict.fromkeys(("default", "gpt2", "gpt-2", "olmo", "mpt"), PreTokenizer((_GPT2,))),
+    **dict.fromkeys(("llama-bpe", "llama3", "llama-v3", "smaug-bpe", "falcon3", "pixtral", "lfm2"),
+                    PreTokenizer((_LLAMA3,), ignore_merges=True)),
+    **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "megrez"), PreTokenizer((_QWEN2,))),
+    "qwen35": PreTokenizer((_QWEN35,)),
+    "tekken": PreTokenizer((_TEKKEN,), ignore_merges=True),  # Mistral (Nemo, Small 3, Ministral 3)
+    **dict.fromkeys(("gpt-4o", "llama4"), PreTokenizer((_GPT4O,))),  # gpt-oss
+    **dict.fromkeys(("glm4", "glm5"), PreTokenizer((_LLAMA3,), ignore_merges=True)),  # GLM-4.5
+    **dict.fromkeys(("refact", "smollm"), PreTokenizer(_REFACT)),  # Granite
 }
 
 
@@ -121,13 +152,17 @@ def _gpt2(reader: GGUFReader, tokens, types) -> tuple[Tokenizer, bool]:
         raise TokenizerError(f"{reader.path}: a gpt2 tokenizer needs {Keys.TOKENIZER_MERGES!r}")
     pairs = [tuple(m.split(" ", 1)) for m in merges]
     vocab = {t: i for i, t in enumerate(tokens)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
-    pre = reader.metadata.get(Keys.TOKENIZER_PRE, "default")
-    regex = PRE_TOKENIZER_REGEX.get(pre, _GPT2)
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    name = reader.metadata.get(Keys.TOKENIZER_PRE, "default")
+    pre = PRE_TOKENIZERS.get(name)
+    if pre is None:
+        log.warning("%s: pre-tokenizer %r is not known here; splitting words as GPT-2 does (known: %s)",
+                    reader.path, name, ", ".join(sorted(PRE_TOKENIZERS)))
+        pre = PRE_TOKENIZERS["default"]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False,
+                               ignore_merges=pre.ignore_merges))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(r), behavior="isolated", invert=False) for r in pre.regexes]
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     return tok, False
 

@@ -38,11 +38,23 @@ def bytes_to_unicode() -> dict[int, str]:
     return {b: chr(c) for b, c in zip(keep, chars)}
 
 
-def byte_level_vocab(n_vocab: int = VOCAB, think: bool = False,
-                     extra: tuple[str, ...] = ()) -> tuple[list[str], list[str], list[int]]:
+# merges that cross the places pre-tokenizers split differently (digit runs, a space before
+# digits, a case change inside a word, a contraction, '/' before a newline, a Devanagari
+# letter before its virama mark), and words in the vocabulary that no merge makes (taken
+# whole only where llama.cpp ignores merges)
+def _probe_words(b2u: dict[int, str]) -> list[str]:
+    return ["12", "123", "1234", "Ġ1", "Ġ12", "oW", "n'", "/" + b2u[10], b2u[0xB8] + b2u[0xE0]]
+
+
+PROBE_WHOLE = ["Ġworld", "Ġdog"]
+
+
+def byte_level_vocab(n_vocab: int = VOCAB, think: bool = False, extra: tuple[str, ...] = (),
+                     probes: bool = False) -> tuple[list[str], list[str], list[int]]:
     """A byte-level BPE vocabulary: 256 bytes, merges of frequent English pairs, specials
     (with `think`, also Qwen3's user-defined <think> and </think> tokens; `extra`: more
-    special tokens, such as a vision model's image tokens, before the last three)."""
+    special tokens, such as a vision model's image tokens, before the last three;
+    `probes`: merges and whole words that tell pre-tokenizers apart)."""
     b2u = bytes_to_unicode()
     tokens = [b2u[b] for b in range(256)]
     merges = []
@@ -50,6 +62,8 @@ def byte_level_vocab(n_vocab: int = VOCAB, think: bool = False,
              "ed", "Ġo", "es", "ing", "Ġc", "ou", "nd", "Ġf", "Ġb", "ar", "Ġp", "al", "Ġm", "Ġin", "le", "Ġd",
              "ic", "Ġof", "Ġh", "as", "ion", "Ġand", "Ġto", "om", "Ġl", "ent", "Ġis", "ro", "Ġth", "st", "Ġn",
              "Ġre", "ve", "ct", "ly", "Ġe", "ow", "ad", "id", "Ġg", "Ġbe", "ut", "ot", "im"]
+    if probes:
+        words = _probe_words(b2u) + words
     for w in words:
         for k in range(len(w) - 1, 0, -1):
             a, b = w[:k], w[k:]
@@ -57,6 +71,8 @@ def byte_level_vocab(n_vocab: int = VOCAB, think: bool = False,
                 merges.append(f"{a} {b}")
                 tokens.append(w)
                 break
+    if probes:
+        tokens += PROBE_WHOLE
     specials = list(extra) + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     users = ["<think>", "</think>"] if think else []
     room = n_vocab - len(specials) - len(users)
@@ -274,7 +290,7 @@ def mtp_weights(cfg, seed: int = 1) -> dict[str, np.ndarray]:
 
 def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool = False,
                chat_template: str | None = None, mtp: dict[str, np.ndarray] | None = None,
-               extra_tokens: tuple[str, ...] = ()) -> torch.nn.Module:
+               extra_tokens: tuple[str, ...] = (), pre: str = "qwen2", probes: bool = False) -> torch.nn.Module:
     """Write `model` as llama.cpp would, with matrices in `mix`; returns the dense
     transformers model carrying exactly the dequantized weights the file holds.
 
@@ -285,7 +301,7 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
     transformers' layout and convention."""
     cfg = s.config
     arch = s.arch
-    tokens, merges, types = byte_level_vocab(cfg.vocab_size, think=think, extra=extra_tokens)
+    tokens, merges, types = byte_level_vocab(cfg.vocab_size, think=think, extra=extra_tokens, probes=probes)
     state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     n_trunk = cfg.num_hidden_layers
     if mtp:
@@ -345,7 +361,7 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                 w.add(f"{arch}.rope.scaling.yarn_log_multiplier", float(rope["mscale_all_dim"]))
                 w.add(f"{arch}.attention.temperature_scale", float(rope["llama_4_scaling_beta"]))
         w.add("tokenizer.ggml.model", "gpt2")
-        w.add("tokenizer.ggml.pre", "qwen2")
+        w.add("tokenizer.ggml.pre", pre)
         w.add("tokenizer.ggml.tokens", tokens)
         w.add("tokenizer.ggml.token_type", types)
         w.add("tokenizer.ggml.merges", merges)

@@ -245,12 +245,20 @@ class Keys:
     ROPE_SCALING_YARN_LOG_MUL = "{arch}.rope.scaling.yarn_log_multiplier"  # a config's mscale_all_dim
     ATTENTION_TEMPERATURE_SCALE = "{arch}.attention.temperature_scale"  # Mistral 3: llama_4_scaling_beta
     EXPERT_FEED_FORWARD_LENGTH = "{arch}.expert_feed_forward_length"
+    SHORTCONV_L_CACHE = "{arch}.shortconv.l_cache"  # LFM2: the short convolutions' kernel
     SSM_CONV_KERNEL = "{arch}.ssm.conv_kernel"
     SSM_STATE_SIZE = "{arch}.ssm.state_size"
     SSM_GROUP_COUNT = "{arch}.ssm.group_count"
     SSM_TIME_STEP_RANK = "{arch}.ssm.time_step_rank"
     SSM_INNER_SIZE = "{arch}.ssm.inner_size"
     EXPERT_SHARED_FEED_FORWARD_LENGTH = "{arch}.expert_shared_feed_forward_length"
+    EXPERT_SHARED_COUNT = "{arch}.expert_shared_count"
+    EXPERT_WEIGHTS_SCALE = "{arch}.expert_weights_scale"
+    EXPERT_WEIGHTS_NORM = "{arch}.expert_weights_norm"
+    EXPERT_GATING_FUNC = "{arch}.expert_gating_func"  # 1 softmax, 2 sigmoid
+    LEADING_DENSE_BLOCK_COUNT = "{arch}.leading_dense_block_count"
+    EXPERT_GROUP_COUNT = "{arch}.expert_group_count"
+    EXPERT_GROUP_USED_COUNT = "{arch}.expert_group_used_count"
     FINAL_LOGIT_SOFTCAPPING = "{arch}.final_logit_softcapping"
     ATTN_LOGIT_SOFTCAPPING = "{arch}.attn_logit_softcapping"
 

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Ministral3Config,
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, Glm4MoeConfig, Glm4MoeForCausalLM, LlamaConfig,
+                          LlamaForCausalLM, Lfm2Config,
+                          Lfm2ForCausalLM, Ministral3Config,
                           Ministral3ForCausalLM, Olmo2Config,
                           Olmo2ForCausalLM, Olmo3Config, Olmo3ForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3_5ForCausalLM,
@@ -108,6 +110,14 @@ QWEN35_NAMES = {
 }
 OLMO2_NAMES = {**LLAMA_NAMES, "post_attention_layernorm": "post_attention_norm",
                "post_feedforward_layernorm": "post_ffw_norm"}
+GLM4MOE_NAMES = {**LLAMA_NAMES, "post_attention_layernorm": "post_attention_norm",
+                 "mlp.gate.e_score_correction_bias": "exp_probs_b", "mlp.shared_experts.gate_proj": "ffn_gate_shexp",
+                 "mlp.shared_experts.up_proj": "ffn_up_shexp", "mlp.shared_experts.down_proj": "ffn_down_shexp"}
+LFM2_NAMES = {"operator_norm": "attn_norm", "ffn_norm": "ffn_norm", "self_attn.q_proj": "attn_q",
+              "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.out_proj": "attn_output",
+              "self_attn.q_layernorm": "attn_q_norm", "self_attn.k_layernorm": "attn_k_norm",
+              "conv.in_proj": "shortconv.in_proj", "conv.out_proj": "shortconv.out_proj", "conv.conv": "shortconv.conv",
+              "feed_forward.w1": "ffn_gate", "feed_forward.w3": "ffn_up", "feed_forward.w2": "ffn_down"}
 PHI3_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
               "self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
               "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
@@ -166,6 +176,19 @@ def spec(arch: str) -> Spec:
                 "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}
         return Spec(arch, Ministral3ForCausalLM, Ministral3Config(**common, head_dim=64, rope_parameters=rope),
                     LLAMA_NAMES)
+    if arch == "glm4moe":  # one dense layer, then sigmoid-routed experts with a shared one; partial NeoX rotary
+        cfg = Glm4MoeConfig(**dict(common, num_hidden_layers=3), head_dim=64, attention_bias=True,
+                            partial_rotary_factor=0.5, moe_intermediate_size=128, n_routed_experts=4,
+                            num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+                            routed_scaling_factor=2.5, n_group=1, topk_group=1, norm_topk_prob=True, num_mtp_layers=0,
+                            rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5})
+        return Spec(arch, Glm4MoeForCausalLM, cfg, GLM4MOE_NAMES)
+    if arch == "lfm2":  # convolution layers around one attention layer, as LFM2's pattern has them
+        c = {k: v for k, v in common.items() if k != "rms_norm_eps"}
+        cfg = Lfm2Config(**dict(c, num_hidden_layers=4, tie_word_embeddings=True), norm_eps=1e-6, conv_L_cache=3,
+                         block_auto_adjust_ff_dim=False, layer_types=["conv", "conv", "full_attention", "conv"],
+                         rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+        return Spec(arch, Lfm2ForCausalLM, cfg, LFM2_NAMES)
     if arch == "phi3":
         return Spec(arch, Phi3ForCausalLM, Phi3Config(**dict(common, num_key_value_heads=4), pad_token_id=0), PHI3_NAMES)
     raise KeyError(arch)
@@ -183,6 +206,9 @@ def random_model(s: Spec, seed: int = 0) -> torch.nn.Module:
                 p.copy_(0.05 * torch.randn_like(p))
             else:
                 p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # GLM-4.5's expert-choice bias (a buffer)
+                b.copy_(0.1 * torch.randn_like(b))
     return model
 
 
@@ -324,6 +350,18 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
             w.add(f"{arch}.expert_count", cfg.num_experts)
             w.add(f"{arch}.expert_used_count", cfg.num_experts_per_tok)
             w.add(f"{arch}.expert_feed_forward_length", cfg.moe_intermediate_size)
+        if arch == "glm4moe":  # conversion/glm.py Glm4MoeModel.set_gguf_parameters
+            w.add(f"{arch}.expert_count", cfg.n_routed_experts)
+            w.add(f"{arch}.expert_used_count", cfg.num_experts_per_tok)
+            w.add(f"{arch}.expert_feed_forward_length", cfg.moe_intermediate_size)
+            w.add(f"{arch}.expert_shared_count", cfg.n_shared_experts)
+            w.add(f"{arch}.leading_dense_block_count", cfg.first_k_dense_replace)
+            w.add(f"{arch}.expert_gating_func", 2)
+            w.add(f"{arch}.expert_weights_scale", float(cfg.routed_scaling_factor))
+            w.add(f"{arch}.expert_weights_norm", bool(cfg.norm_topk_prob))
+            w.add(f"{arch}.expert_group_count", cfg.n_group)
+            w.add(f"{arch}.expert_group_used_count", cfg.topk_group)
+            w.add(f"{arch}.nextn_predict_layers", 0)
         w.add("general.name", f"tiny-{arch}")
         w.add(f"{arch}.context_length", cfg.max_position_embeddings)
         w.add(f"{arch}.embedding_length", cfg.hidden_size)
@@ -333,11 +371,22 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
             w.add(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in cfg.layer_types] + [False])
         w.add(f"{arch}.feed_forward_length", cfg.intermediate_size)
         w.add(f"{arch}.attention.head_count", cfg.num_attention_heads)
-        w.add(f"{arch}.attention.head_count_kv", cfg.num_key_value_heads)
-        w.add(f"{arch}.attention.layer_norm_rms_epsilon", float(cfg.rms_norm_eps))
+        if arch == "lfm2":  # per layer: 0 for the convolution layers
+            w.add(f"{arch}.attention.head_count_kv",
+                  [0 if t == "conv" else cfg.num_key_value_heads for t in cfg.layer_types])
+            w.add(f"{arch}.shortconv.l_cache", cfg.conv_L_cache)
+            w.add(f"{arch}.vocab_size", cfg.vocab_size)
+        elif arch == "mistral3":  # LlamaModel writes the vocabulary's size
+            w.add(f"{arch}.attention.head_count_kv", cfg.num_key_value_heads)
+            w.add(f"{arch}.vocab_size", cfg.vocab_size)
+        else:
+            w.add(f"{arch}.attention.head_count_kv", cfg.num_key_value_heads)
+        eps = getattr(cfg, "rms_norm_eps", None) or cfg.norm_eps
+        w.add(f"{arch}.attention.layer_norm_rms_epsilon", float(eps))
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        w.add(f"{arch}.attention.key_length", head_dim)
-        w.add(f"{arch}.attention.value_length", head_dim)
+        if arch != "lfm2":  # LFM2's config has no head_dim, and its converter writes none
+            w.add(f"{arch}.attention.key_length", head_dim)
+            w.add(f"{arch}.attention.value_length", head_dim)
         rope = cfg.rope_parameters
         if arch == "gemma3":
             w.add(f"{arch}.rope.freq_base", float(rope["full_attention"]["rope_theta"]))
@@ -350,7 +399,8 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
         else:
             w.add(f"{arch}.rope.freq_base", float(rope["rope_theta"]))
             rot = int(head_dim * rope.get("partial_rotary_factor", 1.0))
-            w.add(f"{arch}.rope.dimension_count", rot)
+            if arch != "lfm2":
+                w.add(f"{arch}.rope.dimension_count", rot)
         if rope.get("rope_type") == "yarn":  # conversion/base.py, and mistral3.py's two keys of its own
             w.add(f"{arch}.rope.scaling.type", "yarn")
             w.add(f"{arch}.rope.scaling.factor", float(rope["factor"]))
@@ -405,8 +455,12 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                 gname = "token_embd.weight"
             elif hf_name == "model.norm.weight":
                 gname = "output_norm.weight"
+            elif hf_name == "model.embedding_norm.weight":  # LFM2's final norm
+                gname = "token_embd_norm.weight"
             elif hf_name == "lm_head.weight":
                 gname = "output.weight"
+            elif hf_name.endswith("mlp.gate.e_score_correction_bias"):
+                gname = f"blk.{hf_name.split('.')[2]}.exp_probs_b.bias"
             elif hf_name.endswith("linear_attn.A_log"):
                 gname = f"blk.{hf_name.split('.')[2]}.ssm_a"
             elif hf_name.endswith("linear_attn.dt_bias"):
@@ -424,13 +478,15 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
             if arch in PERMUTED and ("attn_q." in gname or "attn_k." in gname):
                 heads = cfg.num_attention_heads if "attn_q." in gname else cfg.num_key_value_heads
                 stored = _permute(value, heads)
+            if gname.endswith("shortconv.conv.weight"):
+                stored = value.squeeze(1)  # (hidden, 1, taps) -> (hidden, taps)
             if arch == "gemma3" and gname.endswith("norm.weight"):
                 stored = value + 1.0
             if arch in ("qwen35", "qwen35moe"):
                 stored = _qwen35_tensor(cfg, hf_name, value)
                 if gname.endswith("ffn_gate_inp_shexp.weight"):
                     stored = stored.reshape(-1)  # a one-row gate, stored as a vector
-            if stored.ndim == 2 and not gname.endswith(("ffn_gate_inp.weight", "ssm_conv1d.weight")):  # routers, conv stay F32
+            if stored.ndim == 2 and not gname.endswith(("ffn_gate_inp.weight", "ssm_conv1d.weight", "shortconv.conv.weight")):  # routers, convs stay F32
                 qt = _qtype(mix, gname, stored.shape[1])
                 packed = quantize(stored, qt)
                 w.add_tensor(gname, packed, ggml_type=qt, shape=stored.shape)

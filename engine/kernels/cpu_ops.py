@@ -44,7 +44,7 @@ def _bind(lib) -> None:
     lib.gc_mask_logits.restype = None
     lib.gc_mask_logits.argtypes = [P, I64, P, I64]
     lib.gc_causal_conv.restype = INT
-    lib.gc_causal_conv.argtypes = [P, I64, P, I64, P, INT, P, INT, P, P, P, INT]
+    lib.gc_causal_conv.argtypes = [P, I64, P, I64, P, INT, INT, P, INT, P, P, P, INT]
     lib.gc_gated_delta.restype = INT
     lib.gc_gated_delta.argtypes = [P, I64, P, I64, P, I64, P, P, P, INT, INT, INT, INT, P, INT, P, P, P, INT]
 
@@ -200,16 +200,16 @@ class CpuOps(TorchOps):
             o = o * torch.sigmoid(qkv[:, :layer.k_off].reshape(t, h, 2 * d)[..., d:].reshape(t, hd))
         return o
 
-    def causal_conv(self, x, conv_state, weight, batch):
+    def causal_conv(self, x, conv_state, weight, batch, silu: bool = True):
         if not (_f32(x, conv_state, weight) and _rows(x) and conv_state.is_contiguous() and weight.is_contiguous()):
-            return super().causal_conv(x, conv_state, weight, batch)
+            return super().causal_conv(x, conv_state, weight, batch, silu)
         n, slot, start, length = _seq_arrays(batch)
         out = torch.empty(x.shape, dtype=torch.float32)
         rc = self._lib.gc_causal_conv(x.data_ptr(), x.stride(0), out.data_ptr(), x.shape[1], weight.data_ptr(),
-                                 weight.shape[0], conv_state.data_ptr(), n, slot.data_ptr(), start.data_ptr(),
-                                 length.data_ptr(), cpu.threads())
+                                 weight.shape[0], int(silu), conv_state.data_ptr(), n, slot.data_ptr(),
+                                 start.data_ptr(), length.data_ptr(), cpu.threads())
         if rc == cpu.Status.UNSUPPORTED:  # a kernel size the native op does not take
-            return super().causal_conv(x, conv_state, weight, batch)
+            return super().causal_conv(x, conv_state, weight, batch, silu)
         cpu.check(rc, "gc_causal_conv", f"{x.shape[1]} channels, kernel {weight.shape[0]}")
         return out
 

@@ -198,10 +198,11 @@ class TorchOps:
 
     # ------------------------------------------- Qwen3.5 linear attention
 
-    def causal_conv(self, x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """Depthwise causal conv1d + SiLU over each sequence's channels x (T, C) with
-        weight (kernel, C); the last kernel - 1 inputs of each slot are carried in
-        conv_state (slots, kernel - 1, C)."""
+    def causal_conv(self, x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, batch: Batch,
+                    silu: bool = True) -> torch.Tensor:
+        """Depthwise causal conv1d over each sequence's channels x (T, C) with weight
+        (kernel, C), then SiLU where `silu` (Qwen3.5; LFM2's conv has none); the last
+        kernel - 1 inputs of each slot are carried in conv_state (slots, kernel - 1, C)."""
         out = torch.empty_like(x)
         k, c = weight.shape
         w = weight.t()[:, None, :]  # (C, 1, kernel)
@@ -209,7 +210,7 @@ class TorchOps:
             full = torch.cat([conv_state[s.slot], x[s.start:s.start + s.n].float()])  # (kernel - 1 + n, C)
             y = F.conv1d(full.t()[None], w, groups=c)[0]  # (C, n)
             conv_state[s.slot].copy_(full[-(k - 1):])
-            out[s.start:s.start + s.n] = F.silu(y).t().to(x.dtype)
+            out[s.start:s.start + s.n] = (F.silu(y) if silu else y).t().to(x.dtype)
         return out
 
     def gated_delta_rule(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,

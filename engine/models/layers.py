@@ -201,26 +201,54 @@ class MLP:
 
 class MoE:
     """Routed experts: softmax over the router's logits, the top `n_used` experts
-    (their weights renormalized with `norm_topk`); optionally a shared expert scaled
-    by a sigmoid gate (Qwen3.5 MoE)."""
+    (their weights renormalized with `norm_topk`), or with `sigmoid` the sigmoid scores,
+    chosen by score plus the file's exp_probs_b, renormalized and times `scale`;
+    optionally a shared expert, scaled by a sigmoid gate where `shared_gate` (Qwen3.5
+    MoE) or added as is (GLM-4.5)."""
 
     def __init__(self, w: Weights, layer: int, ops, *, hidden: int, n_experts: int, n_used: int, expert_ffn: int,
-                 act: str, norm_topk: bool = True, shared_ffn: int = 0):
+                 act: str, norm_topk: bool = True, shared_ffn: int = 0, sigmoid: bool = False, scale: float = 1.0,
+                 shared_gate: bool = True, groups: int = 1, groups_used: int = 1):
         p = f"blk.{layer}."
         self.ops, self.act, self.n_used, self.norm_topk = ops, act, n_used, norm_topk
         self.router = w.linear(p + "ffn_gate_inp.weight", n_experts, hidden)
         self.experts = w.experts(layer, n_experts, hidden, expert_ffn)
+        # sigmoid routing (GLM-4.5, DeepSeek V3): experts chosen by score + exp_probs_b, weighted by score
+        self.sigmoid, self.scale = sigmoid, scale
+        self.groups, self.groups_used = groups, groups_used  # choice limited to the best groups of experts
+        self.choice_bias = w.vector(p + "exp_probs_b.bias", n_experts) if sigmoid else None
         self.shared = self.shared_gate = None
         if shared_ffn:
             self.shared = MLP(w, layer, ops, hidden=hidden, ffn=shared_ffn, act=act, suffix="_shexp")
-            self.shared_gate = w.linear(p + "ffn_gate_inp_shexp.weight", 1, hidden)
+            if shared_gate:
+                self.shared_gate = w.linear(p + "ffn_gate_inp_shexp.weight", 1, hidden)
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.router(x)
+        if not self.sigmoid:
+            return self.ops.moe_route(logits, self.n_used, self.norm_topk)
+        scores = torch.sigmoid(logits.float())
+        choice = scores + self.choice_bias
+        if self.groups > 1:  # each group ranked by its two best choices; experts outside the best groups out
+            t, n = choice.shape
+            grouped = choice.view(t, self.groups, n // self.groups)
+            best = torch.topk(grouped.topk(2, dim=-1).values.sum(-1), self.groups_used, dim=-1).indices
+            keep = torch.zeros(t, self.groups, dtype=torch.bool, device=choice.device).scatter_(1, best, True)
+            choice = grouped.masked_fill(~keep[:, :, None], float("-inf")).view(t, n)
+        ids = torch.topk(choice, self.n_used, dim=-1).indices
+        weights = scores.gather(1, ids)
+        if self.norm_topk:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        return weights * self.scale, ids
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        weights, ids = self.ops.moe_route(self.router(x), self.n_used, self.norm_topk)
+        weights, ids = self.route(x)
         y = self.ops.moe_combine(self.experts(x, ids, self.ops, self.act), weights)
         y = y if y.dtype is x.dtype else y.to(x.dtype)
-        if self.shared is not None:
+        if self.shared_gate is not None:
             y = y + torch.sigmoid(self.shared_gate(x)) * self.shared(x)
+        elif self.shared is not None:
+            y = y + self.shared(x)
         return y
 
 

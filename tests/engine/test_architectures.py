@@ -17,11 +17,12 @@ from gguf_serve.engine.batch import Batch
 from gguf_serve.engine.modules import GgufEmbedding, GgufLinear
 from gguf_serve.gguf_io import GGUFWriter
 
+from converter import assert_same_file, convert
 from helpers import no_llama_cpp
 from tiny_models import mtp_weights, random_model, spec, write_gguf
 
 ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "gemma3", "phi3", "smollm3", "olmo2", "olmo3",
-         "mistral3"]
+         "mistral3", "lfm2", "glm4moe"]
 MIXES = ["F32", "F16", "Q8_0", "K"]
 TOL = 2e-4  # float32 everywhere; differences come from summation order (chunked matmuls, SDPA)
 
@@ -154,7 +155,7 @@ def test_bfloat16_forward_stays_close(tiny, arch):
     path, dense = tiny(arch, "Q8_0")
     ids = torch.randint(0, 250, (12,), generator=torch.Generator().manual_seed(6)).tolist()
     lm = load_model(path, device="cpu", dtype=torch.bfloat16)
-    assert lm.cache.k[-1 if arch != "qwen35" else 3].dtype == torch.bfloat16
+    assert all(k.dtype == torch.bfloat16 for k in lm.cache.k if k is not None)  # attention layers' caches
     slot = lm.cache.allocate()
     first = lm.forward(Batch.of([(slot, ids[:8], 0)], want="all"))
     rest = torch.cat([lm.forward(Batch.of([(slot, [t], 8 + i)])) for i, t in enumerate(ids[8:])])
@@ -236,6 +237,36 @@ def test_llama_cpp_reads_each_file_and_computes_the_same_logits(tiny, arch):
     assert ours.shape == ref.shape
     assert float((ours - ref).abs().max() / ref.abs().max()) < 3e-3
     assert torch.equal(ours.argmax(-1), ref.argmax(-1))
+
+
+# the architectures whose test files are held to llama.cpp's converter byte for byte
+CONVERTED = ["mistral3", "lfm2", "glm4moe"]
+
+
+@pytest.mark.parametrize("outtype", ["f32", "q8_0"])
+@pytest.mark.parametrize("arch", CONVERTED)
+def test_writer_is_the_converter(tmp_path, arch, outtype):
+    """llama.cpp's convert_hf_to_gguf.py on the same tiny transformers model writes the
+    keys and tensors our test writer writes: the names, transforms and metadata the
+    engine reads are the ones users' files have."""
+    s = spec(arch)
+    model = random_model(s, seed=ARCHS.index(arch))
+    ours = tmp_path / "ours.gguf"
+    write_gguf(s, model, ours, outtype.upper())
+    assert_same_file(str(ours), convert(model, tmp_path, outtype))
+
+
+def test_glm4moe_expert_groups_equal_dense(tmp_path):
+    """Group-limited routing (DeepSeek-style: experts only from the best groups, each group
+    ranked by its two best choices), which GLM-4.5's files turn off with one group."""
+    s = spec("glm4moe")
+    s.config.n_group, s.config.topk_group = 2, 1
+    path = tmp_path / "tiny-glm4moe-groups.gguf"
+    dense = write_gguf(s, random_model(s, seed=5), path, "F32")
+    lm = load_model(str(path), device="cpu")
+    assert lm.model.layers[1].mlp.groups == 2
+    ids = torch.randint(0, 250, (20,), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(prompt_logits(lm, ids.tolist()), dense_logits(dense, ids), rtol=TOL, atol=TOL)
 
 
 def test_tied_head_shares_the_embedding_bytes(tiny):

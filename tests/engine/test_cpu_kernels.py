@@ -233,7 +233,7 @@ def test_engine_uses_native_kernels_on_cpu_and_stays_close_to_exact(gemma_path):
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen35", "smollm3", "olmo2", "olmo3",
-                                  "mistral3"])
+                                  "mistral3", "lfm2"])
 def test_every_dense_architecture_on_the_native_path_stays_close_to_transformers(arch, tmp_path):
     """The native kernels and dense ops (8-bit activations, the one-call attention with
     its rotary, q/k norms and windows) on each architecture's tiny Q8_0 file: a prompt,

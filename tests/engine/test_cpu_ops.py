@@ -123,16 +123,19 @@ def _seqs_batch(lengths, slots):
     return Batch.of([(s, list(range(n)), 0) for s, n in zip(slots, lengths)])
 
 
-def test_causal_conv_equals_torch(isa):
+@pytest.mark.parametrize("kernel,silu", [(4, True), (3, False)])  # Qwen3.5's, LFM2's
+def test_causal_conv_equals_torch(isa, kernel, silu):
     g = torch.Generator().manual_seed(3)
     batch = _seqs_batch([1, 5, 2], [2, 0, 1])
     full = torch.randn(batch.n_tokens, 200, generator=g)
     x = full[:, 30:160]  # 130 channels, rows strided: a column range of a projection
-    w = torch.randn(4, 130, generator=g)  # (kernel, channels)
-    state = torch.randn(3, 3, 130, generator=g)  # (slots, kernel - 1, channels)
+    w = torch.randn(kernel, 130, generator=g)  # (kernel, channels)
+    state = torch.randn(3, kernel - 1, 130, generator=g)  # (slots, kernel - 1, channels)
     s1, s2 = state.clone(), state.clone()
-    close(CPU_OPS.causal_conv(x, s1, w, batch), TORCH_OPS.causal_conv(x, s2, w, batch))
+    out = CPU_OPS.causal_conv(x, s1, w, batch, silu)
+    close(out, TORCH_OPS.causal_conv(x, s2, w, batch, silu))
     close(s1, s2)
+    assert bool(out.min() < -0.28) != silu  # SiLU's outputs stay above -0.2785; a plain conv's do not
 
 
 def test_gated_delta_rule_equals_torch(isa):

@@ -419,14 +419,14 @@ void gc_attention(const gc_attn_layer *L, float *qkv, int64_t row, int64_t n_tok
     if (attend) gc_parallel_for(n_threads, n_tok * L->n_head, 1, attn_task, &c);
 }
 
-/* -------------------------------------------------- Qwen3.5: causal conv */
+/* ------------------------------------ Qwen3.5, LFM2: causal conv */
 
 typedef struct {
     const float *x;
     int64_t x_row, C;
     float *out, *state;
     const float *w;
-    int K;
+    int K, silu;
     const int64_t *slot, *start, *len;
 } conv_ctx;
 
@@ -451,18 +451,20 @@ static void conv_task(void *vctx, int64_t a, int64_t b) {
             for (int j = 0; j < hist; j++) V->axpy_v(c->w + j * C + c0, st + j * C, acc, n);
             for (int j = 0; j + 1 < hist; j++) memcpy(st + j * C, st + (j + 1) * C, sizeof(float) * (size_t)n);
             memcpy(st + (hist - 1) * C, xt, sizeof(float) * (size_t)n);
-            V->act_mul(acc, ones, c->out + t * C + c0, n, ACT_SILU);
+            if (c->silu) V->act_mul(acc, ones, c->out + t * C + c0, n, ACT_SILU);
+            else memcpy(c->out + t * C + c0, acc, sizeof(float) * (size_t)n);
         }
     }
 }
 
-/* Depthwise causal conv (kernel K <= 8) + SiLU of each sequence's channels: x (T, C)
- * rows strided, weight (K, C), out (T, C); state (slots, K - 1, C) holds each slot's
- * last K - 1 inputs, oldest first. */
-int gc_causal_conv(const float *x, int64_t x_row, float *out, int64_t C, const float *w, int K, float *state,
-                   int n_seq, const int64_t *slot, const int64_t *start, const int64_t *len, int n_threads) {
+/* Depthwise causal conv (kernel K <= 8) of each sequence's channels, then SiLU where
+ * `silu` (Qwen3.5; LFM2's has none): x (T, C) rows strided, weight (K, C), out (T, C);
+ * state (slots, K - 1, C) holds each slot's last K - 1 inputs, oldest first. */
+int gc_causal_conv(const float *x, int64_t x_row, float *out, int64_t C, const float *w, int K, int silu,
+                   float *state, int n_seq, const int64_t *slot, const int64_t *start, const int64_t *len,
+                   int n_threads) {
     if (K < 2 || K > MAX_KERNEL) return GC_UNSUPPORTED;
-    conv_ctx c = {x, x_row, C, out, state, w, K, slot, start, len};
+    conv_ctx c = {x, x_row, C, out, state, w, K, silu, slot, start, len};
     const int64_t items = n_seq * ((C + CONV_BLOCK - 1) / CONV_BLOCK);
     gc_parallel_for(n_threads, items, 1, conv_task, &c);
     return GC_OK;

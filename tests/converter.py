@@ -1,0 +1,75 @@
+"""llama.cpp's own converter (convert_hf_to_gguf.py from the llama-cpp-python 0.3.36
+sdist, which .ci/run unpacks and names in LLAMA_CPP_SRC) run on a tiny transformers
+model, to hold the test writers to the files users have: the same metadata and the
+same tensors, byte for byte. The vocabulary is left out (the tiny models' tokenizers
+are ours; the converter only recognizes real ones by hash), so the comparison covers
+the architecture's keys and tensors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gguf_serve.gguf_io import GGUFReader
+
+# run the converter with its vocabulary step skipped
+_RUN = """
+import importlib, pkgutil, runpy, sys
+src = sys.argv[1]
+sys.path[:0] = [src, src + "/gguf-py"]
+import conversion
+import conversion.base as base
+for info in pkgutil.iter_modules(conversion.__path__):
+    importlib.import_module("conversion." + info.name)
+todo = [base.TextModel]
+while todo:
+    cls = todo.pop()
+    cls.set_vocab = lambda self: None
+    todo += cls.__subclasses__()
+sys.argv = [src + "/convert_hf_to_gguf.py"] + sys.argv[2:]
+runpy.run_path(src + "/convert_hf_to_gguf.py", run_name="__main__")
+"""
+
+SKIP_KEYS = ("general.", "tokenizer.")
+
+
+def llama_cpp_src() -> str:
+    src = os.environ.get("LLAMA_CPP_SRC")
+    if not src or not os.path.exists(os.path.join(src, "convert_hf_to_gguf.py")):
+        if os.environ.get("CI"):
+            pytest.fail("LLAMA_CPP_SRC (llama.cpp's source with its converter) is not set; .ci/run sets it")
+        pytest.skip("LLAMA_CPP_SRC is not set (.ci/run unpacks llama.cpp's converter; skipped here)")
+    return src
+
+
+def convert(model, folder: Path, outtype: str) -> str:
+    """`model` saved as a checkpoint in folder/hf and converted at `outtype` (f32, f16, q8_0)."""
+    src = llama_cpp_src()
+    hf = folder / "hf"
+    if not hf.exists():
+        model.save_pretrained(hf)
+    out = folder / f"converted-{outtype}.gguf"
+    run = subprocess.run([sys.executable, "-c", _RUN, src, str(hf), "--outtype", outtype, "--outfile", str(out)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return str(out)
+
+
+def assert_same_file(ours: str, theirs: str) -> None:
+    """The architecture's metadata and every tensor (name, shape, type, bytes) agree."""
+    a, b = GGUFReader(ours), GGUFReader(theirs)
+    keys = lambda r: {k: v for k, v in r.metadata.items() if not k.startswith(SKIP_KEYS)}  # noqa: E731
+    ka, kb = keys(a), keys(b)
+    differ = {k: (ka.get(k), kb.get(k)) for k in set(ka) | set(kb) if ka.get(k) != kb.get(k)}
+    assert not differ, f"metadata (ours, converter's): {differ}"
+    assert sorted(a.tensors) == sorted(b.tensors), (sorted(set(a.tensors) - set(b.tensors)),
+                                                    sorted(set(b.tensors) - set(a.tensors)))
+    for name, t in a.tensors.items():
+        u = b.tensors[name]
+        assert (tuple(t.shape), t.ggml_type) == (tuple(u.shape), u.ggml_type), name
+        assert np.array_equal(np.asarray(t.data), np.asarray(u.data)), name

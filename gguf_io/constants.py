@@ -244,6 +244,11 @@ class Keys:
     ROPE_SCALING_YARN_ATTN_FACTOR = "{arch}.rope.scaling.yarn_attn_factor"
     ROPE_SCALING_YARN_LOG_MUL = "{arch}.rope.scaling.yarn_log_multiplier"  # a config's mscale_all_dim
     ATTENTION_TEMPERATURE_SCALE = "{arch}.attention.temperature_scale"  # Mistral 3: llama_4_scaling_beta
+    ROPE_SCALING_FINETUNED = "{arch}.rope.scaling.finetuned"  # Granite hybrids: whose attention turns with rotary
+    ATTENTION_SCALE = "{arch}.attention.scale"  # Granite's multipliers
+    EMBEDDING_SCALE = "{arch}.embedding_scale"
+    RESIDUAL_SCALE = "{arch}.residual_scale"
+    LOGIT_SCALE = "{arch}.logit_scale"
     EXPERT_FEED_FORWARD_LENGTH = "{arch}.expert_feed_forward_length"
     SHORTCONV_L_CACHE = "{arch}.shortconv.l_cache"  # LFM2: the short convolutions' kernel
     SSM_CONV_KERNEL = "{arch}.ssm.conv_kernel"

@@ -47,12 +47,23 @@ def llama_cpp_src() -> str:
     return src
 
 
+# what transformers 5 writes in config.json where the Hub's checkpoints have their own words
+# (the converter reads those): Granite 4's layer kinds
+HUB_CONFIG = {"GraniteMoeHybridForCausalLM": {"layer_types": {"linear_attention": "mamba", "full_attention": "attention"}}}
+
+
 def convert(model, folder: Path, outtype: str) -> str:
     """`model` saved as a checkpoint in folder/hf and converted at `outtype` (f32, f16, q8_0)."""
+    import json
+
     src = llama_cpp_src()
     hf = folder / "hf"
     if not hf.exists():
         model.save_pretrained(hf)
+        config = json.loads((hf / "config.json").read_text())
+        for key, words in HUB_CONFIG.get(type(model).__name__, {}).items():
+            config[key] = [words.get(v, v) for v in config[key]]
+        (hf / "config.json").write_text(json.dumps(config))
     out = folder / f"converted-{outtype}.gguf"
     run = subprocess.run([sys.executable, "-c", _RUN, src, str(hf), "--outtype", outtype, "--outfile", str(out)],
                          capture_output=True, text=True)

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, Glm4MoeConfig, Glm4MoeForCausalLM, LlamaConfig,
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, Glm4MoeConfig, Glm4MoeForCausalLM,
+                          GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM, LlamaConfig,
                           LlamaForCausalLM, Lfm2Config,
                           Lfm2ForCausalLM, Ministral3Config,
                           Ministral3ForCausalLM, Olmo2Config,
@@ -113,6 +114,9 @@ OLMO2_NAMES = {**LLAMA_NAMES, "post_attention_layernorm": "post_attention_norm",
 GLM4MOE_NAMES = {**LLAMA_NAMES, "post_attention_layernorm": "post_attention_norm",
                  "mlp.gate.e_score_correction_bias": "exp_probs_b", "mlp.shared_experts.gate_proj": "ffn_gate_shexp",
                  "mlp.shared_experts.up_proj": "ffn_up_shexp", "mlp.shared_experts.down_proj": "ffn_down_shexp"}
+GRANITE_NAMES = {**LLAMA_NAMES, "block_sparse_moe.router": "ffn_gate_inp", "shared_mlp.output_linear": "ffn_down_shexp",
+                 "mamba.in_proj": "ssm_in", "mamba.conv1d": "ssm_conv1d", "mamba.norm": "ssm_norm",
+                 "mamba.out_proj": "ssm_out"}
 LFM2_NAMES = {"operator_norm": "attn_norm", "ffn_norm": "ffn_norm", "self_attn.q_proj": "attn_q",
               "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.out_proj": "attn_output",
               "self_attn.q_layernorm": "attn_q_norm", "self_attn.k_layernorm": "attn_k_norm",
@@ -183,6 +187,16 @@ def spec(arch: str) -> Spec:
                             routed_scaling_factor=2.5, n_group=1, topk_group=1, norm_topk_prob=True, num_mtp_layers=0,
                             rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5})
         return Spec(arch, Glm4MoeForCausalLM, cfg, GLM4MOE_NAMES)
+    if arch == "granitehybrid":  # Mamba-2 layers (two groups) around one attention layer; experts + shared MLP
+        cfg = GraniteMoeHybridConfig(**dict(common, intermediate_size=128, num_hidden_layers=4), num_local_experts=4,
+                                     num_experts_per_tok=2,
+                                     shared_intermediate_size=256,
+                                     layer_types=["linear_attention", "linear_attention", "attention",
+                                                  "linear_attention"], mamba_n_heads=8, mamba_n_groups=2,
+                                     mamba_d_state=16, mamba_d_conv=4, embedding_multiplier=2.0,
+                                     residual_multiplier=0.5, attention_multiplier=0.1, logits_scaling=3.0,
+                                     pad_token_id=0)
+        return Spec(arch, GraniteMoeHybridForCausalLM, cfg, GRANITE_NAMES)
     if arch == "lfm2":  # convolution layers around one attention layer, as LFM2's pattern has them
         c = {k: v for k, v in common.items() if k != "rms_norm_eps"}
         cfg = Lfm2Config(**dict(c, num_hidden_layers=4, tie_word_embeddings=True), norm_eps=1e-6, conv_L_cache=3,
@@ -258,7 +272,7 @@ def _qwen35_reorder(cfg, name: str, value: np.ndarray) -> np.ndarray:
 
 
 # architectures whose q/k rows the converter permutes (LlamaModel and its subclasses)
-PERMUTED = ("llama", "smollm3", "mistral3")
+PERMUTED = ("llama", "smollm3", "mistral3", "granitehybrid")
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -363,7 +377,8 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
             w.add(f"{arch}.expert_group_used_count", cfg.topk_group)
             w.add(f"{arch}.nextn_predict_layers", 0)
         w.add("general.name", f"tiny-{arch}")
-        w.add(f"{arch}.context_length", cfg.max_position_embeddings)
+        # Granite hybrids without rotary: the converter writes 2**20 (no trained limit)
+        w.add(f"{arch}.context_length", 2 ** 20 if arch == "granitehybrid" else cfg.max_position_embeddings)
         w.add(f"{arch}.embedding_length", cfg.hidden_size)
         w.add(f"{arch}.block_count", n_trunk + (1 if mtp else 0))
         if mtp:
@@ -376,6 +391,23 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                   [0 if t == "conv" else cfg.num_key_value_heads for t in cfg.layer_types])
             w.add(f"{arch}.shortconv.l_cache", cfg.conv_L_cache)
             w.add(f"{arch}.vocab_size", cfg.vocab_size)
+        elif arch == "granitehybrid":  # conversion/granite.py GraniteHybridModel.set_gguf_parameters
+            w.add(f"{arch}.attention.head_count_kv",
+                  [0 if t in ("mamba", "linear_attention") else cfg.num_key_value_heads for t in cfg.layer_types])
+            w.add(f"{arch}.ssm.conv_kernel", cfg.mamba_d_conv)
+            w.add(f"{arch}.ssm.state_size", cfg.mamba_d_state)
+            w.add(f"{arch}.ssm.group_count", cfg.mamba_n_groups)
+            w.add(f"{arch}.ssm.inner_size", cfg.mamba_expand * cfg.hidden_size)
+            w.add(f"{arch}.ssm.time_step_rank", cfg.mamba_n_heads)
+            w.add(f"{arch}.attention.scale", float(cfg.attention_multiplier))
+            w.add(f"{arch}.embedding_scale", float(cfg.embedding_multiplier))
+            w.add(f"{arch}.residual_scale", float(cfg.residual_multiplier))
+            w.add(f"{arch}.logit_scale", float(cfg.logits_scaling))
+            w.add(f"{arch}.expert_count", cfg.num_local_experts)
+            w.add(f"{arch}.expert_used_count", cfg.num_experts_per_tok)
+            w.add(f"{arch}.expert_shared_feed_forward_length", cfg.shared_intermediate_size)
+            w.add(f"{arch}.rope.scaling.finetuned", False)
+            w.add(f"{arch}.vocab_size", cfg.vocab_size)
         elif arch == "mistral3":  # LlamaModel writes the vocabulary's size
             w.add(f"{arch}.attention.head_count_kv", cfg.num_key_value_heads)
             w.add(f"{arch}.vocab_size", cfg.vocab_size)
@@ -384,7 +416,7 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
         eps = getattr(cfg, "rms_norm_eps", None) or cfg.norm_eps
         w.add(f"{arch}.attention.layer_norm_rms_epsilon", float(eps))
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        if arch != "lfm2":  # LFM2's config has no head_dim, and its converter writes none
+        if arch not in ("lfm2", "granitehybrid"):  # no head_dim in LFM2's config; Granite's converter drops it
             w.add(f"{arch}.attention.key_length", head_dim)
             w.add(f"{arch}.attention.value_length", head_dim)
         rope = cfg.rope_parameters
@@ -433,7 +465,17 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                 w.add_tensor(f"blk.{layer}.ffn_gate_up_exps.weight", packed, ggml_type=qt, shape=value.shape)
                 new_state[hf_name] = torch.from_numpy(dequantize(packed, qt, value.shape))
                 continue
-            if hf_name.endswith("mlp.experts.gate_up_proj"):
+            if arch == "granitehybrid" and hf_name.endswith("shared_mlp.input_linear.weight"):
+                layer = hf_name.split(".")[2]  # the converter splits the shared MLP's gate and up
+                backs = []
+                for part, stored in zip(("ffn_gate_shexp", "ffn_up_shexp"), np.split(value, 2, axis=0)):
+                    qt = _qtype(mix, part, stored.shape[-1])
+                    packed = quantize(np.ascontiguousarray(stored), qt)
+                    w.add_tensor(f"blk.{layer}.{part}.weight", packed, ggml_type=qt, shape=stored.shape)
+                    backs.append(dequantize(packed, qt, stored.shape))
+                new_state[hf_name] = torch.from_numpy(np.concatenate(backs, axis=0))
+                continue
+            if hf_name.endswith("experts.gate_up_proj"):
                 layer = hf_name.split(".")[2]
                 gate, up = np.split(value, 2, axis=1)  # (E, 2I, H) → the converter's two (E, I, H) tensors
                 backs = []
@@ -444,7 +486,7 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                     backs.append(dequantize(packed, qt, stored.shape))
                 new_state[hf_name] = torch.from_numpy(np.concatenate(backs, axis=1))
                 continue
-            if hf_name.endswith("mlp.experts.down_proj"):
+            if hf_name.endswith("experts.down_proj"):
                 layer = hf_name.split(".")[2]
                 qt = _qtype(mix, "ffn_down_exps", value.shape[-1])
                 packed = quantize(value, qt)
@@ -461,6 +503,12 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                 gname = "output.weight"
             elif hf_name.endswith("mlp.gate.e_score_correction_bias"):
                 gname = f"blk.{hf_name.split('.')[2]}.exp_probs_b.bias"
+            elif hf_name.endswith("mamba.A_log"):
+                gname = f"blk.{hf_name.split('.')[2]}.ssm_a"
+            elif hf_name.endswith("mamba.D"):
+                gname = f"blk.{hf_name.split('.')[2]}.ssm_d"
+            elif hf_name.endswith("mamba.dt_bias"):
+                gname = f"blk.{hf_name.split('.')[2]}.ssm_dt.bias"
             elif hf_name.endswith("linear_attn.A_log"):
                 gname = f"blk.{hf_name.split('.')[2]}.ssm_a"
             elif hf_name.endswith("linear_attn.dt_bias"):
@@ -486,7 +534,18 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                 stored = _qwen35_tensor(cfg, hf_name, value)
                 if gname.endswith("ffn_gate_inp_shexp.weight"):
                     stored = stored.reshape(-1)  # a one-row gate, stored as a vector
-            if stored.ndim == 2 and not gname.endswith(("ffn_gate_inp.weight", "ssm_conv1d.weight", "shortconv.conv.weight")):  # routers, convs stay F32
+            if arch == "granitehybrid":  # conversion/mamba.py Mamba2Model.modify_tensors
+                if gname.endswith("ssm_conv1d.weight"):
+                    stored = value.squeeze(1)
+                elif gname.endswith(("ssm_a", "ssm_d")):
+                    a = -torch.exp(torch.from_numpy(value)).numpy()  # torch's exp, as the converter's
+                    stored = (a if gname.endswith("ssm_a") else value).reshape(-1, 1)
+                elif gname.endswith("ssm_norm.weight"):
+                    stored = value.reshape(cfg.mamba_n_groups, -1)
+            if (stored.ndim == 2 and gname.endswith(".weight")
+                    and not gname.endswith(("ffn_gate_inp.weight", "ssm_conv1d.weight", "shortconv.conv.weight",
+                                            "ssm_norm.weight"))):
+                # routers, convs, what is not a .weight and what was a vector before its reshape stay F32
                 qt = _qtype(mix, gname, stored.shape[1])
                 packed = quantize(stored, qt)
                 w.add_tensor(gname, packed, ggml_type=qt, shape=stored.shape)
@@ -497,7 +556,7 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                     back = back.reshape(heads, hd // 2, 2, -1).swapaxes(1, 2).reshape(back.shape)
                 if arch in ("qwen35", "qwen35moe"):
                     back = _qwen35_undo_reorder(cfg, hf_name, back)
-                new_state[hf_name] = torch.from_numpy(np.ascontiguousarray(back))
+                new_state[hf_name] = torch.from_numpy(np.ascontiguousarray(back.reshape(value.shape)))
             else:
                 w.add_tensor(gname, stored.astype(np.float32))
                 new_state[hf_name] = torch.from_numpy(value.copy())

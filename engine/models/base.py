@@ -134,9 +134,10 @@ class Model:
     dense ops (kernels.ops) the layers were built with."""
 
     def __init__(self, ops, embed: GgufEmbedding, layers: list, norm: torch.Tensor, head, eps: float,
-                 vocab_size: int, softcap: float | None = None):
+                 vocab_size: int, softcap: float | None = None, logit_scale: float = 1.0):
         self.ops, self.embed, self.layers, self.norm, self.head = ops, embed, layers, norm, head
         self.eps, self.vocab_size, self.softcap = eps, vocab_size, softcap
+        self.logit_scale = logit_scale  # logits divided by it (Granite's logits_scaling)
         # a multi-token-prediction head drafting for speculative decoding (qwen35's MtpHead), whose
         # own cache layer follows the trunk's: called (batch, cache, hidden) -> (logits, hidden)
         self.mtp = None
@@ -171,6 +172,8 @@ class Model:
         if batch.rows.numel() != x.shape[0]:
             x = x[batch.rows]
         logits = self.head(x if batch.keep_hidden else self.ops.rms_norm(x, self.norm, self.eps)).float()
+        if self.logit_scale != 1.0:
+            logits = logits / self.logit_scale
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits

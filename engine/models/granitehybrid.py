@@ -1,0 +1,158 @@
+"""granitehybrid (IBM Granite 4.0 H models, as llama.cpp's converter writes them:
+conversion/granite.py GraniteHybridModel): Mamba-2 layers beside a few attention
+layers (`attention.head_count_kv` per layer, 0 for Mamba-2), each followed by routed
+experts plus a shared MLP (a dense MLP alone where the file has no experts); Granite's
+multipliers: embeddings times `embedding_scale`, each block's output times
+`residual_scale` before it joins the residual, attention scores times
+`attention.scale`, logits divided by `logit_scale`. The attention layers turn with
+rotary only where `rope.scaling.finetuned` says so (the converter's flag for it; the
+hybrids have none, and their q/k rows, permuted for GPT-J pairing, then carry no
+position).
+
+Mamba-2 layer: ssm_in gives z (inner), xBC (inner + 2 groups x state) and dt (heads);
+xBC goes through a depthwise causal conv with bias and SiLU (its last taps - 1 inputs
+are the slot's conv state), splitting into x (heads x head_dim), B and C (groups x
+state). With dt = softplus(dt + dt_bias) and A = ssm_a (the converter stores -exp(A_log)),
+each head's state S (head_dim x state) goes S = exp(dt A) S + dt x Bᵀ and y = S C + D x;
+y times SiLU(z) is RMS-normalized per group (ssm_norm) and projected by ssm_out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from ...gguf_io import Keys
+from ..cache import LayerCache, linear
+from ..modules import Weights
+from .base import Metadata, Model, TextParams, output_head
+from .layers import MLP, Attention, MoE, Rope
+
+ARCHITECTURE = "granitehybrid"
+
+
+@dataclass
+class Params(TextParams):
+    attn_layers: list[bool] = field(default_factory=list)
+    n_experts: int = 0
+    n_experts_used: int = 0
+    expert_ffn: int = 0
+    shared_ffn: int = 0
+    conv_kernel: int = 4
+    state: int = 128
+    groups: int = 1
+    inner: int = 0
+    ssm_heads: int = 0
+    embedding_scale: float = 1.0
+    residual_scale: float = 1.0
+    attention_scale: float = 0.0  # 0: head_dim ** -0.5
+    logit_scale: float = 1.0
+    use_rope: bool = False
+
+    @classmethod
+    def from_gguf(cls, m: Metadata) -> "Params":
+        c = cls.common(m)
+        kv = c["n_kv_heads"]
+        per_layer = list(kv) if isinstance(kv, list) else [kv] * c["n_layers"]
+        attn = sorted({n for n in per_layer if n})
+        if len(per_layer) != c["n_layers"] or len(attn) > 1:
+            raise ValueError(f"{m.path}: {Keys.arch(Keys.HEAD_COUNT_KV, m.arch)} {per_layer} is not one count per "
+                             "layer (0 for Mamba-2 layers)")
+        c["n_kv_heads"] = attn[0] if attn else c["n_heads"]
+        inner, heads, groups = m.get(Keys.SSM_INNER_SIZE), m.get(Keys.SSM_TIME_STEP_RANK), m.get(Keys.SSM_GROUP_COUNT)
+        if inner % heads or heads % groups:
+            raise ValueError(f"{m.path}: Mamba-2 inner size {inner}, {heads} heads and {groups} groups do not divide")
+        n_experts = m.get(Keys.EXPERT_COUNT, 0) or 0
+        return cls(**c, attn_layers=[n > 0 for n in per_layer], n_experts=n_experts,
+                   n_experts_used=m.get(Keys.EXPERT_USED_COUNT, 0) or 0,
+                   expert_ffn=m.get(Keys.FEED_FORWARD_LENGTH) if n_experts else 0,
+                   shared_ffn=m.get(Keys.EXPERT_SHARED_FEED_FORWARD_LENGTH, 0) or 0,
+                   conv_kernel=m.get(Keys.SSM_CONV_KERNEL), state=m.get(Keys.SSM_STATE_SIZE), groups=groups,
+                   inner=inner, ssm_heads=heads, embedding_scale=float(m.get(Keys.EMBEDDING_SCALE, 1.0)),
+                   residual_scale=float(m.get(Keys.RESIDUAL_SCALE, 1.0)),
+                   attention_scale=float(m.get(Keys.ATTENTION_SCALE, 0.0)),
+                   logit_scale=float(m.get(Keys.LOGIT_SCALE, 1.0)),
+                   use_rope=bool(m.get(Keys.ROPE_SCALING_FINETUNED, False)))
+
+
+class Mamba2:
+    def __init__(self, w: Weights, i: int, p: Params, ops):
+        pre = f"blk.{i}."
+        self.ops, self.layer, self.eps = ops, i, p.eps
+        self.inner, self.heads, self.groups, self.state = p.inner, p.ssm_heads, p.groups, p.state
+        self.head_dim = p.inner // p.ssm_heads
+        self.conv_dim = p.inner + 2 * p.groups * p.state
+        self.kernel = p.conv_kernel
+        self.in_proj = w.linear(pre + "ssm_in.weight", p.inner + self.conv_dim + p.ssm_heads, p.hidden)
+        conv = w.vector(pre + "ssm_conv1d.weight", self.conv_dim * p.conv_kernel)
+        self.conv_w = conv.reshape(self.conv_dim, p.conv_kernel).t().contiguous()  # (taps, channels)
+        self.conv_b = w.vector(pre + "ssm_conv1d.bias", self.conv_dim)
+        self.dt_bias = w.vector(pre + "ssm_dt.bias", p.ssm_heads)
+        self.a = w.vector(pre + "ssm_a", p.ssm_heads).reshape(-1)  # -exp(A_log), stored (heads, 1)
+        self.d = w.vector(pre + "ssm_d", p.ssm_heads).reshape(-1)
+        self.norm = w.vector(pre + "ssm_norm.weight", p.inner).reshape(-1)  # stored (groups, inner / groups)
+        self.out = w.linear(pre + "ssm_out.weight", p.hidden, p.inner)
+
+    def cache_spec(self) -> LayerCache:
+        return linear(self.conv_dim, self.kernel, self.heads, self.head_dim, self.state)
+
+    def __call__(self, x, batch, cache):
+        t = x.shape[0]
+        n, hd, g, h = self.inner, self.head_dim, self.groups, self.heads
+        proj = self.in_proj(x).float()
+        z, xbc, dt = proj[:, :n], proj[:, n:n + self.conv_dim], proj[:, n + self.conv_dim:]
+        conv_state, ssm_state = cache.linear_state(self.layer)
+        xbc = F.silu(self.ops.causal_conv(xbc.contiguous(), conv_state, self.conv_w, batch, silu=False) + self.conv_b)
+        xs = xbc[:, :n].reshape(t, h, hd)
+        b = xbc[:, n:n + g * self.state].reshape(t, g, self.state)
+        c = xbc[:, n + g * self.state:].reshape(t, g, self.state)
+        per = h // g  # heads per group
+        b, c = b.repeat_interleave(per, dim=1), c.repeat_interleave(per, dim=1)  # (t, h, state)
+        dt = F.softplus(dt + self.dt_bias)  # (t, h)
+        decay = torch.exp(dt * self.a)
+        y = torch.empty(t, h, hd, dtype=torch.float32, device=x.device)
+        for s in batch.seqs:
+            state = ssm_state[s.slot]
+            for r in range(s.start, s.start + s.n):  # S = exp(dt A) S + dt x Bᵀ; y = S C
+                state.mul_(decay[r][:, None, None]).add_((dt[r][:, None] * xs[r])[:, :, None] * b[r][:, None, :])
+                y[r] = (state @ c[r][:, :, None])[..., 0]
+        y = (y + self.d[:, None] * xs).reshape(t, n) * F.silu(z)
+        grouped = y.view(t, g, n // g)
+        y = (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)).view(t, n) * self.norm
+        return self.out(y.to(x.dtype))
+
+
+class GraniteHybridLayer:
+    def __init__(self, w: Weights, i: int, p: Params, rope: Rope, ops):
+        self.ops, self.eps, self.residual = ops, p.eps, p.residual_scale
+        self.attn_norm = w.vector(f"blk.{i}.attn_norm.weight", p.hidden)
+        self.ffn_norm = w.vector(f"blk.{i}.ffn_norm.weight", p.hidden)
+        if p.attn_layers[i]:
+            self.mixer = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads,
+                                   head_dim=p.head_dim, eps=p.eps, rope=rope,
+                                   scale=p.attention_scale or p.head_dim ** -0.5)
+        else:
+            self.mixer = Mamba2(w, i, p, ops)
+        if p.n_experts:
+            self.mlp = MoE(w, i, ops, hidden=p.hidden, n_experts=p.n_experts, n_used=p.n_experts_used,
+                           expert_ffn=p.expert_ffn, act="silu", norm_topk=True, shared_ffn=p.shared_ffn,
+                           shared_gate=False)
+        else:  # the shared MLP alone, stored as the layer's MLP
+            self.mlp = MLP(w, i, ops, hidden=p.hidden, ffn=p.shared_ffn or p.ffn, act="silu")
+
+    def cache_spec(self) -> LayerCache:
+        return self.mixer.cache_spec()
+
+    def __call__(self, x, batch, cache):
+        h = x + self.mixer(self.ops.rms_norm(x, self.attn_norm, self.eps), batch, cache) * self.residual
+        return h + self.mlp(self.ops.rms_norm(h, self.ffn_norm, self.eps)) * self.residual
+
+
+def build(p: Params, w: Weights, ops) -> Model:
+    rope = (Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, neox=False, context_length=p.context_length)
+            if p.use_rope else Rope.none())
+    layers = [GraniteHybridLayer(w, i, p, rope, ops) for i in range(p.n_layers)]
+    embed = w.embedding("token_embd.weight", p.vocab_size, p.hidden, scale=p.embedding_scale)
+    return Model(ops, embed, layers, w.vector("output_norm.weight", p.hidden), output_head(w, p.vocab_size, p.hidden),
+                 p.eps, p.vocab_size, logit_scale=p.logit_scale)

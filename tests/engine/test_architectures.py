@@ -8,6 +8,7 @@ loader where it reads the file."""
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -15,7 +16,7 @@ from gguf_serve.engine import load_model
 from gguf_serve.engine.models import UnsupportedArchitecture, architectures
 from gguf_serve.engine.batch import Batch
 from gguf_serve.engine.modules import GgufEmbedding, GgufLinear
-from gguf_serve.gguf_io import GGUFWriter
+from gguf_serve.gguf_io import GGUFReader, GGUFWriter
 
 from converter import assert_same_file, convert
 from helpers import no_llama_cpp
@@ -268,6 +269,39 @@ def test_glm4moe_expert_groups_equal_dense(tmp_path):
     assert lm.model.layers[1].mlp.groups == 2
     ids = torch.randint(0, 250, (20,), generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(prompt_logits(lm, ids.tolist()), dense_logits(dense, ids), rtol=TOL, atol=TOL)
+
+
+@pytest.mark.parametrize("arch,drop", [("mistral3", "blk.0.attn_q.weight"), ("lfm2", "blk.0.shortconv.conv.weight"),
+                                       ("glm4moe", "blk.1.exp_probs_b.bias"), ("granitehybrid", "blk.0.ssm_a")])
+def test_a_missing_tensor_is_refused_naming_it(tiny, tmp_path, arch, drop):
+    """The family's file less one tensor: the load stops with one line naming the file and the tensor."""
+    path, _ = tiny(arch, "Q8_0")
+    r = GGUFReader(path)
+    broken = tmp_path / f"{arch}-without-a-tensor.gguf"
+    with GGUFWriter(broken) as w:
+        for key, value in r.metadata.items():
+            w.add(key, value, r.metadata_types[key])
+        for name, t in r.tensors.items():
+            if name != drop:
+                w.add_tensor(name, np.asarray(t.data), ggml_type=t.ggml_type, shape=t.shape)
+    with pytest.raises(Exception, match=f"{broken}: no tensor '{drop}'"):
+        load_model(str(broken), device="cpu")
+
+
+def test_mismatched_metadata_is_refused_naming_the_key(tmp_path):
+    """An LFM2 file whose per-layer key/value head list does not cover its layers."""
+    s = spec("lfm2")
+    path = tmp_path / "tiny-lfm2.gguf"
+    write_gguf(s, random_model(s), path, "Q8_0")
+    r = GGUFReader(str(path))
+    broken = tmp_path / "lfm2-short-list.gguf"
+    with GGUFWriter(broken) as w:
+        for key, value in r.metadata.items():
+            w.add(key, value[:3] if key == "lfm2.attention.head_count_kv" else value, r.metadata_types[key])
+        for name, t in r.tensors.items():
+            w.add_tensor(name, np.asarray(t.data), ggml_type=t.ggml_type, shape=t.shape)
+    with pytest.raises(ValueError, match="lfm2.attention.head_count_kv has 3 entries for 4 layers"):
+        load_model(str(broken), device="cpu")
 
 
 def test_tied_head_shares_the_embedding_bytes(tiny):

@@ -328,6 +328,19 @@ def mtp_weights(cfg, seed: int = 1) -> dict[str, np.ndarray]:
     return out
 
 
+def _write_halves(w, mix: str, hf_name: str, value: np.ndarray, parts: tuple[str, str], axis: int) -> torch.Tensor:
+    """A fused gate+up tensor written as the converter's two tensors (`parts`, halves along
+    `axis`); returns what the file holds, dequantized and fused again."""
+    layer = hf_name.split(".")[2]
+    backs = []
+    for part, stored in zip(parts, np.split(value, 2, axis=axis)):
+        qt = _qtype(mix, part, stored.shape[-1])
+        packed = quantize(np.ascontiguousarray(stored), qt)
+        w.add_tensor(f"blk.{layer}.{part}.weight", packed, ggml_type=qt, shape=stored.shape)
+        backs.append(dequantize(packed, qt, stored.shape))
+    return torch.from_numpy(np.concatenate(backs, axis=axis))
+
+
 def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool = False,
                chat_template: str | None = None, mtp: dict[str, np.ndarray] | None = None,
                extra_tokens: tuple[str, ...] = (), pre: str = "qwen2", probes: bool = False) -> torch.nn.Module:
@@ -466,25 +479,11 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                 new_state[hf_name] = torch.from_numpy(dequantize(packed, qt, value.shape))
                 continue
             if arch == "granitehybrid" and hf_name.endswith("shared_mlp.input_linear.weight"):
-                layer = hf_name.split(".")[2]  # the converter splits the shared MLP's gate and up
-                backs = []
-                for part, stored in zip(("ffn_gate_shexp", "ffn_up_shexp"), np.split(value, 2, axis=0)):
-                    qt = _qtype(mix, part, stored.shape[-1])
-                    packed = quantize(np.ascontiguousarray(stored), qt)
-                    w.add_tensor(f"blk.{layer}.{part}.weight", packed, ggml_type=qt, shape=stored.shape)
-                    backs.append(dequantize(packed, qt, stored.shape))
-                new_state[hf_name] = torch.from_numpy(np.concatenate(backs, axis=0))
+                # the converter splits the shared MLP's gate and up
+                new_state[hf_name] = _write_halves(w, mix, hf_name, value, ("ffn_gate_shexp", "ffn_up_shexp"), 0)
                 continue
-            if hf_name.endswith("experts.gate_up_proj"):
-                layer = hf_name.split(".")[2]
-                gate, up = np.split(value, 2, axis=1)  # (E, 2I, H) → the converter's two (E, I, H) tensors
-                backs = []
-                for part, stored in (("ffn_gate_exps", gate), ("ffn_up_exps", up)):
-                    qt = _qtype(mix, part, stored.shape[-1])
-                    packed = quantize(np.ascontiguousarray(stored), qt)
-                    w.add_tensor(f"blk.{layer}.{part}.weight", packed, ggml_type=qt, shape=stored.shape)
-                    backs.append(dequantize(packed, qt, stored.shape))
-                new_state[hf_name] = torch.from_numpy(np.concatenate(backs, axis=1))
+            if hf_name.endswith("experts.gate_up_proj"):  # (E, 2I, H) → the converter's two (E, I, H) tensors
+                new_state[hf_name] = _write_halves(w, mix, hf_name, value, ("ffn_gate_exps", "ffn_up_exps"), 1)
                 continue
             if hf_name.endswith("experts.down_proj"):
                 layer = hf_name.split(".")[2]

@@ -14,10 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...gguf_io import Keys
-from ..cache import LayerCache
 from ..modules import Weights
 from .base import Metadata, Model, TextParams, standard_model
-from .layers import MLP, Attention, MoE, Rope
+from .layers import MLP, Attention, Block, MoE, Rope
 
 ARCHITECTURE = "glm4moe"
 SIGMOID = 2  # llama.cpp's expert_gating_func for sigmoid
@@ -57,29 +56,19 @@ class Params(TextParams):
                    qk_norm=m.has_tensor("blk.0.attn_q_norm.weight"))
 
 
-class Glm4MoeLayer:
-    def __init__(self, w: Weights, i: int, p: Params, rope: Rope, ops):
-        self.ops, self.eps = ops, p.eps
-        self.attn_norm = w.vector(f"blk.{i}.attn_norm.weight", p.hidden)
-        self.ffn_norm = w.vector(f"blk.{i}.post_attention_norm.weight", p.hidden)
-        self.attn = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads,
-                              head_dim=p.head_dim, eps=p.eps, rope=rope, scale=p.head_dim ** -0.5, qk_norm=p.qk_norm)
-        if i < p.n_dense:
-            self.mlp = MLP(w, i, ops, hidden=p.hidden, ffn=p.ffn, act="silu")
-        else:
-            self.mlp = MoE(w, i, ops, hidden=p.hidden, n_experts=p.n_experts, n_used=p.n_experts_used,
-                           expert_ffn=p.expert_ffn, act="silu", norm_topk=p.norm_topk,
-                           shared_ffn=p.expert_ffn * p.n_shared, sigmoid=True, scale=p.expert_scale,
-                           shared_gate=False, groups=p.groups, groups_used=p.groups_used)
-
-    def cache_spec(self) -> LayerCache:
-        return self.attn.cache_spec()
-
-    def __call__(self, x, batch, cache):
-        h = x + self.attn(self.ops.rms_norm(x, self.attn_norm, self.eps), batch, cache)
-        return h + self.mlp(self.ops.rms_norm(h, self.ffn_norm, self.eps))
+def feed_forward(w: Weights, i: int, p: Params, ops):
+    if i < p.n_dense:
+        return MLP(w, i, ops, hidden=p.hidden, ffn=p.ffn, act="silu")
+    return MoE(w, i, ops, hidden=p.hidden, n_experts=p.n_experts, n_used=p.n_experts_used, expert_ffn=p.expert_ffn,
+               act="silu", norm_topk=p.norm_topk, shared_ffn=p.expert_ffn * p.n_shared, sigmoid=True,
+               scale=p.expert_scale, shared_gate=False, groups=p.groups, groups_used=p.groups_used)
 
 
 def build(p: Params, w: Weights, ops) -> Model:
     rope = Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, context_length=p.context_length)
-    return standard_model(ops, w, p, [Glm4MoeLayer(w, i, p, rope, ops) for i in range(p.n_layers)])
+    layers = [Block(w, i, ops, hidden=p.hidden, eps=p.eps, ffn_norm="post_attention_norm", mlp=feed_forward(w, i, p, ops),
+                    mixer=Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads,
+                                    head_dim=p.head_dim, eps=p.eps, rope=rope, scale=p.head_dim ** -0.5,
+                                    qk_norm=p.qk_norm))
+              for i in range(p.n_layers)]
+    return standard_model(ops, w, p, layers)

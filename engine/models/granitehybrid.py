@@ -27,7 +27,7 @@ from ...gguf_io import Keys
 from ..cache import LayerCache, linear
 from ..modules import Weights
 from .base import Metadata, Model, TextParams, output_head
-from .layers import MLP, Attention, MoE, Rope
+from .layers import MLP, Attention, Block, MoE, Rope
 
 ARCHITECTURE = "granitehybrid"
 
@@ -123,36 +123,24 @@ class Mamba2:
         return self.out(y.to(x.dtype))
 
 
-class GraniteHybridLayer:
-    def __init__(self, w: Weights, i: int, p: Params, rope: Rope, ops):
-        self.ops, self.eps, self.residual = ops, p.eps, p.residual_scale
-        self.attn_norm = w.vector(f"blk.{i}.attn_norm.weight", p.hidden)
-        self.ffn_norm = w.vector(f"blk.{i}.ffn_norm.weight", p.hidden)
-        if p.attn_layers[i]:
-            self.mixer = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads,
-                                   head_dim=p.head_dim, eps=p.eps, rope=rope,
-                                   scale=p.attention_scale or p.head_dim ** -0.5)
-        else:
-            self.mixer = Mamba2(w, i, p, ops)
-        if p.n_experts:
-            self.mlp = MoE(w, i, ops, hidden=p.hidden, n_experts=p.n_experts, n_used=p.n_experts_used,
-                           expert_ffn=p.expert_ffn, act="silu", norm_topk=True, shared_ffn=p.shared_ffn,
-                           shared_gate=False)
-        else:  # the shared MLP alone, stored as the layer's MLP
-            self.mlp = MLP(w, i, ops, hidden=p.hidden, ffn=p.shared_ffn or p.ffn, act="silu")
-
-    def cache_spec(self) -> LayerCache:
-        return self.mixer.cache_spec()
-
-    def __call__(self, x, batch, cache):
-        h = x + self.mixer(self.ops.rms_norm(x, self.attn_norm, self.eps), batch, cache) * self.residual
-        return h + self.mlp(self.ops.rms_norm(h, self.ffn_norm, self.eps)) * self.residual
+def layer(w: Weights, i: int, p: Params, rope: Rope, ops) -> Block:
+    if p.attn_layers[i]:
+        mixer = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads, head_dim=p.head_dim,
+                          eps=p.eps, rope=rope, scale=p.attention_scale or p.head_dim ** -0.5)
+    else:
+        mixer = Mamba2(w, i, p, ops)
+    if p.n_experts:
+        mlp = MoE(w, i, ops, hidden=p.hidden, n_experts=p.n_experts, n_used=p.n_experts_used, expert_ffn=p.expert_ffn,
+                  act="silu", norm_topk=True, shared_ffn=p.shared_ffn, shared_gate=False)
+    else:  # the shared MLP alone, stored as the layer's MLP
+        mlp = MLP(w, i, ops, hidden=p.hidden, ffn=p.shared_ffn or p.ffn, act="silu")
+    return Block(w, i, ops, hidden=p.hidden, eps=p.eps, mixer=mixer, mlp=mlp, residual=p.residual_scale)
 
 
 def build(p: Params, w: Weights, ops) -> Model:
     rope = (Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, neox=False, context_length=p.context_length)
             if p.use_rope else Rope.none())
-    layers = [GraniteHybridLayer(w, i, p, rope, ops) for i in range(p.n_layers)]
+    layers = [layer(w, i, p, rope, ops) for i in range(p.n_layers)]
     embed = w.embedding("token_embd.weight", p.vocab_size, p.hidden, scale=p.embedding_scale)
     return Model(ops, embed, layers, w.vector("output_norm.weight", p.hidden), output_head(w, p.vocab_size, p.hidden),
                  p.eps, p.vocab_size, logit_scale=p.logit_scale)

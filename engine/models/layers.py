@@ -181,6 +181,28 @@ class Attention:
         return self.o(self.ops.self_attention(self.qkv(x), self.spec, batch, cache))
 
 
+class Block:
+    """The pre-norm layer most families share: h = x + mixer(norm(x)), then h + mlp(norm(h)),
+    the norms the file's `blk.{i}.attn_norm` and `blk.{i}.{ffn_norm}`; `residual` scales
+    both outputs before they join (Granite's residual multiplier)."""
+
+    def __init__(self, w: Weights, layer: int, ops, *, hidden: int, eps: float, mixer, mlp, ffn_norm: str = "ffn_norm",
+                 residual: float = 1.0):
+        self.ops, self.eps, self.mixer, self.mlp, self.residual = ops, eps, mixer, mlp, residual
+        self.attn_norm = w.vector(f"blk.{layer}.attn_norm.weight", hidden)
+        self.ffn_norm = w.vector(f"blk.{layer}.{ffn_norm}.weight", hidden)
+
+    def cache_spec(self) -> LayerCache:
+        return self.mixer.cache_spec()
+
+    def __call__(self, x: torch.Tensor, batch: Batch, cache: KVCache) -> torch.Tensor:
+        r = self.residual
+        y = self.mixer(self.ops.rms_norm(x, self.attn_norm, self.eps), batch, cache)
+        h = x + (y * r if r != 1.0 else y)
+        y = self.mlp(self.ops.rms_norm(h, self.ffn_norm, self.eps))
+        return h + (y * r if r != 1.0 else y)
+
+
 class MLP:
     """down(act(gate(x)) * up(x)), gate and up computed as one; `fused` when one ffn_up matrix holds both
     (Phi-3), `suffix` for a shared expert's tensors (ffn_*_shexp)."""

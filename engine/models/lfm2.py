@@ -18,7 +18,7 @@ from ...gguf_io import Keys
 from ..cache import LayerCache, linear
 from ..modules import Weights
 from .base import Metadata, Model, TextParams, output_head
-from .layers import MLP, Attention, Rope
+from .layers import MLP, Attention, Block, Rope
 
 ARCHITECTURE = "lfm2"
 
@@ -68,29 +68,17 @@ class ShortConv:
         return self.out_proj((c * y).to(x.dtype))
 
 
-class Lfm2Layer:
-    def __init__(self, w: Weights, i: int, p: Params, rope: Rope, ops):
-        self.ops, self.eps = ops, p.eps
-        self.attn_norm = w.vector(f"blk.{i}.attn_norm.weight", p.hidden)
-        self.ffn_norm = w.vector(f"blk.{i}.ffn_norm.weight", p.hidden)
-        if p.conv_layers[i]:
-            self.mixer = ShortConv(w, i, p, ops)
-        else:
-            self.mixer = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads,
-                                   head_dim=p.head_dim, eps=p.eps, rope=rope, scale=p.head_dim ** -0.5, qk_norm=True)
-        self.mlp = MLP(w, i, ops, hidden=p.hidden, ffn=p.ffn, act="silu")
-
-    def cache_spec(self) -> LayerCache:
-        return self.mixer.cache_spec()
-
-    def __call__(self, x, batch, cache):
-        h = x + self.mixer(self.ops.rms_norm(x, self.attn_norm, self.eps), batch, cache)
-        return h + self.mlp(self.ops.rms_norm(h, self.ffn_norm, self.eps))
+def mixer(w: Weights, i: int, p: Params, rope: Rope, ops):
+    if p.conv_layers[i]:
+        return ShortConv(w, i, p, ops)
+    return Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads, head_dim=p.head_dim,
+                     eps=p.eps, rope=rope, scale=p.head_dim ** -0.5, qk_norm=True)
 
 
 def build(p: Params, w: Weights, ops) -> Model:
     rope = Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, context_length=p.context_length)
-    layers = [Lfm2Layer(w, i, p, rope, ops) for i in range(p.n_layers)]
+    layers = [Block(w, i, ops, hidden=p.hidden, eps=p.eps, mixer=mixer(w, i, p, rope, ops),
+                    mlp=MLP(w, i, ops, hidden=p.hidden, ffn=p.ffn, act="silu")) for i in range(p.n_layers)]
     embed = w.embedding("token_embd.weight", p.vocab_size, p.hidden)
     return Model(ops, embed, layers, w.vector("token_embd_norm.weight", p.hidden),
                  output_head(w, p.vocab_size, p.hidden), p.eps, p.vocab_size)

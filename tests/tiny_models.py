@@ -127,6 +127,11 @@ PHI3_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_n
               "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
 
 
+# per-layer parameters whose names do not end in .weight / .bias → the converter's names
+UNSUFFIXED = {"mlp.gate.e_score_correction_bias": "exp_probs_b.bias", "mamba.A_log": "ssm_a", "mamba.D": "ssm_d",
+              "mamba.dt_bias": "ssm_dt.bias", "linear_attn.A_log": "ssm_a", "linear_attn.dt_bias": "ssm_dt.bias"}
+
+
 @dataclass
 class Spec:
     arch: str
@@ -500,18 +505,8 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                 gname = "token_embd_norm.weight"
             elif hf_name == "lm_head.weight":
                 gname = "output.weight"
-            elif hf_name.endswith("mlp.gate.e_score_correction_bias"):
-                gname = f"blk.{hf_name.split('.')[2]}.exp_probs_b.bias"
-            elif hf_name.endswith("mamba.A_log"):
-                gname = f"blk.{hf_name.split('.')[2]}.ssm_a"
-            elif hf_name.endswith("mamba.D"):
-                gname = f"blk.{hf_name.split('.')[2]}.ssm_d"
-            elif hf_name.endswith("mamba.dt_bias"):
-                gname = f"blk.{hf_name.split('.')[2]}.ssm_dt.bias"
-            elif hf_name.endswith("linear_attn.A_log"):
-                gname = f"blk.{hf_name.split('.')[2]}.ssm_a"
-            elif hf_name.endswith("linear_attn.dt_bias"):
-                gname = f"blk.{hf_name.split('.')[2]}.ssm_dt.bias"
+            elif (suffix := next((k for k in UNSUFFIXED if hf_name.endswith(k)), None)) is not None:
+                gname = f"blk.{hf_name.split('.')[2]}.{UNSUFFIXED[suffix]}"
             elif hf_name in MTP_NAMES:
                 gname = f"blk.{n_trunk}.{MTP_NAMES[hf_name]}"
             elif hf_name.startswith("mtp.layers.0."):

@@ -127,6 +127,17 @@ class TextParams:
                                            "__module__": cls.__module__})
 
 
+def kv_heads_per_layer(m: Metadata, c: dict) -> list[int]:
+    """`attention.head_count_kv` as one count per layer (a hybrid's files list it, 0 for the
+    layers without attention); ValueError naming the key where it does not cover the layers."""
+    kv = c["n_kv_heads"]
+    per_layer = list(kv) if isinstance(kv, list) else [kv] * c["n_layers"]
+    if len(per_layer) != c["n_layers"]:
+        raise ValueError(f"{m.path}: {Keys.arch(Keys.HEAD_COUNT_KV, m.arch)} has {len(per_layer)} entries "
+                         f"for {c['n_layers']} layers")
+    return per_layer
+
+
 class Model:
     """embed → layers → final norm → output head, over a flattened batch. An
     architecture's `build` makes `layers`: callables (x, batch, cache) -> x with a

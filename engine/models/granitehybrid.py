@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from ...gguf_io import Keys
 from ..cache import LayerCache, linear
 from ..modules import Weights
-from .base import Metadata, Model, TextParams, output_head
+from .base import Metadata, Model, TextParams, kv_heads_per_layer, output_head
 from .layers import MLP, Attention, Block, MoE, Rope
 
 ARCHITECTURE = "granitehybrid"
@@ -53,10 +53,9 @@ class Params(TextParams):
     @classmethod
     def from_gguf(cls, m: Metadata) -> "Params":
         c = cls.common(m)
-        kv = c["n_kv_heads"]
-        per_layer = list(kv) if isinstance(kv, list) else [kv] * c["n_layers"]
+        per_layer = kv_heads_per_layer(m, c)
         attn = sorted({n for n in per_layer if n})
-        if len(per_layer) != c["n_layers"] or len(attn) > 1:
+        if len(attn) > 1:
             raise ValueError(f"{m.path}: {Keys.arch(Keys.HEAD_COUNT_KV, m.arch)} {per_layer} is not one count per "
                              "layer (0 for Mamba-2 layers)")
         c["n_kv_heads"] = attn[0] if attn else c["n_heads"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from ...gguf_io import Keys
 from ..cache import LayerCache, linear
 from ..modules import Weights
-from .base import Metadata, Model, TextParams, output_head
+from .base import Metadata, Model, TextParams, kv_heads_per_layer, output_head
 from .layers import MLP, Attention, Block, Rope
 
 ARCHITECTURE = "lfm2"
@@ -31,11 +31,7 @@ class Params(TextParams):
     @classmethod
     def from_gguf(cls, m: Metadata) -> "Params":
         c = cls.common(m)
-        kv = c["n_kv_heads"]
-        per_layer = list(kv) if isinstance(kv, list) else [kv] * c["n_layers"]
-        if len(per_layer) != c["n_layers"]:
-            raise ValueError(f"{m.path}: {Keys.arch(Keys.HEAD_COUNT_KV, m.arch)} has {len(per_layer)} entries "
-                             f"for {c['n_layers']} layers")
+        per_layer = kv_heads_per_layer(m, c)
         attn = [n for n in per_layer if n]
         if not attn or len(set(attn)) != 1:
             raise ValueError(f"{m.path}: the attention layers' key/value heads {sorted(set(attn))} are not one "

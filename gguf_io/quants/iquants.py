@@ -8,7 +8,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..constants import QK_K, GGMLType
-from . import DEQUANTIZERS, register
+from . import DEQUANTIZERS, QUANTIZERS, register
 from .common import f16, nibbles, u16, u32
 from .grids import grid
 
@@ -186,6 +186,19 @@ def e8m0_half(e: np.ndarray) -> np.ndarray:
 def dq_mxfp4(b):
     d = e8m0_half(b[:, 0:1])
     return d * KVALUES_FP4[nibbles(b[:, 1:17])].astype(np.float32)
+
+
+@register(QUANTIZERS, GGMLType.MXFP4)
+def q_mxfp4(x):
+    """ggml's reference: the shared exponent puts the block's largest magnitude in the top
+    of the E2M1 range (floor(log2 amax) - 2), each value the nearest of the 16 codes
+    (the first on a tie); the low nibbles hold the block's first half."""
+    amax = np.abs(x).max(axis=1)
+    with np.errstate(divide="ignore"):
+        e = np.where(amax > 0, np.floor(np.log2(amax)) - 2 + 127, 0).astype(np.uint8)
+    d = e8m0_half(e)[:, None, None]
+    codes = np.abs(d * KVALUES_FP4.astype(np.float32)[None, None, :] - x[:, :, None]).argmin(axis=-1).astype(np.uint8)
+    return np.concatenate([e[:, None], codes[:, :16] | (codes[:, 16:] << 4)], axis=1)
 
 
 def ue4m3_half(x: np.ndarray) -> np.ndarray:

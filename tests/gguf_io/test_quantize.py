@@ -12,16 +12,17 @@ from gguf_serve.gguf_io import GGMLType, dequantize, quantize
 
 from helpers import ggml_lib, no_llama_cpp
 
-LEGACY = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.BF16, GGMLType.F16]
+LEGACY = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.BF16, GGMLType.F16,
+          GGMLType.MXFP4]
 KQUANTS = [GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]
 
 # Round-trip RMSE on unit Gaussians (relative to std 1): what each type's bits allow,
 # with headroom. Measured: Q2_K .296, Q3_K .151, Q4_K .071, Q5_K .036, Q6_K .018,
-# Q4_0 .086, Q4_1 .077, Q5_0 .043, Q5_1 .038, Q8_0 .0054.
+# Q4_0 .086, Q4_1 .077, Q5_0 .043, Q5_1 .038, Q8_0 .0054, MXFP4 .115.
 RMSE_BOUND = {
     GGMLType.Q2_K: 0.31, GGMLType.Q3_K: 0.16, GGMLType.Q4_K: 0.075, GGMLType.Q5_K: 0.038,
     GGMLType.Q6_K: 0.019, GGMLType.Q4_0: 0.09, GGMLType.Q4_1: 0.08, GGMLType.Q5_0: 0.045,
-    GGMLType.Q5_1: 0.04, GGMLType.Q8_0: 0.006, GGMLType.F16: 3e-4, GGMLType.BF16: 3e-3,
+    GGMLType.Q5_1: 0.04, GGMLType.Q8_0: 0.006, GGMLType.F16: 3e-4, GGMLType.BF16: 3e-3, GGMLType.MXFP4: 0.13,
 }
 
 
@@ -57,7 +58,7 @@ def test_round_trip_error_bounds(gtype):
     assert _rmse(x, gtype, q) <= RMSE_BOUND[gtype]
     y = dequantize(q, gtype, x.shape)
     assert np.all(y[0, :256] == 0)
-    low_bits = gtype in (GGMLType.Q2_K, GGMLType.Q3_K)
+    low_bits = gtype in (GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.MXFP4)  # MXFP4: 3.5 rounds to 3 (the top code)
     np.testing.assert_allclose(y[1, :32], 3.5, rtol=0.15 if low_bits else 0.02)
 
 
@@ -81,7 +82,7 @@ def test_kquant_error_no_worse_than_recorded_llama_cpp(gtype, kind):
     assert _rmse(x, gtype, quantize(x, gtype)) <= LLAMA_CPP_RMSE[kind][gtype] * 1.001
 
 
-@pytest.mark.parametrize("gtype", KQUANTS + LEGACY[:5], ids=lambda t: t.name)
+@pytest.mark.parametrize("gtype", KQUANTS + LEGACY[:5] + [GGMLType.MXFP4], ids=lambda t: t.name)
 @pytest.mark.parametrize("kind", ["normal", "laplace", "uniform"])
 def test_error_no_worse_than_llama_cpp(gtype, kind):
     """Against llama.cpp's ggml_quantize_chunk (where llama-cpp-python is installed)."""

@@ -1,7 +1,10 @@
 """Tool calls taken out of a model's text, in each family's form (server.tools): whole
 (`parse_calls`, `parse_call`) or as the text streams (`ToolCallSplitter`, which hands
 on the content around the calls and the calls' OpenAI deltas as they form: Hermes
-arguments in fragments, Mistral and Llama calls whole when the reply ends)."""
+arguments in fragments, Mistral and Llama calls whole when the reply ends). Inside the
+Hermes markers a call is JSON, Qwen3.5's `<function=…>` XML, or GLM-4.5's
+`NAME<arg_key>K</arg_key><arg_value>V</arg_value>…` (the last two whole at the close,
+values typed by the tool's schema)."""
 
 from __future__ import annotations
 
@@ -23,6 +26,10 @@ def _typed(value: str, schema: dict | None):
         return value
 
 
+_GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
+_GLM_BODY = re.compile(r"([^\s<>{}\[\]\"]+)\s*((?:<arg_key>.*?</arg_key>\s*<arg_value>.*?</arg_value>\s*)*)", re.S)
+
+
 def parse_call(body: str, tools: list[dict]) -> ToolCall | None:
     """One call from the text between the markers; None if it is not one."""
     body = body.strip()
@@ -34,6 +41,13 @@ def parse_call(body: str, tools: list[dict]) -> ToolCall | None:
         args = {}
         for p in re.finditer(r"<parameter=([^>\s]+)>\n?(.*?)\n?</parameter>", m.group(2), re.S):
             args[p.group(1)] = _typed(p.group(2), props.get(p.group(1)))
+        return ToolCall(name, json.dumps(args, ensure_ascii=False))
+    m = _GLM_BODY.fullmatch(body)
+    if m and (m.group(2) or m.group(1) in {f.get("name") for f in functions(tools)}):
+        name = m.group(1)  # GLM-4.5: NAME, then <arg_key>K</arg_key><arg_value>V</arg_value> pairs
+        params = next((f.get("parameters") or {} for f in functions(tools) if f.get("name") == name), {})
+        props = params.get("properties") or {}
+        args = {k: _typed(v, props.get(k)) for k, v in _GLM_ARG.findall(m.group(2))}
         return ToolCall(name, json.dumps(args, ensure_ascii=False))
     try:
         obj = json.loads(body)

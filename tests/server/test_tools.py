@@ -42,6 +42,12 @@ RECORDED = [  # (generated text, content, calls) as the families write them
      "</tool_call>", "", [("add", {"a": 12, "b": 30})]),  # Qwen3.5 / Qwen3-Coder: values typed by the schema
     ("<tool_call>\n<function=get_weather>\n<parameter=city>\n42\n</parameter>\n<parameter=unit>\nc\n</parameter>\n"
      "</function>\n</tool_call>", "", [("get_weather", {"city": "42", "unit": "c"})]),
+    ("Checking.<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>unit</arg_key>\n"
+     "<arg_value>c</arg_value>\n</tool_call>", "Checking.", [("get_weather", {"city": "Paris", "unit": "c"})]),  # GLM-4.5
+    ("<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>12</arg_value>\n<arg_key>b</arg_key>\n<arg_value>30</arg_value>\n"
+     "</tool_call><tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>7</arg_value>\n</tool_call>", "",
+     [("add", {"a": 12, "b": 30}), ("get_weather", {"city": "7"})]),  # values typed by the schema
+    ("<tool_call>hello</tool_call>", "<tool_call>hello</tool_call>", []),  # a bare word that names no tool
     ("no call here, just < and <tool text", "no call here, just < and <tool text", []),
     ("<tool_call>\nnot json\n</tool_call> after", "<tool_call>\nnot json\n</tool_call> after", []),
     ('unclosed at the end: <tool_call>\n{"name": "add", "arguments": {"a": 5, "b": 6}}',
@@ -92,7 +98,8 @@ def test_the_parser_in_every_chunking(text, content, calls):
         assert got_calls == calls, pieces
         assert got_content.strip() == content.strip(), pieces
     parts = run_splitter(list(text))[2]  # fed a character at a time: JSON arguments come in many fragments
-    assert all(n > 5 for n in parts) if "<function=" not in text else all(n == 1 for n in parts)
+    whole = "<function=" in text or "<arg_key>" in text  # the XML bodies come whole at the close
+    assert all(n == 1 for n in parts) if whole else all(n > 5 for n in parts)
     assert parse_call('{"name": 3}', TOOLS) is None and parse_call("[]", TOOLS) is None
 
 
@@ -114,6 +121,36 @@ RECORDED_FAMILIES = [  # (family, generated text, content, calls)
     (LLAMA3, 'It is {"name": "add", "parameters": {"a": 1, "b": 2}}', 'It is {"name": "add", "parameters": '
              '{"a": 1, "b": 2}}', []),  # only a reply that is a call is one
 ]
+
+
+# the families' own chat templates (llama.cpp keeps them in models/templates, in the sdist
+# .ci/run unpacks as LLAMA_CPP_SRC): the call a template writes into an assistant turn is
+# the call the parser reads back, in the family the server picks for that template
+OWN_TEMPLATES = [("GLM-4.6.jinja", "<tool_call>", "</tool_call>"),
+                 ("ibm-granite-granite-4.0.jinja", "<tool_call>", "</tool_call>"),
+                 ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "[TOOL_CALLS]", None)]
+
+
+@pytest.mark.parametrize("name,opens,closes", OWN_TEMPLATES)
+def test_each_familys_own_template_writes_calls_the_parser_reads(tmp_path, name, opens, closes):
+    from converter import llama_cpp_src
+    from gguf_serve.engine.chat import render
+    from gguf_serve.engine.tokenizer import load_tokenizer
+    from gguf_serve.gguf_io import GGUFReader
+
+    template = open(f"{llama_cpp_src()}/models/templates/{name}").read()
+    tok = load_tokenizer(GGUFReader(tiny_chat_model(tmp_path, "tiny.gguf", 0, template)))
+    call = {"id": "abcdefghi", "type": "function",
+            "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}}
+    messages = [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "abcdefghi", "content": "sunny"}]
+    rendered = render(tok, template, messages, tools=TOOLS)
+    start = rendered.index(opens, rendered.index("weather?"))
+    end = rendered.index(closes, start) + len(closes) if closes else rendered.index(tok.eos_token, start)
+    fmt = call_format(template, lambda text: None)
+    assert fmt.family is family_of(template)
+    _, calls, _ = run_splitter([rendered[start:end]], fmt.family)
+    assert calls == [("get_weather", {"city": "Paris", "unit": "c"})]
 
 
 @pytest.mark.parametrize("family,text,content,calls", RECORDED_FAMILIES)

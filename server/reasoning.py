@@ -11,6 +11,15 @@ from ..engine.text import held_back
 log = logging.getLogger("gguf_serve.server")
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+BRACKET_THINK = ("[THINK]", "[/THINK]")  # Mistral's reasoning models (Magistral, Ministral 3 Reasoning)
+
+
+def reasoning_markers(template: str | None) -> tuple[str, str]:
+    """The (open, close) tags of a template's reasoning blocks: Mistral's `[THINK]` where the
+    template writes those and no `<think>`, else `<think>`."""
+    if template and BRACKET_THINK[0] in template and THINK_OPEN not in template:
+        return BRACKET_THINK
+    return THINK_OPEN, THINK_CLOSE
 
 
 def template_has_switch(template: str | None) -> bool:
@@ -30,10 +39,10 @@ def enable_thinking(request_kwargs: dict | None, reasoning_effort: str | None, s
     return None
 
 
-def starts_in_reasoning(prompt: str) -> bool:
-    """Whether the rendered prompt leaves a <think> block open (Qwen3.5's templates do)."""
-    i = prompt.rfind(THINK_OPEN)
-    return i >= 0 and prompt.find(THINK_CLOSE, i) < 0
+def starts_in_reasoning(prompt: str, markers: tuple[str, str] = (THINK_OPEN, THINK_CLOSE)) -> bool:
+    """Whether the rendered prompt leaves a reasoning block open (Qwen3.5's templates do)."""
+    i = prompt.rfind(markers[0])
+    return i >= 0 and prompt.find(markers[1], i) < 0
 
 
 class ReasoningSplitter:
@@ -41,8 +50,9 @@ class ReasoningSplitter:
     in `breaks` (a tool call's opening) also ends the reasoning, and starts the content:
     a model that calls a tool without closing its reasoning block still calls it."""
 
-    def __init__(self, in_reasoning: bool, enabled: bool = True, breaks: tuple[str, ...] = ()):
-        self.breaks = breaks
+    def __init__(self, in_reasoning: bool, enabled: bool = True, breaks: tuple[str, ...] = (),
+                 markers: tuple[str, str] = (THINK_OPEN, THINK_CLOSE)):
+        self.breaks, (self.open, self.close) = breaks, markers
         self.enabled = enabled
         self.in_reasoning = in_reasoning and enabled
         self.pending = ""
@@ -60,7 +70,7 @@ class ReasoningSplitter:
                 if not self.pending:
                     break
                 self.strip_newlines = False
-            tag = THINK_CLOSE if self.in_reasoning else THINK_OPEN
+            tag = self.close if self.in_reasoning else self.open
             i = self.pending.find(tag)
             if self.in_reasoning:
                 for b in self.breaks:

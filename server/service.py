@@ -23,7 +23,8 @@ from .prepare import (Prepared, constrain, per_choice, refuse_parts, refuse_unsu
                       tools_for)
 from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Completion,
                        CompletionChoice, CompletionRequest, Delta, ResponseMessage, new_id, now)
-from .reasoning import THINK_CLOSE, THINK_OPEN, ReasoningSplitter, enable_thinking, starts_in_reasoning, template_has_switch
+from .reasoning import (ReasoningSplitter, enable_thinking, reasoning_markers, starts_in_reasoning,
+                        template_has_switch)
 from .registry import Registry
 from .tool_parse import ToolCallSplitter
 from .wire import SYSTEM_FINGERPRINT, Piece, Tally, chat_logprobs, completion_logprobs, reply_content
@@ -127,10 +128,11 @@ class Service:
         self._check_length(entry, len(ids), max_tokens, "messages")
         if max_tokens is None:  # the server's cap for requests that set none, within the context left
             max_tokens = min(self.settings.max_tokens, self._context(entry) - len(ids))
-        think_open, think_close = (lm.tokenizer.backend_tokenizer.token_to_id(t) for t in (THINK_OPEN, THINK_CLOSE))
-        vocab_thinks = think_open is not None or (lm.chat_template and THINK_OPEN in lm.chat_template)
-        split = {"in_reasoning": starts_in_reasoning(prompt) and thinking is not False,
-                 "enabled": bool(vocab_thinks) and thinking is not False}
+        markers = reasoning_markers(lm.chat_template)
+        think_open, think_close = (lm.tokenizer.backend_tokenizer.token_to_id(t) for t in markers)
+        vocab_thinks = think_open is not None or (lm.chat_template and markers[0] in lm.chat_template)
+        split = {"in_reasoning": starts_in_reasoning(prompt, markers) and thinking is not False,
+                 "enabled": bool(vocab_thinks) and thinking is not False, "markers": markers}
         params = per_choice(req, max_tokens, lm, (req.top_logprobs or 0) if req.logprobs else None)
         # a grammar mask waits for the reasoning block to close, or lets one open first
         think = {"after": think_close, "optional": think_open, "waiting": split["in_reasoning"]} \

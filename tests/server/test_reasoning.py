@@ -2,7 +2,8 @@
 
 import pytest
 
-from gguf_serve.server.reasoning import ReasoningSplitter, enable_thinking, starts_in_reasoning
+from gguf_serve.server.reasoning import (BRACKET_THINK, ReasoningSplitter, enable_thinking, reasoning_markers,
+                                        starts_in_reasoning)
 
 
 @pytest.mark.parametrize("kwargs,effort,flag,expected", [
@@ -57,3 +58,25 @@ def test_disabled_splitter_passes_everything_as_content():
 def test_unfinished_reasoning_never_becomes_content():
     s = ReasoningSplitter(in_reasoning=True)
     assert _run(s, ["still thinking", " </thi"]) == ("still thinking </thi", "")
+
+
+def test_mistral_bracket_blocks_split_in_every_chunking():
+    """Mistral's reasoning models write [THINK]…[/THINK] before the answer."""
+    text = "[THINK]Paris is the capital.[/THINK]It is Paris."
+    for pieces in [[text], list(text)] + [[text[:i], text[i:]] for i in range(1, len(text))]:
+        s = ReasoningSplitter(in_reasoning=False, markers=BRACKET_THINK)
+        assert _run(s, pieces) == ("Paris is the capital.", "It is Paris."), pieces
+    s = ReasoningSplitter(in_reasoning=False)  # <think> markers leave the brackets in the answer
+    assert _run(s, [text]) == ("", text)
+
+
+def test_each_template_picks_its_markers():
+    from converter import llama_cpp_src
+
+    folder = f"{llama_cpp_src()}/models/templates"
+    ministral = open(f"{folder}/mistralai-Ministral-3-14B-Reasoning-2512.jinja").read()
+    assert reasoning_markers(ministral) == BRACKET_THINK
+    assert not starts_in_reasoning("[SYSTEM_PROMPT]…[THINK]draft[/THINK]…[/SYSTEM_PROMPT][INST]hi[/INST]", BRACKET_THINK)
+    for name in ("Qwen3.5-4B.jinja", "GLM-4.6.jinja"):
+        assert reasoning_markers(open(f"{folder}/{name}").read()) == ("<think>", "</think>")
+    assert reasoning_markers(None) == ("<think>", "</think>")

@@ -1,7 +1,7 @@
 """The grammar that `tool_choice` `required` or a named function imposes on the reply:
 one or more calls (or exactly one, for a named function) in the template's own form
-(server.tools.CallFormat): Hermes JSON, Qwen3.5 XML, Mistral's list or v11 form, Llama's
-JSON; arguments constrained by each tool's JSON schema (llguidance)."""
+(server.tools.CallFormat): Hermes JSON, Qwen3.5 XML, GLM-4.5's key/value pairs, Mistral's
+list or v11 form, Llama's JSON; arguments constrained by each tool's JSON schema (llguidance)."""
 
 from __future__ import annotations
 
@@ -46,18 +46,24 @@ def _parameters(f: dict) -> dict:
     return closed_objects(f.get("parameters") or {"type": "object"})
 
 
-def _xml_call(k: int, f: dict) -> list[str]:
-    """Rules for one function's XML call: its parameters in schema order, the required ones
-    always, the others optionally."""
+def _xml_call(k: int, f: dict, pairs: bool = False) -> list[str]:
+    """Rules for one function's XML call (Qwen3.5's `<function=…><parameter=…>`, or with
+    `pairs` GLM-4.5's `NAME<arg_key>…</arg_key><arg_value>…</arg_value>`): its parameters in
+    schema order, the required ones always, the others optionally."""
     params = _parameters(f)
     required = set(params.get("required") or [])
     rules, parts = [], []
     for j, (p, schema) in enumerate((params.get("properties") or {}).items()):
         value = f"v{k}_{j}"
         rules.append(_xml_value(value, schema if isinstance(schema, dict) else {}))
-        part = f"{_lark_str(f'<parameter={p}>' + NL)} {value} {_lark_str(NL + '</parameter>' + NL)}"
+        before, after = ((f"<arg_key>{p}</arg_key>{NL}<arg_value>", f"</arg_value>{NL}") if pairs
+                         else (f"<parameter={p}>{NL}", f"{NL}</parameter>{NL}"))
+        part = f"{_lark_str(before)} {value} {_lark_str(after)}"
         parts.append(part if p in required else f"({part})?")
-    head, tail = _lark_str(f"{TOOL_OPEN}{NL}<function={f['name']}>{NL}"), _lark_str(f"</function>{NL}{TOOL_CLOSE}")
+    if pairs:
+        head, tail = _lark_str(f"{TOOL_OPEN}{f['name']}{NL}"), _lark_str(TOOL_CLOSE)
+    else:
+        head, tail = _lark_str(f"{TOOL_OPEN}{NL}<function={f['name']}>{NL}"), _lark_str(f"</function>{NL}{TOOL_CLOSE}")
     return [f"c{k}: {head} {' '.join(parts)} {tail}"] + rules
 
 
@@ -100,10 +106,10 @@ def required_grammar(tools: list[dict], name: str | None, parallel: bool, fmt: C
         return LLMatcher.grammar_from_lark(f"start: call{repeat}\n"
                                            f"call: %json {json.dumps(_with_ws(_options(chosen, 'parameters')))}\n")
     repeat = ' ("\\n" call)*' if parallel else ""
-    if fmt.xml:
+    if fmt.xml or fmt.arg_pairs:
         rules = [f"start: call{repeat}", "call: " + " | ".join(f"c{k}" for k in range(len(chosen)))]
         for k, f in enumerate(chosen):
-            rules += _xml_call(k, f)
+            rules += _xml_call(k, f, pairs=fmt.arg_pairs)
         return LLMatcher.grammar_from_lark("\n".join(rules) + "\n")
     lark = (f"start: call{repeat}\n"
             f'call: "{TOOL_OPEN}\\n" body "\\n{TOOL_CLOSE}"\n'

@@ -135,12 +135,14 @@ def template_writes_xml(template: str | None) -> bool:
 @dataclass(frozen=True)
 class CallFormat:
     """A template's call format in full: its family, and within it the body's form (Qwen3.5's
-    XML, Mistral's `NAME[ARGS]{…}`) and the opening marker's token id when it is one token."""
+    XML, GLM-4.5's key/value pairs, Mistral's `NAME[ARGS]{…}`) and the opening marker's
+    token id when it is one token."""
 
     family: Family = HERMES
     xml: bool = False
     named_args: bool = False
     open_token: int | None = None
+    arg_pairs: bool = False  # GLM-4.5: NAME, then <arg_key>/<arg_value> pairs, inside the Hermes markers
 
 
 def call_format(template: str | None, token_id) -> CallFormat:
@@ -149,6 +151,7 @@ def call_format(template: str | None, token_id) -> CallFormat:
         return CallFormat()
     family = family_of(template)
     return CallFormat(family, xml=family is HERMES and template_writes_xml(template),
-                      named_args=family is MISTRAL and "[ARGS]" in template, open_token=token_id(family.open))
+                      named_args=family is MISTRAL and "[ARGS]" in template, open_token=token_id(family.open),
+                      arg_pairs=family is HERMES and "<arg_key>" in template)
 
 

@@ -254,6 +254,30 @@ def test_forced_calls_follow_the_templates_form(tools_path):
         json.dumps({"city": "Paris", "unit": "c"})
 
 
+WEATHER_GLM = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>unit</arg_key>\n" \
+              "<arg_value>c</arg_value>\n</tool_call>"
+
+
+def test_forced_calls_in_glms_form(tools_path):
+    from gguf_serve.engine.tokenizer import load_tokenizer
+    from gguf_serve.gguf_io import GGUFReader
+
+    tok = load_tokenizer(GGUFReader(tools_path))
+    assert call_format("{{ tools }}<tool_call>{{ name }}<arg_key>{{ k }}</arg_key>", lambda t: None).arg_pairs
+    glm = required_grammar(TOOLS, None, False, CallFormat(arg_pairs=True))
+    assert accepts(glm, WEATHER_GLM, tok) and not accepts(glm, WEATHER_JSON, tok) and not accepts(glm, WEATHER_XML, tok)
+    for bad in (WEATHER_GLM.replace("Paris", "Paris is far too long"), WEATHER_GLM.replace(">c<", ">k<"),
+                WEATHER_GLM.replace("<arg_key>unit</arg_key>\n<arg_value>c</arg_value>\n", "")):
+        assert not accepts(glm, bad, tok)
+    add = "<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>12</arg_value>\n<arg_key>b</arg_key>\n<arg_value>30" \
+          "</arg_value>\n</tool_call>"
+    assert accepts(glm, add, tok) and not accepts(glm, add.replace("12", '"12"'), tok)
+    two = required_grammar(TOOLS, None, True, CallFormat(arg_pairs=True))
+    assert accepts(two, WEATHER_GLM + "\n" + add, tok)
+    _, calls, _ = run_splitter([WEATHER_GLM + "\n" + add])  # what the grammar lets through, the parser reads
+    assert calls == [("get_weather", {"city": "Paris", "unit": "c"}), ("add", {"a": 12, "b": 30})]
+
+
 MISTRAL_TEMPLATE = (  # Mistral v3's shape, with its check on call ids
     "{%- for m in messages %}"
     "{%- if m.role == 'user' %}{%- if tools and loop.last %}{{ '[AVAILABLE_TOOLS]' + tools | tojson + "

@@ -202,7 +202,7 @@ class Weights:
         if n is not None and info.n_elements != n:
             raise WeightError(f"{self.reader.path}: tensor {name!r} has {info.n_elements} values, expected {n}")
         if self.views and info.ggml_type == GGMLType.F32:
-            return as_tensor(info.array()).reshape(info.shape)
+            return self.dense(name, tuple(info.shape))
         return torch.from_numpy(info.dequantize().astype("float32").reshape(info.shape)).to(self.device)
 
     def dense(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:

@@ -26,6 +26,14 @@ def _typed(value: str, schema: dict | None):
         return value
 
 
+def _typed_call(name: str, pairs: list[tuple[str, str]], tools: list[dict]) -> ToolCall:
+    """A call written as (parameter, raw text) pairs, each value typed by the tool's schema."""
+    params = next((f.get("parameters") or {} for f in functions(tools) if f.get("name") == name), {})
+    props = params.get("properties") or {}
+    return ToolCall(name, json.dumps({k: _typed(v, props.get(k)) for k, v in pairs}, ensure_ascii=False))
+
+
+_XML_PARAM = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?</parameter>", re.S)
 _GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
 _GLM_BODY = re.compile(r"([^\s<>{}\[\]\"]+)\s*((?:<arg_key>.*?</arg_key>\s*<arg_value>.*?</arg_value>\s*)*)", re.S)
 
@@ -35,20 +43,11 @@ def parse_call(body: str, tools: list[dict]) -> ToolCall | None:
     body = body.strip()
     m = re.match(r"<function=([^>\s]+)>(.*?)(?:</function>|$)", body, re.S)
     if m:
-        name = m.group(1)
-        params = next((f.get("parameters") or {} for f in functions(tools) if f.get("name") == name), {})
-        props = params.get("properties") or {}
-        args = {}
-        for p in re.finditer(r"<parameter=([^>\s]+)>\n?(.*?)\n?</parameter>", m.group(2), re.S):
-            args[p.group(1)] = _typed(p.group(2), props.get(p.group(1)))
-        return ToolCall(name, json.dumps(args, ensure_ascii=False))
+        return _typed_call(m.group(1), _XML_PARAM.findall(m.group(2)), tools)
     m = _GLM_BODY.fullmatch(body)
     if m and (m.group(2) or m.group(1) in {f.get("name") for f in functions(tools)}):
-        name = m.group(1)  # GLM-4.5: NAME, then <arg_key>K</arg_key><arg_value>V</arg_value> pairs
-        params = next((f.get("parameters") or {} for f in functions(tools) if f.get("name") == name), {})
-        props = params.get("properties") or {}
-        args = {k: _typed(v, props.get(k)) for k, v in _GLM_ARG.findall(m.group(2))}
-        return ToolCall(name, json.dumps(args, ensure_ascii=False))
+        # GLM-4.5: NAME, then <arg_key>K</arg_key><arg_value>V</arg_value> pairs
+        return _typed_call(m.group(1), _GLM_ARG.findall(m.group(2)), tools)
     try:
         obj = json.loads(body)
     except ValueError:

@@ -7,6 +7,7 @@ the architecture's keys and tensors."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -54,8 +55,6 @@ HUB_CONFIG = {"GraniteMoeHybridForCausalLM": {"layer_types": {"linear_attention"
 
 def convert(model, folder: Path, outtype: str) -> str:
     """`model` saved as a checkpoint in folder/hf and converted at `outtype` (f32, f16, q8_0)."""
-    import json
-
     src = llama_cpp_src()
     hf = folder / "hf"
     if not hf.exists():

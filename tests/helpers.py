@@ -157,6 +157,24 @@ def write_tiny_llama(path, qtype: GGMLType = GGMLType.Q8_0, seed: int = 0) -> No
         w.add_tensor("blk.0.ffn_down.weight", mat(d, ff), ggml_type=qtype)
 
 
+def copy_gguf(src, dst, *, metadata: dict | None = None, drop_tensor: str | None = None) -> str:
+    """A copy of the GGUF file `src` at `dst`: the `metadata` keys set (a key the file has
+    keeps its place and type; others are added) and `drop_tensor` left out."""
+    from gguf_serve.gguf_io import GGUFReader
+
+    r = GGUFReader(str(src))
+    metadata = dict(metadata or {})
+    with GGUFWriter(dst) as w:
+        for k, v in r.metadata.items():
+            w.add(k, metadata.pop(k, v), r.metadata_types[k])
+        for k, v in metadata.items():
+            w.add(k, v)
+        for name, t in r.tensors.items():
+            if name != drop_tensor:
+                w.add_tensor(name, t.data, ggml_type=t.ggml_type, shape=t.shape)
+    return str(dst)
+
+
 def split_gguf(path, folder, name: str, n: int) -> list[str]:
     """Write the model at `path` as `n` shards named like llama.cpp's gguf-split does."""
     from gguf_serve.gguf_io import GGUFReader, GGUFValueType

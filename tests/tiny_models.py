@@ -404,14 +404,16 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
             w.add(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in cfg.layer_types] + [False])
         w.add(f"{arch}.feed_forward_length", cfg.intermediate_size)
         w.add(f"{arch}.attention.head_count", cfg.num_attention_heads)
-        if arch == "lfm2":  # per layer: 0 for the convolution layers
-            w.add(f"{arch}.attention.head_count_kv",
-                  [0 if t == "conv" else cfg.num_key_value_heads for t in cfg.layer_types])
-            w.add(f"{arch}.shortconv.l_cache", cfg.conv_L_cache)
+        if arch in ("lfm2", "granitehybrid"):  # per layer: 0 for the convolution / Mamba-2 layers
+            w.add(f"{arch}.attention.head_count_kv", [0 if t in ("conv", "mamba", "linear_attention")
+                                                      else cfg.num_key_value_heads for t in cfg.layer_types])
+        else:
+            w.add(f"{arch}.attention.head_count_kv", cfg.num_key_value_heads)
+        if arch in ("lfm2", "granitehybrid", "mistral3"):  # their converters write the vocabulary's size
             w.add(f"{arch}.vocab_size", cfg.vocab_size)
+        if arch == "lfm2":
+            w.add(f"{arch}.shortconv.l_cache", cfg.conv_L_cache)
         elif arch == "granitehybrid":  # conversion/granite.py GraniteHybridModel.set_gguf_parameters
-            w.add(f"{arch}.attention.head_count_kv",
-                  [0 if t in ("mamba", "linear_attention") else cfg.num_key_value_heads for t in cfg.layer_types])
             w.add(f"{arch}.ssm.conv_kernel", cfg.mamba_d_conv)
             w.add(f"{arch}.ssm.state_size", cfg.mamba_d_state)
             w.add(f"{arch}.ssm.group_count", cfg.mamba_n_groups)
@@ -425,12 +427,6 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
             w.add(f"{arch}.expert_used_count", cfg.num_experts_per_tok)
             w.add(f"{arch}.expert_shared_feed_forward_length", cfg.shared_intermediate_size)
             w.add(f"{arch}.rope.scaling.finetuned", False)
-            w.add(f"{arch}.vocab_size", cfg.vocab_size)
-        elif arch == "mistral3":  # LlamaModel writes the vocabulary's size
-            w.add(f"{arch}.attention.head_count_kv", cfg.num_key_value_heads)
-            w.add(f"{arch}.vocab_size", cfg.vocab_size)
-        else:
-            w.add(f"{arch}.attention.head_count_kv", cfg.num_key_value_heads)
         eps = getattr(cfg, "rms_norm_eps", None) or cfg.norm_eps
         w.add(f"{arch}.attention.layer_norm_rms_epsilon", float(eps))
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads

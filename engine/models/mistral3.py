@@ -38,11 +38,15 @@ class Params(llama.Params):
         return cls(**c, temperature_scale=beta, temperature_length=length)
 
 
-class Mistral3Layer(llama.LlamaLayer):
-    def __init__(self, w: Weights, i: int, p: Params, rope: Rope, ops):
-        super().__init__(w, i, p, rope, ops)
-        self.beta, self.length = p.temperature_scale, p.temperature_length
-        self.q_width = p.n_heads * p.head_dim
+class TemperedAttention:
+    """A layer's attention with its queries scaled by the temperature of their positions."""
+
+    def __init__(self, attn, beta: float, length: int):
+        self.attn, self.beta, self.length = attn, beta, length
+        self.q_width = attn.spec.n_heads * attn.spec.head_dim
+
+    def cache_spec(self):
+        return self.attn.cache_spec()
 
     def temperature(self, batch) -> torch.Tensor | None:
         """(T, 1) query scales for the batch's positions, once per forward; None while
@@ -53,17 +57,21 @@ class Mistral3Layer(llama.LlamaLayer):
             batch.memo[key] = (1.0 + self.beta * torch.log1p(steps.float()))[:, None] if bool(steps.any()) else None
         return batch.memo[key]
 
-    def attention(self, x, batch, cache):
-        qkv = self.attn.qkv(x)
-        if self.beta and (scale := self.temperature(batch)) is not None:
-            qkv[:, :self.q_width] *= scale.to(qkv.device, qkv.dtype)
-        return self.attn.o(self.ops.self_attention(qkv, self.attn.spec, batch, cache))
-
     def __call__(self, x, batch, cache):
-        h = x + self.attention(self.ops.rms_norm(x, self.attn_norm, self.eps), batch, cache)
-        return h + self.mlp(self.ops.rms_norm(h, self.ffn_norm, self.eps))
+        a = self.attn
+        qkv = a.qkv(x)
+        if (scale := self.temperature(batch)) is not None:
+            qkv[:, :self.q_width] *= scale.to(qkv.device, qkv.dtype)
+        return a.o(a.ops.self_attention(qkv, a.spec, batch, cache))
+
+
+def layer(w: Weights, i: int, p: Params, rope: Rope, ops) -> llama.LlamaLayer:
+    out = llama.LlamaLayer(w, i, p, rope, ops)
+    if p.temperature_scale:
+        out.attn = TemperedAttention(out.attn, p.temperature_scale, p.temperature_length)
+    return out
 
 
 def build(p: Params, w: Weights, ops) -> Model:
     r = llama.rope(p, w)
-    return standard_model(ops, w, p, [Mistral3Layer(w, i, p, r, ops) for i in range(p.n_layers)])
+    return standard_model(ops, w, p, [layer(w, i, p, r, ops) for i in range(p.n_layers)])

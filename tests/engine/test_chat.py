@@ -6,8 +6,8 @@ import pytest
 from gguf_serve.engine import load_model
 from gguf_serve.engine.chat import FALLBACK_TEMPLATES, render
 from gguf_serve.engine.sampling import SamplingParams
-from gguf_serve.gguf_io import GGUFReader, GGUFWriter
 
+from helpers import copy_gguf
 from tiny_models import random_model, spec, write_gguf
 
 QWEN_LIKE_TEMPLATE = (
@@ -23,16 +23,8 @@ def tiny_with_template(tmp_path_factory):
     folder = tmp_path_factory.mktemp("chat")
     plain = folder / "plain.gguf"
     write_gguf(s, random_model(s), plain, "Q8_0")
-    # copy the file, adding a chat template to its metadata
-    r = GGUFReader(plain)
-    path = folder / "templated.gguf"
-    with GGUFWriter(path) as w:
-        for k, v in r.metadata.items():
-            w.add(k, v, r.metadata_types[k])
-        w.add("tokenizer.chat_template", QWEN_LIKE_TEMPLATE)
-        for name, t in r.tensors.items():
-            w.add_tensor(name, t.data, ggml_type=t.ggml_type, shape=t.shape)
-    return str(path)
+    # a copy of the file with a chat template in its metadata
+    return copy_gguf(plain, folder / "templated.gguf", metadata={"tokenizer.chat_template": QWEN_LIKE_TEMPLATE})
 
 
 def test_file_template_is_used_and_takes_kwargs(tiny_with_template):

@@ -23,6 +23,7 @@ from gguf_serve.engine.sampling import SamplingParams
 from gguf_serve.engine.scheduler import Request, Scheduler
 from gguf_serve.engine.vision import ImageError, RopePlan, VisionFileError, decode_image, media_of
 
+from helpers import copy_gguf
 from tiny_models import spec, random_model, write_gguf
 from tiny_vision import tiny_gemma3_vlm, tiny_qwen35_vlm
 
@@ -489,15 +490,7 @@ def test_vision_weights_stay_in_the_file(f32, qwen):
 def test_qwen3vl_deepstack_files_are_refused(tmp_path, qwen):
     """Qwen3-VL's vision files feed deepstack features into the text layers, which this tower
     does not: such a file is refused at load, naming why, not run without them."""
-    from gguf_serve.gguf_io import GGUFReader, GGUFWriter
-
-    r = GGUFReader(qwen.vision_path)
-    deep = tmp_path / "mmproj-deepstack.gguf"
-    with GGUFWriter(deep) as w:
-        for k, v in r.metadata.items():
-            if k != "general.alignment":
-                w.add(k, [True, False] if k == "clip.vision.is_deepstack_layers" else v, r.metadata_types[k])
-        for t in r.tensors.values():
-            w.add_tensor(t.name, np.asarray(t.data), ggml_type=t.ggml_type, shape=t.shape)
+    deep = copy_gguf(qwen.vision_path, tmp_path / "mmproj-deepstack.gguf",
+                     metadata={"clip.vision.is_deepstack_layers": [True, False]})
     with pytest.raises(VisionFileError, match="deepstack"):
-        load_model(qwen.text_path, config=EngineConfig(mmproj=str(deep), n_ctx=256, n_seq=1))
+        load_model(qwen.text_path, config=EngineConfig(mmproj=deep, n_ctx=256, n_seq=1))

@@ -129,11 +129,17 @@ class GgufExperts:
     """A mixture-of-experts feed-forward over packed expert tensors (llama.cpp's
     ffn_gate_exps / ffn_up_exps / ffn_down_exps, or a fused ffn_gate_up_exps):
     y[t, k] = down_e(act(gate_e(x_t)) · up_e(x_t)), e = ids[t, k] (the caller weights and
-    sums them)."""
+    sums them). `biases` (gpt-oss): per expert the gate, up and down biases, (E, I), (E, I)
+    and (E, hidden) float32, added to each product."""
 
     def __init__(self, name: str, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
-                 types: tuple[GGMLType, GGMLType, GGMLType], hidden: int, intermediate: int):
+                 types: tuple[GGMLType, GGMLType, GGMLType], hidden: int, intermediate: int,
+                 biases: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
         self.name = name
+        self.gate_up_bias = self.down_bias = None
+        if biases is not None:
+            self.gate_up_bias = torch.cat(biases[:2], dim=1)  # (E, 2I): a row per expert, as the pair's output
+            self.down_bias = biases[2]
         self.gate, self.up, self.down = gate, up, down
         self.types = tuple(GGMLType(t) for t in types)
         self.num_experts = gate.shape[0]
@@ -152,14 +158,21 @@ class GgufExperts:
         both = None
         if self._pair is not None:  # None where the pair's types or the batch do not fit one call
             both = self._pair(self.gate, self.up, x, ids, self.types[0], self.types[1], self.intermediate)
+        t, k, n = ids.shape[0], ids.shape[1], self.intermediate
         if both is not None:
-            t, k, n = ids.shape[0], ids.shape[1], self.intermediate
-            h = ops.gated_mul(both.view(t * k, 2 * n), n, act).view(t, k, n)
+            both = both.view(t * k, 2 * n)
+            if self.gate_up_bias is not None:
+                both = both + self.gate_up_bias[ids.reshape(-1)].to(both.dtype)
+            h = ops.gated_mul(both, n, act).view(t, k, n)
         else:
             g = gk.mul_mat_id(self.gate, x, ids, self.types[0], self.intermediate)
             u = uk.mul_mat_id(self.up, x, ids, self.types[1], self.intermediate)
+            if self.gate_up_bias is not None:
+                gu = self.gate_up_bias[ids].to(g.dtype)
+                g, u = g + gu[..., :n], u + gu[..., n:]
             h = ops.act_mul(g, u, act)
-        return dk.mul_mat_id(self.down, h, ids, self.types[2], self.hidden)
+        y = dk.mul_mat_id(self.down, h, ids, self.types[2], self.hidden)
+        return y if self.down_bias is None else y + self.down_bias[ids].to(y.dtype)
 
 
 class Weights:
@@ -243,8 +256,9 @@ class Weights:
         info = self._expect(name, (num, dim))
         return GgufEmbedding(name, self.packed(name), info.ggml_type, num, dim, self.dtype, scale)
 
-    def experts(self, layer: int, n_experts: int, hidden: int, intermediate: int) -> GgufExperts:
-        """blk.{layer}'s experts: separate ffn_gate_exps / ffn_up_exps, or fused ffn_gate_up_exps."""
+    def experts(self, layer: int, n_experts: int, hidden: int, intermediate: int, biases: bool = False) -> GgufExperts:
+        """blk.{layer}'s experts: separate ffn_gate_exps / ffn_up_exps, or fused ffn_gate_up_exps;
+        with `biases`, their .bias tensors too."""
         p = f"blk.{layer}."
         down = self._expect(p + "ffn_down_exps.weight", (n_experts, hidden, intermediate))
         if self.has(p + "ffn_gate_up_exps.weight"):
@@ -257,4 +271,8 @@ class Weights:
             u = self._expect(p + "ffn_up_exps.weight", (n_experts, intermediate, hidden))
             gate, up = self.packed(g.name), self.packed(u.name)
             types = (g.ggml_type, u.ggml_type, down.ggml_type)
-        return GgufExperts(f"blk.{layer}.experts", gate, up, self.packed(down.name), types, hidden, intermediate)
+        b = None
+        if biases:
+            b = tuple(self.vector(p + f"ffn_{n}_exps.bias", n_experts * size).reshape(n_experts, size)
+                      for n, size in (("gate", intermediate), ("up", intermediate), ("down", hidden)))
+        return GgufExperts(f"blk.{layer}.experts", gate, up, self.packed(down.name), types, hidden, intermediate, b)

@@ -23,10 +23,13 @@ def random_packed(rng: np.random.Generator, gtype: GGMLType, rows: int, blocks_p
                   f16_scale: float | None = None) -> np.ndarray:
     """Random bytes for `rows` rows of `gtype`. With `f16_scale`, the block's float16
     fields (F16_FIELDS) are set to ±f16_scale times a random factor in [0.5, 1) instead
-    of random bits (which may be huge, inf or nan)."""
+    of random bits (which may be huge, inf or nan); MXFP4's exponent byte to a scale
+    of 2^-9..2^-6."""
     info = TYPE_INFO[gtype]
     raw = rng.integers(0, 256, size=(rows, blocks_per_row * info.type_size), dtype=np.uint8)
-    if f16_scale is not None:
+    if f16_scale is not None and gtype == GGMLType.MXFP4:  # the E8M0 exponent byte: 2^-9..2^-6
+        raw.reshape(-1, info.type_size)[:, 0] = rng.integers(118, 122, size=raw.size // info.type_size)
+    elif f16_scale is not None:
         blocks = raw.reshape(-1, info.type_size)
         for off in F16_FIELDS[gtype]:
             v = (f16_scale * rng.uniform(0.5, 1.0, blocks.shape[0]) * rng.choice([-1, 1], blocks.shape[0]))

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, Glm4MoeConfig, Glm4MoeForCausalLM,
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, Glm4MoeConfig, Glm4MoeForCausalLM, GptOssConfig,
+                          GptOssForCausalLM,
                           GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM, LlamaConfig,
                           LlamaForCausalLM, Lfm2Config,
                           Lfm2ForCausalLM, Ministral3Config,
@@ -122,6 +123,7 @@ LFM2_NAMES = {"operator_norm": "attn_norm", "ffn_norm": "ffn_norm", "self_attn.q
               "self_attn.q_layernorm": "attn_q_norm", "self_attn.k_layernorm": "attn_k_norm",
               "conv.in_proj": "shortconv.in_proj", "conv.out_proj": "shortconv.out_proj", "conv.conv": "shortconv.conv",
               "feed_forward.w1": "ffn_gate", "feed_forward.w3": "ffn_up", "feed_forward.w2": "ffn_down"}
+GPT_OSS_NAMES = {**LLAMA_NAMES, "post_attention_layernorm": "post_attention_norm", "mlp.router": "ffn_gate_inp"}
 PHI3_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
               "self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
               "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
@@ -208,6 +210,14 @@ def spec(arch: str) -> Spec:
                          block_auto_adjust_ff_dim=False, layer_types=["conv", "conv", "full_attention", "conv"],
                          rope_parameters={"rope_type": "default", "rope_theta": 1e6})
         return Spec(arch, Lfm2ForCausalLM, cfg, LFM2_NAMES)
+    if arch == "gpt-oss":  # alternating window of 8 and full layers, YaRN (untruncated, as gpt-oss's), sinks
+        rope = {"rope_type": "yarn", "rope_theta": 1.5e5, "factor": 8.0, "original_max_position_embeddings": 32,
+                "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
+        cfg = GptOssConfig(**dict(common, intermediate_size=128, num_hidden_layers=4), head_dim=64,
+                           num_local_experts=4, num_experts_per_tok=2, sliding_window=8, attention_bias=True,
+                           rope_parameters=rope, layer_types=["sliding_attention", "full_attention"] * 2,
+                           pad_token_id=0)
+        return Spec(arch, GptOssForCausalLM, cfg, GPT_OSS_NAMES)
     if arch == "phi3":
         return Spec(arch, Phi3ForCausalLM, Phi3Config(**dict(common, num_key_value_heads=4), pad_token_id=0), PHI3_NAMES)
     raise KeyError(arch)
@@ -215,11 +225,13 @@ def spec(arch: str) -> Spec:
 
 def random_model(s: Spec, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
-    s.config._attn_implementation = "sdpa"
+    s.config._attn_implementation = "eager" if s.arch == "gpt-oss" else "sdpa"  # sdpa drops gpt-oss's sinks
     model = s.model_class(s.config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" in name:
+            if name.endswith("sinks"):  # logits comparable to the scores, so that they matter
+                p.copy_(torch.randn_like(p))
+            elif "norm" in name:
                 p.copy_(1.0 + 0.1 * torch.randn_like(p)) if s.arch != "gemma3" else p.copy_(0.1 * torch.randn_like(p))
             elif name.endswith("bias"):
                 p.copy_(0.05 * torch.randn_like(p))
@@ -285,7 +297,8 @@ def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _qtype(mix: str, name: str, cols: int) -> GGMLType:
+def _qtype(mix: str, name: str, cols: int, mxfp4: bool = False) -> GGMLType:
+    """`mxfp4`: the K mix's experts in MXFP4, as gpt-oss files keep them."""
     if mix == "F32":
         return GGMLType.F32
     if mix == "F16":
@@ -293,6 +306,8 @@ def _qtype(mix: str, name: str, cols: int) -> GGMLType:
     if mix == "Q8_0":
         return GGMLType.Q8_0
     # a K-quant mix like Q4_K_M: most matrices Q4_K, ffn_down and v Q6_K, embedding Q8_0
+    if mxfp4 and "_exps" in name:
+        return GGMLType.MXFP4
     if cols % 256:
         return GGMLType.Q8_0
     if "token_embd" in name:
@@ -346,6 +361,45 @@ def _write_halves(w, mix: str, hf_name: str, value: np.ndarray, parts: tuple[str
     return torch.from_numpy(np.concatenate(backs, axis=axis))
 
 
+def _gpt_oss_experts(w, mix: str, hf_name: str, value: np.ndarray, new_state: dict) -> bool:
+    """conversion/gpt_oss.py for an unquantized checkpoint: gate_up_proj (E, H, 2I) holds
+    gate and up interleaved along its last axis and transposed; down_proj (E, I, H) is
+    transposed; their biases are split the same way. False for any other tensor."""
+    layer = hf_name.split(".")[2] if hf_name.startswith("model.layers.") else None
+    p = f"blk.{layer}."
+
+    def put(name: str, stored: np.ndarray) -> np.ndarray:
+        stored = np.ascontiguousarray(stored)
+        if name.endswith(".bias"):
+            w.add_tensor(p + name, stored.astype(np.float32))
+            return stored
+        qt = _qtype(mix, name, stored.shape[-1], mxfp4=True)
+        packed = quantize(stored, qt)
+        w.add_tensor(p + name, packed, ggml_type=qt, shape=stored.shape)
+        return dequantize(packed, qt, stored.shape)
+
+    if hf_name.endswith("mlp.experts.gate_up_proj"):
+        t = value.swapaxes(-1, -2)
+        back = np.empty_like(t)
+        back[:, 0::2], back[:, 1::2] = put("ffn_gate_exps.weight", t[:, 0::2]), put("ffn_up_exps.weight", t[:, 1::2])
+        new_state[hf_name] = torch.from_numpy(np.ascontiguousarray(back.swapaxes(-1, -2)))
+    elif hf_name.endswith("mlp.experts.gate_up_proj_bias"):
+        put("ffn_gate_exps.bias", value[..., 0::2]), put("ffn_up_exps.bias", value[..., 1::2])
+        new_state[hf_name] = torch.from_numpy(value.copy())
+    elif hf_name.endswith("mlp.experts.down_proj"):
+        back = put("ffn_down_exps.weight", value.swapaxes(-1, -2))
+        new_state[hf_name] = torch.from_numpy(np.ascontiguousarray(back.swapaxes(-1, -2)))
+    elif hf_name.endswith("mlp.experts.down_proj_bias"):
+        put("ffn_down_exps.bias", value)
+        new_state[hf_name] = torch.from_numpy(value.copy())
+    elif hf_name.endswith("self_attn.sinks"):
+        w.add_tensor(p + "attn_sinks.weight", value.astype(np.float32))
+        new_state[hf_name] = torch.from_numpy(value.copy())
+    else:
+        return False
+    return True
+
+
 def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool = False,
                chat_template: str | None = None, mtp: dict[str, np.ndarray] | None = None,
                extra_tokens: tuple[str, ...] = (), pre: str = "qwen2", probes: bool = False) -> torch.nn.Module:
@@ -382,6 +436,11 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
             w.add(f"{arch}.expert_count", cfg.num_experts)
             w.add(f"{arch}.expert_used_count", cfg.num_experts_per_tok)
             w.add(f"{arch}.expert_feed_forward_length", cfg.moe_intermediate_size)
+        if arch == "gpt-oss":  # conversion/gpt_oss.py GptOssModel.set_gguf_parameters
+            w.add(f"{arch}.expert_count", cfg.num_local_experts)
+            w.add(f"{arch}.expert_used_count", cfg.num_experts_per_tok)
+            w.add(f"{arch}.attention.sliding_window", cfg.sliding_window)
+            w.add(f"{arch}.expert_feed_forward_length", cfg.intermediate_size)
         if arch == "glm4moe":  # conversion/glm.py Glm4MoeModel.set_gguf_parameters
             w.add(f"{arch}.expert_count", cfg.n_routed_experts)
             w.add(f"{arch}.expert_used_count", cfg.num_experts_per_tok)
@@ -445,7 +504,7 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
         else:
             w.add(f"{arch}.rope.freq_base", float(rope["rope_theta"]))
             rot = int(head_dim * rope.get("partial_rotary_factor", 1.0))
-            if arch != "lfm2":
+            if arch not in ("lfm2", "gpt-oss"):  # their converters write no rotary dimension count
                 w.add(f"{arch}.rope.dimension_count", rot)
         if rope.get("rope_type") == "yarn":  # conversion/base.py, and mistral3.py's two keys of its own
             w.add(f"{arch}.rope.scaling.type", "yarn")
@@ -471,6 +530,8 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
             if hf_name == "lm_head.weight" and cfg.tie_word_embeddings:
                 continue
             if hf_name.endswith("rotary_emb.inv_freq"):
+                continue
+            if arch == "gpt-oss" and _gpt_oss_experts(w, mix, hf_name, value, new_state):
                 continue
             if hf_name.endswith("mlp.experts.gate_up_proj") and arch == "qwen35moe":
                 layer = hf_name.split(".")[2]  # this converter keeps the experts' gate and up fused

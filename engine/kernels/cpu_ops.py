@@ -15,7 +15,7 @@ from . import cpu
 from .ops import DELTA_CHUNK, TorchOps
 
 P, I64, INT, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
-ACTS = {"silu": 0, "gelu_tanh": 1}
+ACTS = {"silu": 0, "gelu_tanh": 1, "swiglu_oai": 2}
 # Sequences of at most this many new tokens attend natively; longer ones (prompt
 # chunks) through torch's SDPA, whose blocked kernels win there.
 NATIVE_ATTENTION_MAX_TOKENS = 16
@@ -27,7 +27,7 @@ class AttnLayer(ctypes.Structure):
     _fields_ = [("n_head", I64), ("n_kv", I64), ("d", I64), ("q_off", I64), ("q_head", I64), ("k_off", I64),
                 ("v_off", I64), ("gate_off", I64), ("q_norm", P), ("k_norm", P), ("eps", F), ("scale", F),
                 ("softcap", F), ("half", ctypes.c_int32), ("neox", ctypes.c_int32), ("window", ctypes.c_int32),
-                ("kc", P), ("vc", P), ("n_cells", I64)]
+                ("kc", P), ("vc", P), ("n_cells", I64), ("sinks", P)]
 
 
 def _bind(lib) -> None:
@@ -89,15 +89,16 @@ def _native_layer(spec, cache, memo: weakref.WeakKeyDictionary) -> AttnLayer | N
         return got[1]
     kbuf, vbuf = cache.kv(spec.layer)
     d, h, hkv = spec.head_dim, spec.n_heads, spec.n_kv_heads
-    ok = kbuf.dtype is F32 and kbuf.is_contiguous() and vbuf.is_contiguous() and h % hkv == 0
+    ok = kbuf.dtype is F32 and kbuf.is_contiguous() and vbuf.is_contiguous() and h % hkv == 0 and (
+        spec.sinks is None or (spec.sinks.dtype is F32 and spec.sinks.is_contiguous()))
     qw = spec.q_width
     layer = None
     if ok:
         layer = AttnLayer(h, hkv, d, 0, 2 * d if spec.gated else d, qw, qw + hkv * d, d if spec.gated else -1,
                           _ptr(spec.q_norm), _ptr(spec.k_norm), spec.eps, spec.scale, spec.softcap or 0.0,
                           spec.rope.inv_freq.shape[0], int(spec.rope.neox), spec.window, kbuf.data_ptr(),
-                          vbuf.data_ptr(), cache.n_cells[spec.layer])
-        layer._keep = (spec.q_norm, spec.k_norm, kbuf, vbuf)  # the pointers' owners
+                          vbuf.data_ptr(), cache.n_cells[spec.layer], _ptr(spec.sinks))
+        layer._keep = (spec.q_norm, spec.k_norm, kbuf, vbuf, spec.sinks)  # the pointers' owners
     memo[spec] = (key, layer)
     return layer
 
@@ -195,7 +196,7 @@ class CpuOps(TorchOps):
         q = qkv[:, :layer.k_off].reshape(t, h, -1)[..., :d]
         kbuf, vbuf = cache.kv(spec.layer)
         o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[spec.layer], spec.window, spec.scale,
-                           spec.softcap, spec.media_both_ways).reshape(t, hd)
+                           spec.softcap, spec.media_both_ways, spec.sinks).reshape(t, hd)
         if spec.gated:
             o = o * torch.sigmoid(qkv[:, :layer.k_off].reshape(t, h, 2 * d)[..., d:].reshape(t, hd))
         return o

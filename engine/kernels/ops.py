@@ -15,6 +15,8 @@ import torch.nn.functional as F
 
 from ..batch import Batch
 
+SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT = 1.702, 7.0  # gpt-oss's clamped SwiGLU (llama.cpp's swiglu_oai)
+
 
 def rope_tables(batch: Batch, key, inv_freq: torch.Tensor, scaling: float,
                 axes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,26 +106,27 @@ class TorchOps:
         kbuf, vbuf = cache.kv(spec.layer)
         self.kv_write(kbuf, vbuf, k, v, batch.slots, cache.cells(spec.layer, batch))
         o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[spec.layer], spec.window, spec.scale, spec.softcap,
-                           spec.media_both_ways)
+                           spec.media_both_ways, spec.sinks)
         o = o.reshape(t, h * d)
         return o if gate is None else o * torch.sigmoid(gate.reshape(t, h * d))
 
     def attention(self, q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, batch: Batch, n_cells: int,
-                  window: int, scale: float, softcap: float | None = None, media_both_ways: bool = False
-                  ) -> torch.Tensor:
+                  window: int, scale: float, softcap: float | None = None, media_both_ways: bool = False,
+                  sinks: torch.Tensor | None = None) -> torch.Tensor:
         """Causal attention of q (T, heads, head_dim) over each sequence's cached keys
         and values (already written), grouped-query, optionally within a window of
         `window` positions (the query's own included) and with tanh soft-capping. With
         `media_both_ways`, an image's tokens (batch.media_spans) also see each other's
-        later ones (Gemma 3)."""
+        later ones (Gemma 3). `sinks` (heads,): per head a logit that joins each softmax
+        with no value (gpt-oss)."""
         out = torch.empty_like(q)
         for s in batch.seqs:
             qs = q[s.start:s.start + s.n].transpose(0, 1)[None]  # (1, H, n, D)
             used = min(s.end, n_cells)
             ks, vs = kbuf[s.slot, :, :used][None], vbuf[s.slot, :, :used][None]
             mask = self._mask(batch, s, n_cells, window, batch.media_spans.get(s.slot) if media_both_ways else None)
-            if softcap:
-                o = self._softcapped(qs, ks, vs, mask, scale, softcap)
+            if softcap or sinks is not None:
+                o = self._explicit(qs, ks, vs, mask, scale, softcap, sinks)
             else:
                 o = F.scaled_dot_product_attention(qs, ks.to(q.dtype), vs.to(q.dtype), attn_mask=mask, scale=scale,
                                                    enable_gqa=ks.shape[1] != qs.shape[1])
@@ -145,13 +148,22 @@ class TorchOps:
         return batch.memo[key]
 
     @staticmethod
-    def _softcapped(q, k, v, mask, scale, cap):
+    def _explicit(q, k, v, mask, scale, cap, sinks):
+        """Attention with the scores written out: tanh-capped at `cap`, and/or with a sink
+        column per head (its logit in the softmax, its value zero)."""
         rep = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(rep, dim=1).to(q.dtype), v.repeat_interleave(rep, dim=1).to(q.dtype)
-        scores = torch.tanh((q @ k.transpose(-1, -2)) * scale / cap) * cap
+        scores = (q @ k.transpose(-1, -2)) * scale
+        if cap:
+            scores = torch.tanh(scores / cap) * cap
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
-        return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
+        scores = scores.float()
+        if sinks is None:
+            return torch.softmax(scores, dim=-1).to(q.dtype) @ v
+        sink = sinks.float().to(scores.device).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+        return probs.to(q.dtype) @ v
 
     # -------------------------------------------------------- activations
 
@@ -160,9 +172,14 @@ class TorchOps:
         return self.act_mul(y[:, :n], y[:, n:2 * n], act)
 
     def act_mul(self, gate: torch.Tensor, up: torch.Tensor, act: str) -> torch.Tensor:
-        """act(gate) * up: SwiGLU ("silu") or GeGLU with tanh GELU ("gelu_tanh")."""
+        """act(gate) * up: SwiGLU ("silu"), GeGLU with tanh GELU ("gelu_tanh"), or gpt-oss's
+        clamped SwiGLU ("swiglu_oai": gate clamped above at 7, up to ±7,
+        g sigmoid(1.702 g) (up + 1))."""
         if act == "silu":
             return F.silu(gate) * up
+        if act == "swiglu_oai":
+            g = gate.clamp(max=SWIGLU_OAI_LIMIT)
+            return g * torch.sigmoid(SWIGLU_OAI_ALPHA * g) * (up.clamp(-SWIGLU_OAI_LIMIT, SWIGLU_OAI_LIMIT) + 1)
         if act == "gelu_tanh":
             return F.gelu(gate, approximate="tanh") * up
         raise ValueError(f"unknown activation {act!r}")

@@ -28,6 +28,7 @@ GEMV_TYPES = [int(t) for t, info in TYPE_INFO.items() if info.quantized] + [int(
 CHUNK_ELEMENTS = 1 << 22
 
 KVALUES_IQ4NL = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+KVALUES_MXFP4 = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)  # E2M1 doubled
 
 
 def decoder(*types: GGMLType):
@@ -181,6 +182,15 @@ def _iq4_xs(b):
     dl = (_f16(b[:, 0:2]) * ls).view(n, 8, 1)
     q = _nibbles(b[:, 8:136].reshape(n * 8, 16)).view(n, 8, 32)
     return (dl * _iq4_values(q)).reshape(n, 256)
+
+
+@decoder(GGMLType.MXFP4)
+def _mxfp4(b):
+    e = b[:, 0:1].to(torch.int32)
+    # 2^(e - 128) exactly, as float32 bits (e < 2: the subnormals)
+    bits = torch.where(e < 2, 0x00200000 << e, (e - 1) << 23)
+    table = torch.tensor(KVALUES_MXFP4, dtype=torch.float32, device=b.device)
+    return bits.view(torch.float32) * table[_nibbles(b[:, 1:17]).long()]
 
 
 def _decode_blocks(blocks: torch.Tensor, gtype: GGMLType) -> torch.Tensor:

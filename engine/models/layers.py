@@ -32,6 +32,9 @@ class RopeScaling:
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     attention_factor: float | None = None
+    # YaRN's ramp between whole dimensions (llama.cpp; transformers' truncate=True) or the
+    # exact correction range (gpt-oss is trained with truncate=False)
+    truncate: bool = True
 
     @classmethod
     def read(cls, kind: str, factor: float, original_context: int, beta_fast: float | None = None,
@@ -115,8 +118,10 @@ def _yarn(inv_freq: torch.Tensor, base: float, dim: int, s: RopeScaling, context
     def dim_for(turns: float) -> float:  # the dimension that turns `turns` times over `orig` positions
         return dim * math.log(orig / (turns * 2 * math.pi)) / (2 * math.log(base))
 
-    low = max(math.floor(dim_for(s.beta_fast)), 0)
-    high = min(math.ceil(dim_for(s.beta_slow)), dim - 1)
+    low, high = dim_for(s.beta_fast), dim_for(s.beta_slow)
+    if s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
     if low == high:
         high += 0.001
     ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
@@ -146,6 +151,7 @@ class AttentionSpec:
     q_norm: torch.Tensor | None = None
     k_norm: torch.Tensor | None = None
     media_both_ways: bool = False  # an image's tokens attend to each other both ways (Gemma 3)
+    sinks: torch.Tensor | None = None  # (n_heads,) per head a logit in the softmax with no value (gpt-oss)
 
     @property
     def q_width(self) -> int:
@@ -155,17 +161,20 @@ class AttentionSpec:
 
 class Attention:
     """q/k/v projections (separate, or one attn_qkv matrix with `fused_qkv`), the ops'
-    attention over the cache, the output projection. `qk_norm`: per-head q/k norms."""
+    attention over the cache, the output projection. `qk_norm`: per-head q/k norms;
+    `sinks`: the file's per-head attn_sinks."""
 
     def __init__(self, w: Weights, layer: int, ops, *, hidden: int, n_heads: int, n_kv_heads: int, head_dim: int,
                  eps: float, rope: Rope, scale: float, window: int = 0, softcap: float | None = None,
-                 qk_norm: bool = False, fused_qkv: bool = False, gated: bool = False, media_both_ways: bool = False):
+                 qk_norm: bool = False, fused_qkv: bool = False, gated: bool = False, media_both_ways: bool = False,
+                 sinks: bool = False):
         p = f"blk.{layer}."
         self.ops = ops
         self.spec = AttentionSpec(
             layer, n_heads, n_kv_heads, head_dim, rope, scale, eps, window, softcap, gated,
             q_norm=w.vector(p + "attn_q_norm.weight", head_dim) if qk_norm else None,
-            k_norm=w.vector(p + "attn_k_norm.weight", head_dim) if qk_norm else None, media_both_ways=media_both_ways)
+            k_norm=w.vector(p + "attn_k_norm.weight", head_dim) if qk_norm else None, media_both_ways=media_both_ways,
+            sinks=w.vector(p + "attn_sinks.weight", n_heads).contiguous() if sinks else None)
         q_rows, kv_rows = self.spec.q_width, n_kv_heads * head_dim
         if fused_qkv:
             self.qkv = w.linear(p + "attn_qkv.weight", q_rows + 2 * kv_rows, hidden, bias=p + "attn_qkv.bias")
@@ -226,15 +235,17 @@ class MoE:
     (their weights renormalized with `norm_topk`), or with `sigmoid` the sigmoid scores,
     chosen by score plus the file's exp_probs_b, renormalized and times `scale`;
     optionally a shared expert, scaled by a sigmoid gate where `shared_gate` (Qwen3.5
-    MoE) or added as is (GLM-4.5)."""
+    MoE) or added as is (GLM-4.5). `biases` (gpt-oss): the router and every expert
+    matrix have a bias."""
 
     def __init__(self, w: Weights, layer: int, ops, *, hidden: int, n_experts: int, n_used: int, expert_ffn: int,
                  act: str, norm_topk: bool = True, shared_ffn: int = 0, sigmoid: bool = False, scale: float = 1.0,
-                 shared_gate: bool = True, groups: int = 1, groups_used: int = 1):
+                 shared_gate: bool = True, groups: int = 1, groups_used: int = 1, biases: bool = False):
         p = f"blk.{layer}."
         self.ops, self.act, self.n_used, self.norm_topk = ops, act, n_used, norm_topk
-        self.router = w.linear(p + "ffn_gate_inp.weight", n_experts, hidden)
-        self.experts = w.experts(layer, n_experts, hidden, expert_ffn)
+        self.router = w.linear(p + "ffn_gate_inp.weight", n_experts, hidden,
+                               bias=p + "ffn_gate_inp.bias" if biases else None)
+        self.experts = w.experts(layer, n_experts, hidden, expert_ffn, biases=biases)
         # sigmoid routing (GLM-4.5, DeepSeek V3): experts chosen by score + exp_probs_b, weighted by score
         self.sigmoid, self.scale = sigmoid, scale
         self.groups, self.groups_used = groups, groups_used  # choice limited to the best groups of experts

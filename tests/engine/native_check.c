@@ -27,6 +27,7 @@ static const struct { int type; const char *name; int block, bytes, act; int f16
     {13, "Q5_K", 256, 176, 256, {0, 2}},   {6, "Q5_0", 32, 22, 32, {0, -1}},       {2, "Q4_0", 32, 18, 32, {0, -1}},
     {3, "Q4_1", 32, 20, 32, {0, 2}},       {7, "Q5_1", 32, 24, 32, {0, 2}},        {11, "Q3_K", 256, 110, 256, {108, -1}},
     {10, "Q2_K", 256, 84, 256, {80, 82}},  {20, "IQ4_NL", 32, 18, 32, {0, -1}},    {23, "IQ4_XS", 256, 136, 256, {0, -1}},
+    {39, "MXFP4", 32, 17, 32, {-1, -1}},
 };
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -64,6 +65,8 @@ int main(void) {
                     const uint16_t h = f2h((uniform() * 0.5f + 0.5f) * 0.02f * (next_u32() & 1 ? 1.f : -1.f));
                     memcpy(w + (size_t)b * bytes + TYPES[t].f16[f], &h, 2);
                 }
+        if (TYPES[t].type == 39) /* MXFP4: the exponent byte as a scale of 2^-9..2^-6 */
+            for (int b = 0; b < ROWS * nb; b++) w[(size_t)b * bytes] = (uint8_t)(118 + next_u32() % 4);
         float *W = malloc(sizeof(float) * ROWS * COLS), *x = malloc(sizeof(float) * NX * COLS);
         for (int i = 0; i < NX * COLS; i++) x[i] = normal();
         if (gc_dequantize(TYPES[t].type, w, ROWS, COLS, W, 1) != 0) {

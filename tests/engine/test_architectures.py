@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from gguf_serve.engine import load_model
-from gguf_serve.engine.models import UnsupportedArchitecture, architectures
+from gguf_serve.engine.models import UnsupportedArchitecture, architectures, gpt_oss
 from gguf_serve.engine.batch import Batch
 from gguf_serve.engine.modules import GgufEmbedding, GgufLinear, WeightError
 from gguf_serve.gguf_io import GGUFWriter
@@ -22,9 +22,9 @@ from helpers import copy_gguf, no_llama_cpp
 from tiny_models import mtp_weights, random_model, spec, write_gguf
 
 ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "gemma3", "phi3", "smollm3", "olmo2", "olmo3",
-         "mistral3", "lfm2", "glm4moe", "granitehybrid"]
+         "mistral3", "lfm2", "glm4moe", "granitehybrid", "gpt-oss"]
 MIXES = ["F32", "F16", "Q8_0", "K"]
-ROUTED = ("qwen3moe", "qwen35moe", "glm4moe", "granitehybrid")  # architectures with routed experts
+ROUTED = ("qwen3moe", "qwen35moe", "glm4moe", "granitehybrid", "gpt-oss")  # architectures with routed experts
 TOL = 2e-4  # float32 everywhere; differences come from summation order (chunked matmuls, SDPA)
 
 
@@ -215,10 +215,11 @@ def test_multi_token_prediction_block_is_not_a_trunk_layer(tiny, mix):
 # phi3: these tiny files carry a byte-level BPE vocabulary, where the converter writes
 # Phi-3's SentencePiece one, and llama.cpp refuses that pairing when loading the vocabulary
 @pytest.mark.parametrize("arch", [a for a in ARCHS if a != "phi3"] + ["qwen35+mtp"])
-def test_llama_cpp_reads_each_file_and_computes_the_same_logits(tiny, arch):
+def test_llama_cpp_reads_each_file_and_computes_the_same_logits(tiny, arch, monkeypatch):
     """The second oracle: llama.cpp itself loads every architecture's tiny file (F32) and
     its logits for a prompt equal ours (within its float16 KV cache's rounding), so the
-    files hold the names, keys and layouts llama.cpp's converter writes."""
+    files hold the names, keys and layouts llama.cpp's converter writes. gpt-oss with
+    llama.cpp's rounded YaRN range (ours follows the model's training, see gpt_oss.py)."""
     import json
     import subprocess
     import sys
@@ -228,6 +229,7 @@ def test_llama_cpp_reads_each_file_and_computes_the_same_logits(tiny, arch):
     except ImportError:
         no_llama_cpp()
     path, _ = tiny(arch, "F32")
+    monkeypatch.setattr(gpt_oss, "YARN_TRUNCATE", True)
     lm = load_model(path, device="cpu")
     ids = torch.randint(0, 250, (12,), generator=torch.Generator().manual_seed(8)).tolist()
     ours = prompt_logits(lm, ids)
@@ -241,7 +243,7 @@ def test_llama_cpp_reads_each_file_and_computes_the_same_logits(tiny, arch):
 
 
 # the architectures whose test files are held to llama.cpp's converter byte for byte
-CONVERTED = ["mistral3", "lfm2", "glm4moe", "granitehybrid"]
+CONVERTED = ["mistral3", "lfm2", "glm4moe", "granitehybrid", "gpt-oss"]
 
 
 @pytest.mark.parametrize("outtype", ["f32", "q8_0"])
@@ -271,7 +273,9 @@ def test_glm4moe_expert_groups_equal_dense(tmp_path):
 
 
 @pytest.mark.parametrize("arch,drop", [("mistral3", "blk.0.attn_q.weight"), ("lfm2", "blk.0.shortconv.conv.weight"),
-                                       ("glm4moe", "blk.1.exp_probs_b.bias"), ("granitehybrid", "blk.0.ssm_a")])
+                                       ("glm4moe", "blk.1.exp_probs_b.bias"), ("granitehybrid", "blk.0.ssm_a"),
+                                       ("gpt-oss", "blk.1.attn_sinks.weight"), ("gpt-oss", "blk.0.ffn_up_exps.bias"),
+                                       ("gpt-oss", "blk.0.ffn_gate_inp.bias")])
 def test_a_missing_tensor_is_refused_naming_it(tiny, tmp_path, arch, drop):
     """The family's file less one tensor: the load stops with one line naming the file and the tensor."""
     path, _ = tiny(arch, "Q8_0")

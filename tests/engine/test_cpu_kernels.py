@@ -15,7 +15,7 @@ from gguf_serve.gguf_io import GGMLType, GGUFReader, dequantize, quantize
 from helpers import random_packed
 
 TYPES = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q5_K, GGMLType.Q5_0, GGMLType.Q4_0, GGMLType.Q4_1,
-         GGMLType.Q5_1, GGMLType.Q3_K, GGMLType.Q2_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS]
+         GGMLType.Q5_1, GGMLType.Q3_K, GGMLType.Q2_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.MXFP4]
 ISAS = cpu.isas()[:cpu.isas().index(cpu.best_isa()) + 1] if cpu.load() is not None else ["scalar"]
 
 
@@ -354,7 +354,7 @@ def test_a_group_of_matrices_is_one_call_equal_to_its_members(gemma_path):
 
 
 TILED = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
-         GGMLType.Q8_0, GGMLType.IQ4_NL]
+         GGMLType.Q8_0, GGMLType.IQ4_NL, GGMLType.MXFP4]
 
 
 @pytest.mark.parametrize("rows,n", [(43, 8), (43, 13), (43, 64), (43, 300), (2051, 13)])
@@ -600,7 +600,7 @@ def test_a_failing_native_call_names_the_call_and_its_status():
 
 
 
-FOUR_ROW = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.IQ4_NL,
+FOUR_ROW = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.IQ4_NL, GGMLType.MXFP4,
             GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]
 
 

@@ -41,7 +41,7 @@ def test_rms_norm_and_norm_add(isa):
     close(CPU_OPS.rms_norm_add(y, w, 1e-6, r), TORCH_OPS.rms_norm_add(y, w, 1e-6, r))
 
 
-@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh", "swiglu_oai"])
 def test_gated_activations(isa, act):
     g = torch.Generator().manual_seed(1)
     both = torch.randn(3, 2 * 1000 + 6, generator=g) * 6  # up to ±30: exp's clamping range too
@@ -70,7 +70,7 @@ def test_expert_routing_and_combine(isa, norm):
     close(CPU_OPS.moe_combine(y, w), TORCH_OPS.moe_combine(y, w), tol=1e-5)
 
 
-def _attention_case(n_kv, n_heads, d, window, gated, seqs, n_cells, n_slots=3, seed=2):
+def _attention_case(n_kv, n_heads, d, window, gated, seqs, n_cells, n_slots=3, seed=2, sinks=False):
     """A layer's fused q/k/v projection for a batch of `seqs` (slot, new tokens, position),
     over a cache whose slots already hold random earlier positions: fresh, identical
     inputs on every call (the native op works in place)."""
@@ -89,12 +89,13 @@ def _attention_case(n_kv, n_heads, d, window, gated, seqs, n_cells, n_slots=3, s
     rope = Rope(1.0 / 10000 ** (torch.arange(d // 4).float() / (d // 4)), 1.0, True)
     spec = AttentionSpec(layer=0, n_heads=n_heads, n_kv_heads=n_kv, head_dim=d, rope=rope, scale=d ** -0.5,
                          eps=1e-6, window=window, gated=gated, q_norm=torch.randn(d, generator=g),
-                         k_norm=torch.randn(d, generator=g))
+                         k_norm=torch.randn(d, generator=g),
+                         sinks=3 * torch.randn(n_heads, generator=g) if sinks else None)
     return spec, qkv, batch, cache
 
 
 @pytest.mark.parametrize("neox", [True, False])
-@pytest.mark.parametrize("layout", ["gqa", "gated", "window", "ring", "prefill"])
+@pytest.mark.parametrize("layout", ["gqa", "gated", "window", "ring", "prefill", "sinks", "sinks-prefill"])
 def test_attention_equals_torch(isa, layout, neox):
     cases = {  # (n_kv, n_heads, d, window, gated, (slot, new tokens, position) per sequence, cells)
         "gqa": (2, 8, 64, 0, False, [(0, 1, 40), (2, 1, 5), (1, 3, 17)], 64),  # 8 query heads on 2
@@ -102,6 +103,9 @@ def test_attention_equals_torch(isa, layout, neox):
         "window": (1, 4, 32, 8, False, [(0, 1, 50), (1, 4, 3)], 72),  # sliding window, ring not wrapped
         "ring": (1, 4, 32, 8, False, [(0, 1, 100), (2, 5, 61)], 24),  # a ring of 24, wrapped
         "prefill": (2, 4, 32, 0, False, [(0, 40, 0), (1, 1, 7)], 64),  # long chunk: torch attends
+        # gpt-oss: a sink logit per head, over a wrapped window and a full cache
+        "sinks": (2, 8, 64, 8, False, [(0, 1, 100), (2, 3, 61)], 24, 3, 2, True),
+        "sinks-prefill": (2, 8, 64, 0, False, [(0, 40, 0), (1, 1, 7)], 64, 3, 2, True),
     }
     results = []
     for ops in (CPU_OPS, TORCH_OPS):

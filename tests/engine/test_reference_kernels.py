@@ -32,7 +32,8 @@ def test_dequantize_bit_identical_to_gguf_io(gtype):
 
 def test_torch_decoders_cover_the_common_types():
     common = {GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q2_K,
-              GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS}
+              GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS,
+              GGMLType.MXFP4}
     assert common <= set(ref.DECODERS)
 
 

@@ -36,6 +36,7 @@ static const kernel_t KERNELS[] = {
     K4V(T_Q5_1, 32, 0, sizeof(blk_q5_1), q5_1),
     K4V(T_Q8_0, 32, 0, sizeof(blk_q8_0), q8_0),
     K4V(T_IQ4_NL, 32, 0, sizeof(blk_iq4_nl), iq4_nl),
+    K4V(T_MXFP4, 32, 0, sizeof(blk_mxfp4), mxfp4),
     K(T_Q2_K, QK_K, 1, sizeof(blk_q2_K), q2_K),
     K(T_Q3_K, QK_K, 1, sizeof(blk_q3_K), q3_K),
     K4(T_Q4_K, QK_K, 1, sizeof(blk_q4_K), q4_K),

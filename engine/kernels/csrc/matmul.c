@@ -64,10 +64,10 @@ static uint8_t *scratch(int i, size_t n) {
     return t_scratch[i];
 }
 
-/* Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL weight rows go through the repacked tiles from this
+/* Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and MXFP4 weight rows go through the repacked tiles from this
  * many activation rows up (gc_set_tiles(0): never, for tests and comparisons) */
 #define TILE_MIN_ROWS 8
-/* ...except signed 32-blocks (Q8_0, IQ4_NL) where AVX-512 VNNI's four-row dots run: their tiles
+/* ...except signed 32-blocks (Q8_0, IQ4_NL, MXFP4) where AVX-512 VNNI's four-row dots run: their tiles
  * take the AVX2 sign trick, slower there up to 16 rows (Q8_0 32768 x 2560, 2 threads, Zen 5:
  * 8 rows 11.0 ms tiled vs 6.7 row-wise, 16 rows 14.9 vs 13.2, 24 rows 18.8 vs 21.2) */
 #define TILE_MIN_ROWS_SIGNED_VNNI 24
@@ -83,7 +83,7 @@ int gc_set_tiles(int on) {
 #ifdef GC_X86
 /* whether n_x activation rows against this type take the tiles (AVX2 and up) */
 static int tiled(int type, int64_t n_x) {
-    const int vnni_signed = gc_isa() >= ISA_AVX512 && (type == T_Q8_0 || type == T_IQ4_NL);
+    const int vnni_signed = gc_isa() >= ISA_AVX512 && (type == T_Q8_0 || type == T_IQ4_NL || type == T_MXFP4);
     return g_tiles && gc_isa() >= ISA_AVX2 && n_x >= (vnni_signed ? TILE_MIN_ROWS_SIGNED_VNNI : TILE_MIN_ROWS)
         && tile_type(type);
 }

@@ -9,7 +9,12 @@
 
 /* ------------------------------------------------------------ primitives */
 
-enum { ACT_SILU = 0, ACT_GELU_TANH = 1 };
+enum { ACT_SILU = 0, ACT_GELU_TANH = 1, ACT_SWIGLU_OAI = 2 };
+
+/* gpt-oss's clamped SwiGLU (llama.cpp's swiglu_oai): gate clamped above, up on both sides,
+ * out = g sigmoid(alpha g) (u + 1) */
+#define OAI_ALPHA 1.702f
+#define OAI_LIMIT 7.0f
 
 static float dot_s(const float *a, const float *b, int n) {
     float p[8] = {0};
@@ -39,6 +44,11 @@ static float gelu_tanh_s(float g) {
 static void act_mul_s(const float *g, const float *u, float *out, int n, int act) {
     if (act == ACT_SILU)
         for (int i = 0; i < n; i++) out[i] = silu_s(g[i]) * u[i];
+    else if (act == ACT_SWIGLU_OAI)
+        for (int i = 0; i < n; i++) {
+            const float x = fminf(g[i], OAI_LIMIT), y = fmaxf(fminf(u[i], OAI_LIMIT), -OAI_LIMIT);
+            out[i] = x / (1.f + expf(-OAI_ALPHA * x)) * (y + 1.f);
+        }
     else
         for (int i = 0; i < n; i++) out[i] = gelu_tanh_s(g[i]) * u[i];
 }
@@ -117,6 +127,12 @@ AVX2F static void act_mul_avx2(const float *g, const float *u, float *out, int n
         __m256 a;
         if (act == ACT_SILU) {
             a = _mm256_div_ps(x, _mm256_add_ps(one, exp256(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+        } else if (act == ACT_SWIGLU_OAI) {
+            const __m256 lim = _mm256_set1_ps(OAI_LIMIT), xc = _mm256_min_ps(x, lim);
+            const __m256 y = _mm256_max_ps(_mm256_min_ps(_mm256_loadu_ps(u + i), lim), _mm256_sub_ps(_mm256_setzero_ps(), lim));
+            a = _mm256_div_ps(xc, _mm256_add_ps(one, exp256(_mm256_mul_ps(_mm256_set1_ps(-OAI_ALPHA), xc))));
+            _mm256_storeu_ps(out + i, _mm256_mul_ps(a, _mm256_add_ps(y, one)));
+            continue;
         } else { /* 0.5 x (1 + tanh(z)), tanh(z) = 1 - 2 / (e^2z + 1) */
             const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
             const __m256 z = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f),
@@ -204,7 +220,7 @@ static void act_task(void *vctx, int64_t start, int64_t end) {
         V->act_mul(c->g + r * c->g_stride, c->u + r * c->u_stride, c->out + r * c->cols, (int)c->cols, c->act);
 }
 
-/* out[r] = act(g[r]) * u[r] (act 0: SiLU, 1: tanh GELU); rows of g and u strided */
+/* out[r] = act(g[r]) * u[r] (act 0: SiLU, 1: tanh GELU, 2: gpt-oss's clamped SwiGLU); rows of g and u strided */
 void gc_act_mul(const float *g, int64_t g_stride, const float *u, int64_t u_stride, float *out, int64_t rows,
                 int64_t cols, int act, int n_threads) {
     act_ctx c = {g, u, g_stride, u_stride, cols, out, act};
@@ -303,6 +319,7 @@ typedef struct {
     int32_t half, neox, window;                   /* rotary dims / 2, NeoX pairing, window (0: none) */
     float *kc, *vc;                               /* cache (slots, n_kv, n_cells, d) */
     int64_t n_cells;
+    const float *sinks;                           /* per head a logit in the softmax with no value (gpt-oss); NULL: none */
 } gc_attn_layer;
 
 typedef struct {
@@ -390,7 +407,12 @@ static void attn_task(void *vctx, int64_t start, int64_t end) {
             s[cell] = sc;
             if (sc > m) m = sc;
         }
-        const float inv = 1.f / V->exp_sum(s, (int)n, m);
+        float sink = 0.f; /* a sink takes its share of the softmax and adds nothing */
+        if (L->sinks) {
+            if (L->sinks[h] > m) m = L->sinks[h];
+            sink = expf(L->sinks[h] - m);
+        }
+        const float inv = 1.f / (V->exp_sum(s, (int)n, m) + sink);
         memset(o, 0, sizeof(float) * (size_t)d);
         for (int64_t cell = 0; cell < n; cell++)
             if (s[cell] != 0.f) V->axpy(s[cell] * inv, Vv + cell * d, o, (int)d);
@@ -408,7 +430,8 @@ static void attn_task(void *vctx, int64_t start, int64_t end) {
  * written into the cache at each token's slot and cell. With `attend`, then, per token
  * and head, softmax over the cells of its slot whose positions it sees (p <= its
  * position, within the window if any; cell positions from the sequence's end kv_end and
- * the ring size) into out (n_tok, n_head * d), times sigmoid(gate) if the layer has one.
+ * the ring size) into out (n_tok, n_head * d), times sigmoid(gate) if the layer has one;
+ * a head's sink logit, where the layer has them, joins the softmax's denominator.
  * The q and k parts of qkv are modified in place. */
 void gc_attention(const gc_attn_layer *L, float *qkv, int64_t row, int64_t n_tok, const float *cos, const float *sin,
                   const int64_t *slots, const int64_t *cells, const int64_t *pos, const int64_t *kv_end, float *out,

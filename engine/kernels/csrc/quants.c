@@ -134,6 +134,18 @@ float dot_iq4_nl_s(const void *vw, const void *vx, int nb) {
     return acc;
 }
 
+float dot_mxfp4_s(const void *vw, const void *vx, int nb) {
+    const blk_mxfp4 *w = vw; const act32 *x = vx; float acc = 0.f;
+    for (int i = 0; i < nb; i++) {
+        int s = 0;
+        for (int j = 0; j < 16; j++) {
+            s += kvalues_mxfp4[w[i].qs[j] & 0xF] * x[i].qs[j] + kvalues_mxfp4[w[i].qs[j] >> 4] * x[i].qs[j + 16];
+        }
+        acc += e8m0_half(w[i].e) * x[i].d * (float)s;
+    }
+    return acc;
+}
+
 float dot_q2_K_s(const void *vw, const void *vx, int nb) {
     const blk_q2_K *w = vw; const act256 *x = vx; float acc = 0.f;
     for (int i = 0; i < nb; i++) {
@@ -289,6 +301,14 @@ void deq_iq4_nl(const void *v, float *y, int nb) {
     for (int i = 0; i < nb; i++, y += 32) {
         const float d = h2f(b[i].d);
         for (int j = 0; j < 16; j++) { y[j] = d * kvalues_iq4nl[b[i].qs[j] & 0xF]; y[j + 16] = d * kvalues_iq4nl[b[i].qs[j] >> 4]; }
+    }
+}
+
+void deq_mxfp4(const void *v, float *y, int nb) {
+    const blk_mxfp4 *b = v;
+    for (int i = 0; i < nb; i++, y += 32) {
+        const float d = e8m0_half(b[i].e);
+        for (int j = 0; j < 16; j++) { y[j] = d * kvalues_mxfp4[b[i].qs[j] & 0xF]; y[j + 16] = d * kvalues_mxfp4[b[i].qs[j] >> 4]; }
     }
 }
 

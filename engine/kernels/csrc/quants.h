@@ -12,7 +12,7 @@
 
 enum {
     T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
-    T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ4_NL = 20, T_IQ4_XS = 23,
+    T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ4_NL = 20, T_IQ4_XS = 23, T_MXFP4 = 39,
     T_Q5_0_X8 = 0x100 | T_Q5_0, /* Q5_0 repacked at load in groups of eight rows (gc_repack); not a file type */
 };
 
@@ -30,12 +30,24 @@ typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t q
 typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } blk_q6_K;
 typedef struct { uint16_t d; uint8_t qs[16]; } blk_iq4_nl;
 typedef struct { uint16_t d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[128]; } blk_iq4_xs;
+typedef struct { uint8_t e; uint8_t qs[16]; } blk_mxfp4; /* OCP MX: a power-of-two scale, 32 E2M1 values */
 
 /* activations */
 typedef struct { float d; float s; int8_t qs[32]; } act32;           /* s = d * sum(qs) */
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[16]; } act256;
 
 static const int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+/* the E2M1 values doubled (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives, times 2), so
+ * that they are integers; the block scale is halved to match (e8m0_half) */
+static const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* an E8M0 exponent byte as 2^(e - 127) / 2, exactly (e < 2: the float subnormals) */
+static inline float e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 
 static inline float h2f(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
@@ -118,11 +130,11 @@ typedef struct {
 } kernel_t;
 
 /* every weight type the kernels take (an X-macro for the prototypes below and the table) */
-#define GC_TYPES(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(iq4_nl) X(q2_K) X(q3_K) X(q4_K) X(q5_K) X(q6_K) X(iq4_xs)
+#define GC_TYPES(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(iq4_nl) X(q2_K) X(q3_K) X(q4_K) X(q5_K) X(q6_K) X(iq4_xs) X(mxfp4)
 /* the types with a four-row AVX2 dot */
-#define GC_FOUR_ROW_TYPES(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(iq4_nl) X(q4_K) X(q5_K) X(q6_K)
+#define GC_FOUR_ROW_TYPES(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(iq4_nl) X(mxfp4) X(q4_K) X(q5_K) X(q6_K)
 /* ...and those with an AVX-512 VNNI four-row dot too */
-#define GC_FOUR_ROW_VNNI_TYPES(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(iq4_nl)
+#define GC_FOUR_ROW_VNNI_TYPES(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(iq4_nl) X(mxfp4)
 
 /* quants.c: the scalar code */
 GC_HIDDEN void quantize_act32(const float *x, act32 *y, int64_t k);

@@ -94,6 +94,17 @@ float dot_iq4_nl_neon(const void *vw, const void *vx, int nb) {
     return acc;
 }
 
+float dot_mxfp4_neon(const void *vw, const void *vx, int nb) {
+    const blk_mxfp4 *w = vw; const act32 *x = vx; float acc = 0.f;
+    const int8x16_t lut = vld1q_s8(kvalues_mxfp4);
+    for (int i = 0; i < nb; i++) {
+        const uint8x16_t v = vld1q_u8(w[i].qs);
+        const int8x16_t a = vqtbl1q_s8(lut, vandq_u8(v, vdupq_n_u8(0xF))), b = vqtbl1q_s8(lut, vshrq_n_u8(v, 4));
+        acc += e8m0_half(w[i].e) * x[i].d * (float)sum32(a, b, x[i].qs);
+    }
+    return acc;
+}
+
 /* Q2_K: element 128h + 32s + l is bits 2s..2s+1 of qs[32h + l]; per 16, scale (low
  * nibble) and min (high nibble) */
 float dot_q2_K_neon(const void *vw, const void *vx, int nb) {

@@ -100,6 +100,11 @@ AVX2 static inline __m256i nibbles32(const uint8_t *qs) { /* 16 bytes → 32 nib
     const blk_iq4_nl *w = vw;                                                                       \
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl)); \
     q = _mm256_shuffle_epi8(lut, nibbles32(w[i].qs)); d = H2F(w[i].d)
+/* MXFP4: IQ4_NL's layout with the doubled E2M1 table and a power-of-two scale */
+#define BODY_MXFP4                                                                                  \
+    const blk_mxfp4 *w = vw;                                                                        \
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_mxfp4)); \
+    q = _mm256_shuffle_epi8(lut, nibbles32(w[i].qs)); d = e8m0_half(w[i].e)
 
 DEFINE_DOT32(dot_q8_0_avx2, AVX2, dot_i8_avx2, blk_q8_0, BODY_Q8_0)
 /* AVX2 Q4_0: the weights unsigned (0..15, no sign trick), the offset 8 through the
@@ -118,6 +123,7 @@ DEFINE_DOT32(dot_q5_0_avx2, AVX2, dot_i8_avx2, blk_q5_0, BODY_Q5_0_S)
 DEFINE_DOT32(dot_q4_1_avx2, AVX2, dot_u8_avx2, blk_q4_1, BODY_Q4_1)
 DEFINE_DOT32(dot_q5_1_avx2, AVX2, dot_u8_avx2, blk_q5_1, BODY_Q5_1)
 DEFINE_DOT32(dot_iq4_nl_avx2, AVX2, dot_i8_avx2, blk_iq4_nl, BODY_IQ4_NL)
+DEFINE_DOT32(dot_mxfp4_avx2, AVX2, dot_i8_avx2, blk_mxfp4, BODY_MXFP4)
 /* AVX-512 (VL, BW): the fifth bits as a byte mask for a masked add (Q5_0 dot 13.2 -> 12.1
  * ns per 256 weights in L1) */
 #define BODY_Q5_0_MASK                                                                              \
@@ -135,6 +141,7 @@ DEFINE_DOT32(dot_q5_0_avx512, AVX512, dot_i8_vnni, blk_q5_0, BODY_Q5_0_MASK)
 DEFINE_DOT32(dot_q4_1_avx512, AVX512, dot_u8_vnni, blk_q4_1, BODY_Q4_1)
 DEFINE_DOT32(dot_q5_1_avx512, AVX512, dot_u8_vnni, blk_q5_1, BODY_Q5_1_MASK)
 DEFINE_DOT32(dot_iq4_nl_avx512, AVX512, dot_i8_vnni, blk_iq4_nl, BODY_IQ4_NL)
+DEFINE_DOT32(dot_mxfp4_avx512, AVX512, dot_i8_vnni, blk_mxfp4, BODY_MXFP4)
 
 /* Q4_K and Q5_K: per 64 elements, 32 bytes hold sub-block 2c (low nibbles) and 2c+1
  * (high nibbles); Q5_K adds a fifth bit: element 64c + 32h + l takes bit (2c + h) of
@@ -285,7 +292,13 @@ DEFINE_DOT32_X4(dot4_q4_0_avx2, blk_q4_0, 0, X4_Q4_0)
 DEFINE_DOT32_X4(dot4_q5_0_avx2, blk_q5_0, 0, X4_Q5_0)
 DEFINE_DOT32_X4(dot4_q4_1_avx2, blk_q4_1, 0, X4_Q4_1)
 DEFINE_DOT32_X4(dot4_q5_1_avx2, blk_q5_1, 0, X4_Q5_1)
+#define X4_MXFP4                                                                                    \
+    q = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_mxfp4)), \
+                            nibbles32(w[i].qs));                                                   \
+    d = e8m0_half(w[i].e); e = 0.f
+
 DEFINE_DOT32_X4(dot4_iq4_nl_avx2, blk_iq4_nl, 1, X4_IQ4_NL)
+DEFINE_DOT32_X4(dot4_mxfp4_avx2, blk_mxfp4, 1, X4_MXFP4)
 
 /* AVX-512 VNNI: every 32-block type as unsigned bytes q_u with the offset through the
  * activation block sums (sum(w x) = d sum(q_u x) + e s): one vpdpbusd per row and block
@@ -324,7 +337,13 @@ DEFINE_DOT32_X4_VNNI(dot4_q4_0_avx512, blk_q4_0, X4_Q4_0)
 DEFINE_DOT32_X4_VNNI(dot4_q5_0_avx512, blk_q5_0, X4_Q5_0)
 DEFINE_DOT32_X4_VNNI(dot4_q4_1_avx512, blk_q4_1, X4_Q4_1)
 DEFINE_DOT32_X4_VNNI(dot4_q5_1_avx512, blk_q5_1, X4_Q5_1)
+#define U_MXFP4                                                                                     \
+    q = _mm256_xor_si256(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_mxfp4)), \
+                                             nibbles32(w[i].qs)), _mm256_set1_epi8((char)0x80));   \
+    d = e8m0_half(w[i].e); e = -128.f * d
+
 DEFINE_DOT32_X4_VNNI(dot4_iq4_nl_avx512, blk_iq4_nl, U_IQ4_NL)
+DEFINE_DOT32_X4_VNNI(dot4_mxfp4_avx512, blk_mxfp4, U_MXFP4)
 
 #define DEFINE_Q45K_X4(NAME, BLK, HIGH)                                                             \
     AVX2 void NAME(const void *vw, const void *const *vx, int nb, float *out) {         \
@@ -393,7 +412,7 @@ AVX2 static inline void transpose8x32(const __m256i r[8], __m256i *out) {
  * accumulate before one vpmaddwd (4 x 2 x 31 x 127 < 2^15), so the float work of a block
  * (convert, scale, add) is done once for eight rows instead of once per row. The offset
  * (Q4_0 8, Q5_0 16) or the minimum (Q4_1, Q5_1) goes through the activation block sum:
- * e x.s. Signed weights (Q8_0, IQ4_NL's table values): t32_dot_signed. */
+ * e x.s. Signed weights (Q8_0, IQ4_NL's and MXFP4's table values): t32_dot_signed. */
 typedef struct {
     uint8_t q[8][32]; /* [g][4k + j]: weight 4g + j of row k */
     float d[8], e[8]; /* per row: the scale, and the coefficient of the activation sum */
@@ -414,6 +433,7 @@ AVX2 static void t32_pack(int type, const uint8_t *wrows, int64_t row_bytes, int
             switch (type) {
             case T_Q8_0: T32_ROW(blk_q8_0, X4_Q8_0) break;     /* signed: t32_dot_signed */
             case T_IQ4_NL: T32_ROW(blk_iq4_nl, X4_IQ4_NL) break; /* signed too, the table's values */
+            case T_MXFP4: T32_ROW(blk_mxfp4, X4_MXFP4) break;    /* likewise */
             case T_Q4_0: T32_ROW(blk_q4_0, X4_Q4_0) break;
             case T_Q5_0: T32_ROW(blk_q5_0, X4_Q5_0) break;
             case T_Q4_1: T32_ROW(blk_q4_1, X4_Q4_1) break;
@@ -1030,7 +1050,7 @@ static int kq_type(int type) { return type == T_Q4_K || type == T_Q5_K || type =
 /* the types whose rows go through the tiles */
 int tile_type(int type) {
     return type == T_Q4_K || type == T_Q5_K || type == T_Q6_K || type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 ||
-           type == T_Q5_1 || type == T_Q8_0 || type == T_IQ4_NL || type == T_Q5_0_X8;
+           type == T_Q5_1 || type == T_Q8_0 || type == T_IQ4_NL || type == T_MXFP4 || type == T_Q5_0_X8;
 }
 
 /* bytes of one packed tile (eight weight rows) */
@@ -1047,7 +1067,7 @@ void tile_pack(int type, const uint8_t *w, int64_t row_bytes, int nb, void *t) {
 
 void tile_dot(int type, const void *t, int nb, const void *const *xs, float o[4][8]) {
     if (kq_type(type)) kq_tile_dot(t, nb, (const act256 *const *)xs, o);
-    else if (type == T_Q8_0 || type == T_IQ4_NL) t32_dot_signed(t, nb, (const act32 *const *)xs, o);
+    else if (type == T_Q8_0 || type == T_IQ4_NL || type == T_MXFP4) t32_dot_signed(t, nb, (const act32 *const *)xs, o);
     else t32_dot(t, nb, (const act32 *const *)xs, o);
 }
 

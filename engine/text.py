@@ -12,6 +12,7 @@ from ..gguf_io import Keys
 
 END_OF_GENERATION_TEXTS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>",
                            "<|endoftext|>", "</s>", "<|end_of_text|>")
+HARMONY_ENDS = ("<|return|>", "<|call|>")
 
 
 @dataclass
@@ -60,10 +61,16 @@ class Detokenizer:
 
 
 def end_of_generation_ids(lm) -> set[int]:
-    """EOS and every end-of-turn token the vocabulary has (llama.cpp's EOG set, in spirit)."""
+    """EOS and every end-of-turn token the vocabulary has (llama.cpp's EOG set, in spirit).
+    A harmony vocabulary (gpt-oss: it has <|return|> and <|call|>) ends generation with
+    those two; its <|end|> ends one message of a reply, not the reply (as llama.cpp does)."""
     md = lm.gguf.metadata
+    to_id = lm.tokenizer.backend_tokenizer.token_to_id
     ids = {md.get(k) for k in (Keys.TOKENIZER_EOS_ID, Keys.TOKENIZER_EOT_ID, Keys.TOKENIZER_EOM_ID)}
-    ids |= {lm.tokenizer.backend_tokenizer.token_to_id(t) for t in END_OF_GENERATION_TEXTS}
+    ids |= {to_id(t) for t in END_OF_GENERATION_TEXTS}
+    harmony = {to_id(t) for t in HARMONY_ENDS}
+    if None not in harmony:
+        ids = (ids - {to_id("<|end|>")}) | harmony
     return {i for i in ids if isinstance(i, int)}
 
 

@@ -14,6 +14,7 @@ from ..engine.grammar import GrammarError, GrammarMask, json_grammar, schema_of
 from ..engine.sampling import SamplingParams
 from ..engine.scheduler import check_speculative
 from ..engine.speculative import SpeculationError
+from . import harmony
 from .errors import BadRequest
 from .protocol import unsupported_fields
 from .tool_grammar import required_grammar
@@ -141,7 +142,10 @@ def tools_for(req, lm, messages: list[dict], kwargs: dict) -> tuple[list[dict], 
             raise BadRequest("each tool must be {'type': 'function', 'function': {'name': ..., ...}}",
                              param=f"tools.{j}")
     fmt = call_format(lm.chat_template, lm.tokenizer.backend_tokenizer.token_to_id)
-    if template_renders_tools(lm.chat_template):
+    in_harmony = harmony.is_harmony(lm.chat_template)  # its calls reach the parser in the Hermes form
+    if in_harmony:
+        kwargs["tools"] = harmony.tools_for_template(req.tools)
+    elif template_renders_tools(lm.chat_template):
         kwargs["tools"] = req.tools
         for_template(messages, fmt.family)
     else:
@@ -159,10 +163,13 @@ def tools_for(req, lm, messages: list[dict], kwargs: dict) -> tuple[list[dict], 
         try:
             # a named function is one call (as OpenAI and vLLM make it); `required`, one or more
             parallel = name is None and req.parallel_tool_calls is not False
-            grammar = required_grammar(req.tools, name, parallel, fmt)
+            if in_harmony:  # one call a reply: <|call|> ends it
+                grammar = harmony.forced_grammar(lm.tokenizer.backend_tokenizer.token_to_id, req.tools, name)
+            else:
+                grammar = required_grammar(req.tools, name, parallel, fmt)
         except ValueError as e:
             raise BadRequest(str(e), param="tool_choice") from None
-    return req.tools, grammar, fmt.family
+    return req.tools, grammar, HERMES if in_harmony else fmt.family
 
 def constrain(lm, constraint: dict | str, params: list[SamplingParams], think: dict, field: str) -> None:
     """A grammar mask per choice (llguidance): a response_format's JSON, or a grammar

@@ -15,8 +15,9 @@ from typing import AsyncIterator
 
 from ..engine.chat import prompt_ids
 from ..engine.vision import ImageError
-from ..engine.grammar import ThinkingBudget
+from ..engine.grammar import GrammarError, ThinkingBudget, schema_of
 from ..engine.tokenizer import encode
+from . import harmony
 from .errors import BadRequest, ContextLengthExceeded
 from .images import bad_image, load_image
 from .prepare import (Prepared, constrain, per_choice, refuse_parts, refuse_unsupported, render_chat, template_tool_calls,
@@ -111,7 +112,13 @@ class Service:
         kwargs = dict(req.chat_template_kwargs or {})
         thinking = enable_thinking(req.chat_template_kwargs, req.reasoning_effort, self.settings.reasoning)
         has_switch = template_has_switch(lm.chat_template)
-        if thinking is not None:
+        is_harmony = harmony.is_harmony(lm.chat_template)
+        if is_harmony:  # gpt-oss: a reasoning level in its system prompt instead of a switch
+            messages = harmony.for_template(messages)
+            effort = harmony.reasoning_effort(req.reasoning_effort, thinking)
+            if effort is not None:
+                kwargs.setdefault("reasoning_effort", effort)
+        elif thinking is not None:
             if has_switch:
                 kwargs["enable_thinking"] = thinking
             elif entry.id not in self._warned_no_switch:
@@ -128,6 +135,8 @@ class Service:
         self._check_length(entry, len(ids), max_tokens, "messages")
         if max_tokens is None:  # the server's cap for requests that set none, within the context left
             max_tokens = min(self.settings.max_tokens, self._context(entry) - len(ids))
+        if is_harmony:
+            return await self._prepare_harmony(req, entry, ids, max_tokens, grammar_for_tools, tools, family, media)
         markers = reasoning_markers(lm.chat_template)
         think_open, think_close = (lm.tokenizer.backend_tokenizer.token_to_id(t) for t in markers)
         vocab_thinks = think_open is not None or (lm.chat_template and markers[0] in lm.chat_template)
@@ -148,6 +157,23 @@ class Service:
                 p.logits_processor = ThinkingBudget(budget, think_close, think_open, split["in_reasoning"],
                                                     inner=p.logits_processor)
         return Prepared(entry, ids, params, split, tools=tools, family=family, media=media)
+
+    async def _prepare_harmony(self, req, entry, ids, max_tokens, grammar_for_tools, tools, family, media) -> Prepared:
+        """The rest of prepare_chat for a harmony template (gpt-oss): the reply split by its
+        channels; a forced call or JSON answer as a grammar in the format itself."""
+        lm = entry.lm
+        params = per_choice(req, max_tokens, lm, (req.top_logprobs or 0) if req.logprobs else None)
+        grammar = grammar_for_tools
+        if grammar is None and req.response_format and req.response_format.get("type") in ("json_object", "json_schema"):
+            try:
+                grammar = harmony.forced_grammar(lm.tokenizer.backend_tokenizer.token_to_id,
+                                                 schema=schema_of(req.response_format))
+            except (GrammarError, ValueError) as e:
+                raise BadRequest(str(e), param="response_format") from None
+        if grammar is not None:
+            await asyncio.to_thread(constrain, lm, grammar, params, {}, "tool_choice" if grammar_for_tools
+                                    else "response_format")
+        return Prepared(entry, ids, params, {"harmony": True}, tools=tools, family=family, media=media)
 
     async def _content(self, lm, m, i: int, images: list):
         """A message's content as the template reads it: its text, or, with images, its parts
@@ -192,7 +218,8 @@ class Service:
         m, name = self.metrics, prep.entry.id
         job = prep.job or self._submit(prep)
         breaks = (prep.family.open,) if prep.tools else ()  # a call ends an unclosed reasoning block
-        splitters = [ReasoningSplitter(**prep.splitter_args, breaks=breaks) for _ in prep.params]
+        splitters = [harmony.HarmonySplitter() if prep.splitter_args.get("harmony")
+                     else ReasoningSplitter(**prep.splitter_args, breaks=breaks) for _ in prep.params]
         pending: list[list] = [[] for _ in prep.params]  # logprobs of tokens whose text is held back
         tools = [ToolCallSplitter(prep.tools, prep.family) if prep.tools else None for _ in prep.params]
         called = [False] * len(prep.params)

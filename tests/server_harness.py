@@ -160,3 +160,23 @@ def scrape(base) -> dict:
 
 def value(samples, name, **labels):
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+# two tools with strict schemas, as the tool tests use them
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
+                                     "unit": {"enum": ["c", "f"]}},
+    "required": ["city", "unit"], "additionalProperties": False}}}
+ADD = {"type": "function", "function": {"name": "add", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 999},
+                                     "b": {"type": "integer", "minimum": 0, "maximum": 999}},
+    "required": ["a", "b"], "additionalProperties": False}}}
+TOOLS = [WEATHER, ADD]
+
+
+def accepts(grammar: str, text: str, tok) -> bool:
+    from llguidance import LLMatcher, LLTokenizer
+
+    m = LLMatcher(LLTokenizer(tok.backend_tokenizer.to_str()), grammar, log_level=0)
+    ids = tok.backend_tokenizer.encode(text, add_special_tokens=False).ids
+    return all(m.consume_token(t) for t in ids) and m.is_accepting()

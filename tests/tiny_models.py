@@ -618,10 +618,15 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
     return dense
 
 
+HARMONY_TOKENS = ("<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>")
+
+
 def tiny_chat_model(folder, name: str, seed: int, chat_template: str, think: bool = False,
-                    arch: str = "qwen3") -> str:
-    """A tiny random chat model (Qwen3-shaped by default) at folder/name (Q8_0) with this template."""
+                    arch: str = "qwen3", extra_tokens: tuple[str, ...] = ()) -> str:
+    """A tiny random chat model (Qwen3-shaped by default) at folder/name (Q8_0) with this
+    template (`extra_tokens`: more special tokens, such as HARMONY_TOKENS for gpt-oss)."""
     s = spec(arch)
     path = folder / name
-    write_gguf(s, random_model(s, seed=seed), path, "Q8_0", think=think, chat_template=chat_template)
+    write_gguf(s, random_model(s, seed=seed), path, "Q8_0", think=think, chat_template=chat_template,
+               extra_tokens=extra_tokens)
     return str(path)

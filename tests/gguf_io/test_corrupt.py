@@ -66,6 +66,8 @@ CASES = {
     "too many dims": (build(infos=[tensor_info("w", [1, 1, 1, 1, 1], 0, 0)]), "tensor 'w' has 5 dimensions"),
     "unknown ggml type": (build(infos=[tensor_info("w", [4], 31, 0)], data=F32_4), "tensor 'w' has unknown ggml type code 31"),
     "partial block": (build(infos=[tensor_info("w", [33], 2, 0)], data=b"\0" * 64), "tensor 'w' (Q4_0): row length 33 is not a multiple of the block size 32"),
+    "partial MXFP4 block": (build(infos=[tensor_info("w", [48, 2], 39, 0)], data=b"\0" * 64),
+                            "tensor 'w' (MXFP4): row length 48 is not a multiple of the block size 32"),
     "misaligned offset": (build(infos=[tensor_info("w", [4], 0, 8)], data=F32_4 * 4), "tensor 'w': data offset 8 is not aligned to 32"),
     "data beyond file": (build(infos=[tensor_info("w", [1024], 0, 0)], data=F32_4), "tensor 'w': data [64, 4160) lies beyond the end of the file (80 bytes)"),
     "absurd dims": (build(infos=[tensor_info("w", [2**40, 2**40], 0, 0)], data=F32_4), "lies beyond the end of the file"),

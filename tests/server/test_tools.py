@@ -18,18 +18,9 @@ from gguf_serve.server.tool_grammar import required_grammar
 from gguf_serve.server.tool_parse import ToolCallSplitter, parse_call
 from gguf_serve.server.tools import HERMES, LLAMA3, MISTRAL, CallFormat, call_format, family_of
 
-from server_harness import server
+from server_harness import TOOLS, accepts, server
 from tiny_models import tiny_chat_model
 
-WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
-                                     "unit": {"enum": ["c", "f"]}},
-    "required": ["city", "unit"], "additionalProperties": False}}}
-ADD = {"type": "function", "function": {"name": "add", "parameters": {
-    "type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 999},
-                                     "b": {"type": "integer", "minimum": 0, "maximum": 999}},
-    "required": ["a", "b"], "additionalProperties": False}}}
-TOOLS = [WEATHER, ADD]
 PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
 RECORDED = [  # (generated text, content, calls) as the families write them
@@ -218,14 +209,6 @@ def test_a_call_inside_an_unclosed_reasoning_block_is_a_call(closed):
         assert [(x.name, json.loads(x.arguments)) for x in calls] == [("get_weather", {"city": "Paris", "unit": "c"})]
     r, c = ReasoningSplitter(in_reasoning=True).feed(text)  # without tools, only </think> ends it
     assert (call in c and call not in r) if closed else (call in r and not c)
-
-
-def accepts(grammar: str, text: str, tok) -> bool:
-    from llguidance import LLMatcher, LLTokenizer
-
-    m = LLMatcher(LLTokenizer(tok.backend_tokenizer.to_str()), grammar, log_level=0)
-    ids = tok.backend_tokenizer.encode(text, add_special_tokens=False).ids
-    return all(m.consume_token(t) for t in ids) and m.is_accepting()
 
 
 WEATHER_XML = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=unit>\nc\n" \

@@ -10,6 +10,10 @@ without a download:
   vocabulary).
 - qwen3-30b-a3b-12l: Qwen3-30B-A3B cut to 12 of its 48 layers (hidden 2048, 32 / 4 heads
   x 128, 128 experts of ffn 768, 8 used).
+- gpt-oss-20b-12l: gpt-oss-20b cut to 12 of its 24 layers (hidden 2880, 64 / 8 heads x 64,
+  window 128 on every other layer, YaRN x32 over 4096, 32 experts of ffn 2880, 4 used) with
+  its files' MXFP4 experts; attention, embedding and head Q8_0; biases, sinks and the
+  router F32; a 201,088-token vocabulary.
 
 Each has a byte-level vocabulary (the 256 bytes, filler tokens up to the model's size,
 <think> and </think>, ChatML's and Qwen's vision specials: text tokenizes one token per
@@ -27,7 +31,7 @@ import numpy as np
 
 from gguf_serve.gguf_io import GGMLType, GGUFValueType as V, GGUFWriter
 
-Q4, Q6, Q8 = GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0
+Q4, Q6, Q8, MX = GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.MXFP4
 
 def random_blocks(rng: np.random.Generator, gtype: GGMLType, shape: tuple[int, ...]):
     """A callable producing random packed blocks of `shape` (pulled while writing) whose
@@ -36,9 +40,19 @@ def random_blocks(rng: np.random.Generator, gtype: GGMLType, shape: tuple[int, .
     positive mean drive SiLU gates far negative, and activations of 1e-34 make float32
     denormals in the dot products, which both engines would pay for and no real model
     does.) Q4_K: each sub-block's min equals its scale and dmin = 7.5 d, so a weight is
-    d * scale * (q - 7.5); Q6_K: d * int8 scale * (q - 32); Q8_0: d * q."""
+    d * scale * (q - 7.5); Q6_K: d * int8 scale * (q - 32); Q8_0: d * q; MXFP4: the power of
+    two nearest the spread over the doubled E2M1 values' (root mean square 5.85)."""
     cols = shape[-1]
     target = 1.0 / np.sqrt(cols)
+    if gtype == MX:
+        e = np.uint8(round(128 + np.log2(target / 5.85)))
+
+        def make_mx():
+            rows = int(np.prod(shape[:-1]))
+            raw = rng.integers(0, 256, size=(rows, gtype.row_nbytes(cols)), dtype=np.uint8)
+            raw.reshape(-1, gtype.type_size)[:, 0] = e
+            return raw.reshape(*shape[:-1], -1)
+        return make_mx
     # the standard deviation of the integer part of a weight with uniform random bits
     spread = {Q4: np.sqrt(63 * 127 / 6) * np.sqrt(255 / 12), Q6: np.sqrt(128 ** 2 / 3) * np.sqrt(4095 / 12),
               Q8: np.sqrt(128 ** 2 / 3)}[gtype]
@@ -218,7 +232,45 @@ def write_qwen3moe(path: str, s: dict = QWEN3_30B_A3B_12L, seed: int = 0) -> Non
                 w.add_tensor(f"{p}{norm}.weight", np.ones(h, np.float32))
 
 
-WRITERS = {"qwen3-4b": write_qwen3, "qwen35-4b": write_qwen35, "qwen3-30b-a3b-12l": write_qwen3moe}
+GPT_OSS_20B_12L = dict(vocab=201088, hidden=2880, layers=12, heads=64, kv_heads=8, head_dim=64, ffn=2880,
+                       ctx=131072, experts=32, used=4, expert_ffn=2880, window=128, rope_base=150000.0)
+
+
+def write_gpt_oss(path: str, s: dict = GPT_OSS_20B_12L, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    arch, h, e, eff, hd = "gpt-oss", s["hidden"], s["experts"], s["expert_ffn"], s["head_dim"]
+    vec = lambda n, scale=0.02: (rng.standard_normal(n) * scale).astype(np.float32)  # noqa: E731
+    with GGUFWriter(path) as w:
+        _header(w, arch, "synthetic gpt-oss-20b, 12 of 24 layers", s)
+        w.add(f"{arch}.expert_count", e)
+        w.add(f"{arch}.expert_used_count", s["used"])
+        w.add(f"{arch}.expert_feed_forward_length", eff)
+        w.add(f"{arch}.attention.sliding_window", s["window"])
+        for key, value in (("type", "yarn"), ("factor", 32.0), ("original_context_length", 4096),
+                           ("yarn_beta_fast", 32.0), ("yarn_beta_slow", 1.0)):
+            w.add(f"{arch}.rope.scaling.{key}", value)
+        _mat(w, rng, "token_embd.weight", Q8, (s["vocab"], h))
+        w.add_tensor("output_norm.weight", np.ones(h, np.float32))
+        _mat(w, rng, "output.weight", Q8, (s["vocab"], h))
+        for i in range(s["layers"]):
+            p = f"blk.{i}."
+            for name, rows, cols in (("attn_q", s["heads"] * hd, h), ("attn_k", s["kv_heads"] * hd, h),
+                                     ("attn_v", s["kv_heads"] * hd, h), ("attn_output", h, s["heads"] * hd)):
+                _mat(w, rng, f"{p}{name}.weight", Q8, (rows, cols))
+                w.add_tensor(f"{p}{name}.bias", vec(rows))
+            w.add_tensor(p + "attn_sinks.weight", vec(s["heads"], 1.0))
+            w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((e, h)) * 0.02).astype(np.float32))
+            w.add_tensor(p + "ffn_gate_inp.bias", vec(e))
+            for name, shape in (("ffn_gate_exps", (e, eff, h)), ("ffn_up_exps", (e, eff, h)),
+                                ("ffn_down_exps", (e, h, eff))):
+                _mat(w, rng, f"{p}{name}.weight", MX, shape)
+                w.add_tensor(f"{p}{name}.bias", vec(shape[0] * shape[1]).reshape(shape[:2]))
+            for norm in ("attn_norm", "post_attention_norm"):
+                w.add_tensor(f"{p}{norm}.weight", np.ones(h, np.float32))
+
+
+WRITERS = {"qwen3-4b": write_qwen3, "qwen35-4b": write_qwen35, "qwen3-30b-a3b-12l": write_qwen3moe,
+           "gpt-oss-20b-12l": write_gpt_oss}
 
 
 def write(path: str) -> None:  # the name earlier scripts import: the Qwen3-4B shape

@@ -145,19 +145,33 @@ class GgufExperts:
         self.num_experts = gate.shape[0]
         self.hidden, self.intermediate = hidden, intermediate
         self.kernels = [kernels.select(gate.device, t) for t in self.types]
+        # per matrix what the kernels read: (bytes, type code), the file's or, for the native
+        # CPU kernels where the type has a faster layout (MXFP4 with AVX2), repacked at load
+        self.native = [(w, int(t)) for w, t in zip((gate, up, down), self.types)]
+        self.repacked = [False] * 3
         self._pair = None  # gate and up in one native call
-        if all(k.native_cpu for k in self.kernels[:2]):
+        if any(k.native_cpu for k in self.kernels):
             from .kernels import cpu
 
-            self._pair = cpu.mul_mat_id2
+            for i, (w, rows, cols) in enumerate(((gate, intermediate, hidden), (up, intermediate, hidden),
+                                                 (down, hidden, intermediate))):
+                if not self.kernels[i].native_cpu:
+                    continue
+                e = w.shape[0]
+                rep = cpu.repack(w.reshape(e * rows, -1), self.types[i], e * rows, cols)
+                if rep is not None:  # all experts as one matrix: each expert's rows are whole groups
+                    self.native[i], self.repacked[i] = (rep[0].view(e, rows, -1), rep[1]), True
+            if all(k.native_cpu for k in self.kernels[:2]):
+                self._pair = cpu.mul_mat_id2
 
     def __call__(self, x: torch.Tensor, ids: torch.Tensor, ops, act: str) -> torch.Tensor:
         """(T, k, hidden) for x (T, hidden) and ids (T, k); `ops` (kernels.ops) applies
         the activation `act` to the gate and multiplies by up."""
         gk, uk, dk = self.kernels
+        (gw, gt), (uw, ut), (dw, dt) = self.native
         both = None
         if self._pair is not None:  # None where the pair's types or the batch do not fit one call
-            both = self._pair(self.gate, self.up, x, ids, self.types[0], self.types[1], self.intermediate)
+            both = self._pair(gw, uw, x, ids, gt, ut, self.intermediate)
         t, k, n = ids.shape[0], ids.shape[1], self.intermediate
         if both is not None:
             both = both.view(t * k, 2 * n)
@@ -165,13 +179,13 @@ class GgufExperts:
                 both = both + self.gate_up_bias[ids.reshape(-1)].to(both.dtype)
             h = ops.gated_mul(both, n, act).view(t, k, n)
         else:
-            g = gk.mul_mat_id(self.gate, x, ids, self.types[0], self.intermediate)
-            u = uk.mul_mat_id(self.up, x, ids, self.types[1], self.intermediate)
+            g = gk.mul_mat_id(gw, x, ids, gt, self.intermediate)
+            u = uk.mul_mat_id(uw, x, ids, ut, self.intermediate)
             if self.gate_up_bias is not None:
                 gu = self.gate_up_bias[ids].to(g.dtype)
                 g, u = g + gu[..., :n], u + gu[..., n:]
             h = ops.act_mul(g, u, act)
-        y = dk.mul_mat_id(self.down, h, ids, self.types[2], self.hidden)
+        y = dk.mul_mat_id(dw, h, ids, dt, self.hidden)
         return y if self.down_bias is None else y + self.down_bias[ids].to(y.dtype)
 
 
@@ -275,4 +289,10 @@ class Weights:
         if biases:
             b = tuple(self.vector(p + f"ffn_{n}_exps.bias", n_experts * size).reshape(n_experts, size)
                       for n, size in (("gate", intermediate), ("up", intermediate), ("down", hidden)))
-        return GgufExperts(f"blk.{layer}.experts", gate, up, self.packed(down.name), types, hidden, intermediate, b)
+        experts = GgufExperts(f"blk.{layer}.experts", gate, up, self.packed(down.name), types, hidden, intermediate, b)
+        # the kernels read their own copies: the file's pages are unmapped now, layer by layer, so that
+        # loading holds at most one layer's experts twice (a fused gate/up tensor once both halves are copied)
+        infos = [fused, fused, down] if self.has(p + "ffn_gate_up_exps.weight") else [g, u, down]
+        self.reader.release(list({i.name: i for i in infos if all(experts.repacked[j] for j in range(3)
+                                                                   if infos[j].name == i.name)}.values()))
+        return experts

@@ -118,7 +118,7 @@ def load() -> ctypes.CDLL | None:
                                    ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                    ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
     lib.gc_repack.restype = ctypes.c_int
-    lib.gc_repack.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    lib.gc_repack.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
     lib.gc_set_ftz.restype = ctypes.c_int
     lib.gc_set_ftz.argtypes = [ctypes.c_int]
     lib.gc_mul_mat_multi.restype = ctypes.c_int
@@ -283,9 +283,17 @@ def mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_feat
     return y if y.dtype is x.dtype else y.to(x.dtype)
 
 
+REPACKED = 0x100  # a type code with this bit: a layout gc_repack made, not a file's type
+
+
+def type_name(code: int) -> str:
+    """A type code's name: the GGUF type's, or for a repacked layout that type's and "x8"."""
+    return f"{GGMLType(code & 0xFF).name}x8" if code & REPACKED else GGMLType(code).name
+
+
 def repack(weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int) -> tuple[torch.Tensor, int] | None:
     """The matrix's bytes in the layout this CPU's kernels read fastest, where its type
-    has one (Q5_0 in groups of eight rows, with AVX2; see gc_repack): (a new uint8 tensor of
+    has one (Q5_0 and MXFP4 in groups of eight rows, with AVX2; see gc_repack): (a new uint8 tensor of
     the same size, the type code MulMat and MulMatGroup then take). None where there is
     none, or where repacking is configured off (cpu_repack)."""
     lib = load()
@@ -293,7 +301,7 @@ def repack(weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int) -> t
         return None
     w = weight if weight.is_contiguous() else weight.contiguous()
     out = torch.empty_like(w)
-    code = lib.gc_repack(int(ggml_type), w.data_ptr(), rows, cols, out.data_ptr())
+    code = lib.gc_repack(int(ggml_type), w.data_ptr(), rows, cols, out.data_ptr(), _threads)
     return (out, code) if code >= 0 else None
 
 
@@ -382,7 +390,7 @@ def _mul_mat_id_rows(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, g
     y = torch.empty(t, k, out_features, dtype=torch.float32)
     rc = (_lib or load()).gc_mul_mat_id(ggml_type, w.data_ptr(), w.shape[0], out_features, x.shape[-1], x.data_ptr(),
                                         int(x.dim() == 3), ids.data_ptr(), t, k, y.data_ptr(), _threads)
-    _check_mul_mat_id(rc, "gc_mul_mat_id", w.shape[0], ids, f"{GGMLType(ggml_type).name}, {x.shape[-1]} columns")
+    _check_mul_mat_id(rc, "gc_mul_mat_id", w.shape[0], ids, f"{type_name(ggml_type)}, {x.shape[-1]} columns")
     return y
 
 
@@ -419,7 +427,11 @@ def mul_mat_id(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, ggml_ty
                out_features: int) -> torch.Tensor:
     """The kernel interface's mul_mat_id. Up to GEMV_MAX_ROWS tokens (each expert then
     sees at most that many rows) one native call does every selection with integer dots;
-    longer prompts go expert by expert through mul_mat (dequantized tiles + torch)."""
+    longer prompts go expert by expert through mul_mat (dequantized tiles + torch); a
+    repacked layout's (only the native calls read it) in native calls of GEMV_MAX_ROWS tokens."""
+    if int(ggml_type) & REPACKED and ids.shape[0] > GEMV_MAX_ROWS:
+        return torch.cat([mul_mat_id(weight, x[i:i + GEMV_MAX_ROWS], ids[i:i + GEMV_MAX_ROWS], ggml_type, out_features)
+                          for i in range(0, ids.shape[0], GEMV_MAX_ROWS)])
     if ids.shape[0] <= GEMV_MAX_ROWS:
         y = _mul_mat_id_rows(weight, x, ids, int(ggml_type), out_features)
         return y if y.dtype is x.dtype else y.to(x.dtype)

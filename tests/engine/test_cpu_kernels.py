@@ -421,20 +421,22 @@ def test_float32_matrices_on_the_kernels_threads_equal_torch(n):
 
 @pytest.mark.parametrize("rows,n", [(16, 1), (64, 3), (64, 8), (2048, 13), (64, 300)])
 @pytest.mark.parametrize("isa", ISAS)
-def test_repacked_q5_0_equals_the_files_rows(isa, rows, n):
-    """Q5_0 repacked in groups of eight rows (gc_repack) dequantizes to the same floats
-    as the file's rows, and its products (the eight-row dot at 1-7 activation rows, the
-    tiles from 8) equal the file layout's up to float rounding, within the activation
+@pytest.mark.parametrize("gtype", [GGMLType.Q5_0, GGMLType.MXFP4], ids=lambda t: t.name)
+def test_repacked_rows_equal_the_files_rows(gtype, isa, rows, n):
+    """Q5_0 and MXFP4 repacked in groups of eight rows (gc_repack) dequantize to the same
+    floats as the file's rows, and their products (the eight-row dot at 1-7 activation rows,
+    the tiles from 8) equal the file layout's up to float rounding, within the activation
     quantization's bound of the exact product; on every ISA level."""
     cpu.set_isa(isa)
     rng = np.random.default_rng(rows + n)
     cols = 640
-    packed = torch.from_numpy(_weights(rng, GGMLType.Q5_0, rows, cols))
-    rep = cpu.repack(packed, GGMLType.Q5_0, rows, cols)
+    packed = torch.from_numpy(random_packed(rng, gtype, rows, cols // 32, f16_scale=0.02) if gtype == GGMLType.MXFP4
+                              else _weights(rng, gtype, rows, cols))
+    rep = cpu.repack(packed, gtype, rows, cols)
     if isa == "scalar" or cpu.best_isa() == "scalar":
         assert rep is None  # made only where the SIMD dot runs (read at every level)
         cpu.set_isa(None)
-        rep = cpu.repack(packed, GGMLType.Q5_0, rows, cols)
+        rep = cpu.repack(packed, gtype, rows, cols)
         cpu.set_isa(isa)
     if rep is None:
         pytest.skip("no repacked layout on this architecture")
@@ -443,14 +445,43 @@ def test_repacked_q5_0_equals_the_files_rows(isa, rows, n):
     lib = cpu.load()
     deq = torch.empty(rows, cols)
     assert lib.gc_dequantize(code, data.data_ptr(), rows, cols, deq.data_ptr(), 2) == 0
-    assert torch.equal(deq, cpu.dequantize(packed, GGMLType.Q5_0, rows, cols, torch.float32))
+    assert torch.equal(deq, cpu.dequantize(packed, gtype, rows, cols, torch.float32))
     x = torch.randn(n, cols)
-    ours = cpu.MulMat(packed, GGMLType.Q5_0, rows, cols, native=rep)(x)
-    files = cpu.MulMat(packed, GGMLType.Q5_0, rows, cols)(x)
+    ours = cpu.MulMat(packed, gtype, rows, cols, native=rep)(x)
+    files = cpu.MulMat(packed, gtype, rows, cols)(x)
     torch.testing.assert_close(ours, files, rtol=1e-5, atol=1e-6 * float(files.abs().max()))
     W = deq.double().numpy()
     bound = _activation_bound(W, x.double().numpy(), 32)
     assert np.all(np.abs(ours.numpy() - x.double().numpy() @ W.T) <= bound * 1.001 + 1e-4)
+
+
+@pytest.mark.parametrize("n", [1, 3, 9, 16])
+def test_repacked_experts_equal_the_files_experts(n):
+    """gpt-oss's MXFP4 experts repacked as one matrix of all their rows: n tokens choosing
+    4 of 6 experts (some chosen by one token, some by many: the eight-row dot, and the tiles
+    from 8 tokens), gate and up in one call too, equal to the file layout's products up to
+    float rounding, with any thread count (chunks that split an expert's groups)."""
+    rng = np.random.default_rng(40 + n)
+    experts, rows, cols = 6, 48, 256
+    w = torch.from_numpy(random_packed(rng, GGMLType.MXFP4, experts * rows, cols // 32, f16_scale=0.02))
+    rep = cpu.repack(w, GGMLType.MXFP4, experts * rows, cols)
+    if rep is None:
+        pytest.skip("no repacked layout on this architecture")
+    w, r = w.view(experts, rows, -1), rep[0].view(experts, rows, -1)
+    ids = torch.stack([torch.randperm(experts, generator=torch.Generator().manual_seed(t))[:4] for t in range(n)])
+    x = torch.randn(n, cols)
+    files = cpu.mul_mat_id(w, x, ids, GGMLType.MXFP4, rows)
+    tol = dict(rtol=1e-5, atol=1e-6 * float(files.abs().max()))
+    old = cpu.threads()
+    try:
+        for threads in (1, 2, 3):
+            cpu.set_threads(threads)
+            torch.testing.assert_close(cpu.mul_mat_id(r, x, ids, rep[1], rows), files, **tol)
+            both = cpu.mul_mat_id2(r, r, x, ids, rep[1], rep[1], rows)
+            torch.testing.assert_close(both[..., :rows], files, **tol)
+            torch.testing.assert_close(both[..., rows:], files, **tol)
+    finally:
+        cpu.set_threads(old)
 
 
 @pytest.mark.parametrize("n", [1, 9])

@@ -46,6 +46,8 @@ static const kernel_t KERNELS[] = {
 #if defined(GC_X86)
     {T_Q5_0_X8, 32, 0, sizeof(blk_q5_0), {NULL}, NULL, NULL, NULL, 1, {dot8_q5_0x8_s, dot8_q5_0x8_avx2, dot8_q5_0x8_avx2},
      deq8_q5_0x8},
+    {T_MXFP4_X8, 32, 0, sizeof(blk_mxfp4), {NULL}, NULL, NULL, NULL, 1,
+     {dot8_mxfp4x8_s, dot8_mxfp4x8_avx2, dot8_mxfp4x8_avx2}, deq8_mxfp4x8},
 #endif
 };
 

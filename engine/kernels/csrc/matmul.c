@@ -295,7 +295,47 @@ typedef struct {
     int64_t ldy; /* y's row stride (n_rows, or more when two matrices share the rows) */
     const void *dot4;
     int type; /* experts chosen by many tokens take the tiles where this type has them */
+    dot8_fn dot8; /* a repacked type's eight-row dot (then dot is NULL) */
 } mmid_ctx;
+
+/* rows [r0, r1) of expert group g for its tokens, a repacked type: eight rows at a time by
+ * its eight-row dot, or its tiles for many tokens */
+static void mmid_rows8(const mmid_ctx *c, int64_t g, int64_t r0, int64_t r1) {
+    const uint8_t *we = c->w + c->gexp[g] * c->expert_bytes;
+    const int64_t n_sel = c->gstart[g + 1] - c->gstart[g];
+    int64_t r = r0 - r0 % 8;
+#ifdef GC_X86
+    void *t = r0 % 8 == 0 && tiled(c->type, n_sel) ? tile_scratch(c->type, c->nb, 1) : NULL;
+    for (; t && r + 8 <= r1; r += 8) {
+        tile_pack(c->type, we + r * c->row_bytes, c->row_bytes, c->nb, t);
+        for (int64_t j = 0; j < n_sel; j += 4) {
+            const void *xs[4];
+            int64_t sl[4];
+            for (int l = 0; l < 4; l++) {
+                sl[l] = c->slot[c->gstart[g] + (j + l < n_sel ? j + l : n_sel - 1)];
+                xs[l] = c->xq + (c->x_per_slot ? sl[l] : sl[l] / c->n_k) * c->xq_row_bytes;
+            }
+            float o[4][8];
+            tile_dot(c->type, t, c->nb, xs, o);
+            for (int l = 0; l < 4 && j + l < n_sel; l++)
+                for (int k = 0; k < 8; k++) c->y[sl[l] * c->ldy + r + k] = o[l][k];
+        }
+    }
+#endif
+    for (; r < r1; r += 8)
+        for (int64_t j = c->gstart[g]; j < c->gstart[g + 1]; j++) {
+            const int64_t s = c->slot[j];
+            const uint8_t *xq = c->xq + (c->x_per_slot ? s : s / c->n_k) * c->xq_row_bytes;
+            float *y = c->y + s * c->ldy;
+            if (r >= r0 && r + 8 <= r1) {
+                c->dot8(we + r * c->row_bytes, xq, c->nb, y + r);
+                continue;
+            }
+            float o[8]; /* a chunk's edge inside a group */
+            c->dot8(we + r * c->row_bytes, xq, c->nb, o);
+            for (int64_t k = r < r0 ? r0 : r; k < r + 8 && k < r1; k++) y[k] = o[k - r];
+        }
+}
 
 static void mmid_task(void *vctx, int64_t start, int64_t end) {
     const mmid_ctx *c = vctx;
@@ -303,7 +343,9 @@ static void mmid_task(void *vctx, int64_t start, int64_t end) {
         const int64_t g = start / c->n_rows, r0 = start % c->n_rows;
         const int64_t r1 = end - g * c->n_rows < c->n_rows ? end - g * c->n_rows : c->n_rows;
         const uint8_t *we = c->w + c->gexp[g] * c->expert_bytes;
-        if (c->gstart[g + 1] - c->gstart[g] == 1) { /* one token chose this expert: stream its rows */
+        if (c->dot8) {
+            mmid_rows8(c, g, r0, r1);
+        } else if (c->gstart[g + 1] - c->gstart[g] == 1) { /* one token chose this expert: stream its rows */
             const int64_t s = c->slot[c->gstart[g]];
             const uint8_t *xq = c->xq + (c->x_per_slot ? s : s / c->n_k) * c->xq_row_bytes;
             rows_streamed(c->dot, we, c->row_bytes, xq, c->nb, c->y + s * c->ldy, r0, r1);
@@ -379,7 +421,7 @@ static int mul_mat_id_n(int n, const int *types, const void *const *ws, int64_t 
     const kernel_t *ks[2];
     for (int m = 0; m < n; m++) {
         ks[m] = find(types[m]);
-        if (!ks[m] || ks[m]->rows8 || n_cols % ks[m]->block || ks[m]->act256 != ks[0]->act256 ||
+        if (!ks[m] || (ks[m]->rows8 && n_rows % 8) || n_cols % ks[m]->block || ks[m]->act256 != ks[0]->act256 ||
             ks[m]->block != ks[0]->block)
             return GC_UNSUPPORTED;
     }
@@ -410,7 +452,7 @@ static int mul_mat_id_n(int n, const int *types, const void *const *ws, int64_t 
         const int64_t row_bytes = nb * (int64_t)ks[m]->bytes;
         c[m] = (mmid_ctx){pick(ks[m]), (int)nb, ws[m], row_bytes, row_bytes * n_rows, n_rows, n_k, gexp, gstart,
                           slot, xq, xq_row_bytes, x_per_slot, y + m * n_rows, n * n_rows, pick4(ks[m]),
-                          ks[m]->type};
+                          ks[m]->type, pick8(ks[m])};
     }
     const int64_t items = n_groups * n_rows;
     int64_t chunk = n * items / (8 * (n_threads > 0 ? n_threads : 1));

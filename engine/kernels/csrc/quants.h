@@ -14,6 +14,7 @@ enum {
     T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
     T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ4_NL = 20, T_IQ4_XS = 23, T_MXFP4 = 39,
     T_Q5_0_X8 = 0x100 | T_Q5_0, /* Q5_0 repacked at load in groups of eight rows (gc_repack); not a file type */
+    T_MXFP4_X8 = 0x100 | T_MXFP4, /* MXFP4 likewise */
 };
 
 /* ------------------------------------------------------------------ blocks */
@@ -117,6 +118,14 @@ typedef void (*dot4_fn)(const void *w, const void *const *x, int nb, float *out)
  * L1, one thread, 17.9 -> 5.9 ns per 256 weights on the AVX2 (Zen 3) machine. */
 typedef struct { uint16_t d[8]; uint8_t hb[32]; uint8_t qs[128]; } blk_q5_0x8;
 
+/* MXFP4 in groups of eight rows, the same way: per 32-weight block of the eight rows their
+ * exponent bytes e[k], and qs[32p + 4k + j] row k's qs[4p + j] (136 bytes, as the rows'
+ * eight blocks). The one-row product then reads eight rows per block in one pass, the
+ * table lookups, activation broadcasts and float work shared (gpt-oss's experts). */
+typedef struct { uint8_t e[8]; uint8_t qs[128]; } blk_mxfp4x8;
+/* kvalues_mxfp4 + 12: unsigned for vpmaddubsw, the offset through the activation block sums */
+static const int8_t kvalues_mxfp4_u[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+
 typedef struct {
     int type, block, act256; /* act256: activations in 256-blocks (k-quants) else 32 */
     size_t bytes;            /* bytes per weight block */
@@ -151,6 +160,9 @@ GC_TYPES(GC_SCALAR)
 GC_HIDDEN void repack_q5_0x8(const uint8_t *w, int64_t row_bytes, int nb, blk_q5_0x8 *out);
 GC_HIDDEN void dot8_q5_0x8_s(const void *vw, const void *vx, int nb, float *out);
 GC_HIDDEN void deq8_q5_0x8(const void *vw, float *y, int nb, int64_t n_cols);
+GC_HIDDEN void repack_mxfp4x8(const uint8_t *w, int64_t row_bytes, int nb, blk_mxfp4x8 *out);
+GC_HIDDEN void dot8_mxfp4x8_s(const void *vw, const void *vx, int nb, float *out);
+GC_HIDDEN void deq8_mxfp4x8(const void *vw, float *y, int nb, int64_t n_cols);
 /* arch/x86.c: AVX2 and AVX-512 */
 #define GC_X86_DOTS(t) GC_HIDDEN float dot_##t##_avx2(const void *vw, const void *vx, int nb); \
                        GC_HIDDEN float dot_##t##_avx512(const void *vw, const void *vx, int nb);
@@ -163,6 +175,7 @@ GC_FOUR_ROW_TYPES(GC_DOT4)
 GC_FOUR_ROW_VNNI_TYPES(GC_DOT4_512)
 #undef GC_DOT4_512
 GC_HIDDEN void dot8_q5_0x8_avx2(const void *vw, const void *vx, int nb, float *out);
+GC_HIDDEN void dot8_mxfp4x8_avx2(const void *vw, const void *vx, int nb, float *out);
 GC_HIDDEN void quantize_act32_avx2(const float *x, act32 *y, int64_t k);
 GC_HIDDEN void quantize_act256_avx2(const float *x, act256 *y, int64_t k);
 GC_HIDDEN void quantize_act32_avx512(const float *x, act32 *y, int64_t k);

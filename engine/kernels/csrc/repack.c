@@ -1,6 +1,6 @@
-/* Weights repacked at load into the layout this machine's kernels read fastest: Q5_0 in
- * groups of eight rows (blk_q5_0x8, quants.h) on x86-64 with AVX2, and the scalar dot and
- * dequantizer of that layout for the lower ISA levels. */
+/* Weights repacked at load into the layout this machine's kernels read fastest: Q5_0 and
+ * MXFP4 in groups of eight rows (blk_q5_0x8, blk_mxfp4x8, quants.h) on x86-64 with AVX2,
+ * and the scalar dot and dequantizer of those layouts for the lower ISA levels. */
 
 #include "quants.h"
 
@@ -61,13 +61,68 @@ void deq8_q5_0x8(const void *vw, float *y, int nb, int64_t n_cols) {
         }
 }
 
+/* eight MXFP4 rows -> blk_mxfp4x8 */
+void repack_mxfp4x8(const uint8_t *w, int64_t row_bytes, int nb, blk_mxfp4x8 *out) {
+    for (int i = 0; i < nb; i++)
+        for (int k = 0; k < 8; k++) {
+            const blk_mxfp4 *b = (const blk_mxfp4 *)(w + k * row_bytes) + i;
+            out[i].e[k] = b->e;
+            for (int p = 0; p < 4; p++) memcpy(out[i].qs + 32 * p + 4 * k, b->qs + 4 * p, 4);
+        }
+}
+
+static void unpack_mxfp4x8(const blk_mxfp4x8 *g, int k, blk_mxfp4 *b) {
+    b->e = g->e[k];
+    for (int p = 0; p < 4; p++) memcpy(b->qs + 4 * p, g->qs + 32 * p + 4 * k, 4);
+}
+
+void dot8_mxfp4x8_s(const void *vw, const void *vx, int nb, float *out) {
+    const blk_mxfp4x8 *w = vw;
+    for (int k = 0; k < 8; k++) {
+        float acc = 0.f;
+        for (int i = 0; i < nb; i++) {
+            blk_mxfp4 b;
+            unpack_mxfp4x8(&w[i], k, &b);
+            acc += dot_mxfp4_s(&b, (const act32 *)vx + i, 1);
+        }
+        out[k] = acc;
+    }
+}
+
+void deq8_mxfp4x8(const void *vw, float *y, int nb, int64_t n_cols) {
+    const blk_mxfp4x8 *w = vw;
+    for (int k = 0; k < 8; k++)
+        for (int i = 0; i < nb; i++) {
+            blk_mxfp4 b;
+            unpack_mxfp4x8(&w[i], k, &b);
+            deq_mxfp4(&b, y + k * n_cols + 32 * i, 1);
+        }
+}
+
+#endif
+
+#if defined(GC_X86)
+typedef struct {
+    const void *w;
+    void *out;
+    int64_t row_bytes;
+    int nb;
+} rp_ctx;
+
+static void mx_repack_task(void *vctx, int64_t start, int64_t end) {
+    const rp_ctx *c = vctx;
+    for (int64_t g = start; g < end; g++)
+        repack_mxfp4x8((const uint8_t *)c->w + 8 * g * c->row_bytes, c->row_bytes, c->nb,
+                       (blk_mxfp4x8 *)((uint8_t *)c->out + 8 * g * c->row_bytes));
+}
 #endif
 
 /* W's rows in the layout this machine's kernels read fastest, where the type has one:
- * Q5_0 in groups of eight rows (blk_q5_0x8) with AVX2, n_rows a multiple of 8. Writes
+ * Q5_0 and MXFP4 in groups of eight rows (blk_q5_0x8, blk_mxfp4x8) with AVX2, n_rows a
+ * multiple of 8 (a tensor of experts as one matrix of all their rows). Writes
  * `out` (as many bytes as W) and returns the new type for gc_mul_mat, gc_mul_mat_multi
  * and gc_dequantize; GC_UNSUPPORTED (out untouched) where there is none. */
-int gc_repack(int type, const void *w, int64_t n_rows, int64_t n_cols, void *out) {
+int gc_repack(int type, const void *w, int64_t n_rows, int64_t n_cols, void *out, int n_threads) {
 #if defined(GC_X86)
     if (type == T_Q5_0 && gc_isa() >= ISA_AVX2 && n_rows % 8 == 0 && n_cols % 32 == 0 && n_rows > 0) {
         const int nb = (int)(n_cols / 32);
@@ -76,7 +131,13 @@ int gc_repack(int type, const void *w, int64_t n_rows, int64_t n_cols, void *out
             repack_q5_0x8((const uint8_t *)w + g * row_bytes, row_bytes, nb, (blk_q5_0x8 *)((uint8_t *)out + g * row_bytes));
         return T_Q5_0_X8;
     }
+    if (type == T_MXFP4 && gc_isa() >= ISA_AVX2 && n_rows % 8 == 0 && n_cols % 32 == 0 && n_rows > 0) {
+        const int nb = (int)(n_cols / 32);
+        rp_ctx c = {w, out, nb * (int64_t)sizeof(blk_mxfp4), nb};
+        gc_parallel_for(n_threads, n_rows / 8, 64, mx_repack_task, &c); /* a gpt-oss layer's experts: 0.8 GB */
+        return T_MXFP4_X8;
+    }
 #endif
-    (void)type; (void)w; (void)n_rows; (void)n_cols; (void)out;
+    (void)type; (void)w; (void)n_rows; (void)n_cols; (void)out; (void)n_threads;
     return GC_UNSUPPORTED;
 }

@@ -526,6 +526,65 @@ AVX2 void dot8_q5_0x8_avx2(const void *vw, const void *vx, int nb, float *out) {
     _mm256_storeu_ps(out, _mm256_fnmadd_ps(_mm256_set1_ps(16.f), eacc, acc));
 }
 
+/* MXFP4 x8: out[k] = row k of the group · x. Per block the four lane vectors' nibbles
+ * looked up in the unsigned table (0..24) and met by broadcast activation bytes, four
+ * vpmaddubsw sums a half in 16 bits (4 x 2 x 24 x 127 < 2^15), the offset 12 through the
+ * block sums; the eight exponents to float scales at once. */
+AVX2 static inline __m256 e8m0_half8(const uint8_t *e) {
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v); /* e < 2: the subnormals */
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), v)));
+}
+
+AVX2 void dot8_mxfp4x8_avx2(const void *vw, const void *vx, int nb, float *out) {
+    const blk_mxfp4x8 *w = vw; const act32 *x = vx;
+    const __m256i m4 = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1);
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_mxfp4_u));
+    __m256 acc = _mm256_setzero_ps(), eacc = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        prefetch_ahead(&w[i], (int)sizeof(blk_mxfp4x8));
+        const uint8_t *xq = (const uint8_t *)x[i].qs;
+        __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+#define MX8_STEP(p)                                                                                 \
+        {                                                                                          \
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * (p)));           \
+            int32_t a, b;                                                                          \
+            memcpy(&a, xq + 4 * (p), 4); memcpy(&b, xq + 16 + 4 * (p), 4);                         \
+            lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(_mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4)), \
+                                                           _mm256_set1_epi32(a)));                 \
+            hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(_mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)), \
+                                                           _mm256_set1_epi32(b)));                 \
+        }
+        MX8_STEP(0) MX8_STEP(1) MX8_STEP(2) MX8_STEP(3)
+#undef MX8_STEP
+        const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
+        const __m256 dw = e8m0_half8(w[i].e);
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x[i].d)), _mm256_cvtepi32_ps(sum), acc);
+        eacc = _mm256_fmadd_ps(dw, _mm256_set1_ps(x[i].s), eacc);
+    }
+    _mm256_storeu_ps(out, _mm256_fnmadd_ps(_mm256_set1_ps(12.f), eacc, acc));
+}
+
+/* an MXFP4 x8 group as a tile: the lanes are the tile's; values from the unsigned table,
+ * the offset 12 as e = -12 d (the tile's unsigned dot) */
+AVX2 static void mx8_tile_pack(const uint8_t *wg, int nb, t32_block *t) {
+    const blk_mxfp4x8 *w = (const blk_mxfp4x8 *)wg;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_mxfp4_u));
+    for (int i = 0; i < nb; i++) {
+        for (int p = 0; p < 4; p++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * p));
+            _mm256_storeu_si256((__m256i *)t[i].q[p], _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4)));
+            _mm256_storeu_si256((__m256i *)t[i].q[p + 4],
+                                _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)));
+        }
+        const __m256 d = e8m0_half8(w[i].e);
+        _mm256_storeu_ps(t[i].d, d);
+        _mm256_storeu_ps(t[i].e, _mm256_mul_ps(d, _mm256_set1_ps(-12.f)));
+    }
+}
+
 /* a Q5_0 x8 group as a tile (unpacking only: the lanes are already the tile's) */
 AVX2 static void x8_tile_pack(const uint8_t *wg, int nb, t32_block *t) {
     const blk_q5_0x8 *w = (const blk_q5_0x8 *)wg;
@@ -1050,7 +1109,8 @@ static int kq_type(int type) { return type == T_Q4_K || type == T_Q5_K || type =
 /* the types whose rows go through the tiles */
 int tile_type(int type) {
     return type == T_Q4_K || type == T_Q5_K || type == T_Q6_K || type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 ||
-           type == T_Q5_1 || type == T_Q8_0 || type == T_IQ4_NL || type == T_MXFP4 || type == T_Q5_0_X8;
+           type == T_Q5_1 || type == T_Q8_0 || type == T_IQ4_NL || type == T_MXFP4 || type == T_Q5_0_X8 ||
+           type == T_MXFP4_X8;
 }
 
 /* bytes of one packed tile (eight weight rows) */
@@ -1062,6 +1122,7 @@ size_t tile_bytes(int type, int nb) {
 void tile_pack(int type, const uint8_t *w, int64_t row_bytes, int nb, void *t) {
     if (kq_type(type)) kq_tile_pack(type, w, row_bytes, nb, t);
     else if (type == T_Q5_0_X8) x8_tile_pack(w, nb, t);
+    else if (type == T_MXFP4_X8) mx8_tile_pack(w, nb, t);
     else t32_pack(type, w, row_bytes, nb, t);
 }
 

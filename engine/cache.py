@@ -37,7 +37,9 @@ class CacheError(ValueError):
 @dataclass(frozen=True)
 class LayerCache:
     """What one layer keeps: kind "attention" (n_kv_heads, head_dim, window; 0 = full
-    attention) or "linear" (conv_dim, conv_kernel, n_heads, key_dim, value_dim)."""
+    attention), "linear" (conv_dim, conv_kernel, n_heads, key_dim, value_dim), or
+    "shared": nothing of its own, it attends over layer `source`'s cache (Gemma 4's last
+    layers)."""
 
     kind: str
     n_kv_heads: int = 0
@@ -48,6 +50,11 @@ class LayerCache:
     n_heads: int = 0
     key_dim: int = 0
     value_dim: int = 0
+    source: int = -1
+
+
+def shared(source: int) -> LayerCache:
+    return LayerCache("shared", source=source)
 
 
 def attention(n_kv_heads: int, head_dim: int, window: int = 0) -> LayerCache:
@@ -136,6 +143,9 @@ class KVCache:
                 # empty, not zeros: untouched pages cost no memory until a sequence reaches them
                 k = torch.empty(n_seq, lc.n_kv_heads, cells, lc.head_dim, dtype=dtype, device=self.device)
                 v = torch.empty_like(k)
+            elif lc.kind == "shared":
+                if not 0 <= lc.source < len(self.layers) or self.layers[lc.source].kind != "attention":
+                    raise ValueError(f"KV cache: a shared layer's source {lc.source} is not an attention layer")
             elif lc.kind == "linear":
                 # zeroed per slot when a sequence starts (`begin`)
                 conv = torch.empty(n_seq, lc.conv_kernel - 1, lc.conv_dim, dtype=torch.float32, device=self.device)
@@ -224,7 +234,7 @@ class KVCache:
                     used = n if not lc.window else min(self.lengths[src], self.n_cells[i])
                     self.k[i][dst, :, :used].copy_(self.k[i][src, :, :used])
                     self.v[i][dst, :, :used].copy_(self.v[i][src, :, :used])
-                elif ckpt is None:
+                elif lc.kind == "linear" and ckpt is None:
                     self.conv[i][dst].copy_(self.conv[i][src])
                     self.state[i][dst].copy_(self.state[i][src])
         self.lost[dst] = self.lost[src]

@@ -227,6 +227,10 @@ class Keys:
     HEAD_COUNT_KV = "{arch}.attention.head_count_kv"
     KEY_LENGTH = "{arch}.attention.key_length"
     VALUE_LENGTH = "{arch}.attention.value_length"
+    KEY_LENGTH_SWA = "{arch}.attention.key_length_swa"  # Gemma 4: the sliding layers' head size
+    VALUE_LENGTH_SWA = "{arch}.attention.value_length_swa"
+    SHARED_KV_LAYERS = "{arch}.attention.shared_kv_layers"  # Gemma 4: the last layers attend over earlier caches
+    EMBEDDING_LENGTH_PER_LAYER = "{arch}.embedding_length_per_layer_input"  # Gemma 4 per-layer embeddings
     LAYERNORM_RMS_EPS = "{arch}.attention.layer_norm_rms_epsilon"
     SLIDING_WINDOW = "{arch}.attention.sliding_window"
     SLIDING_WINDOW_PATTERN = "{arch}.attention.sliding_window_pattern"
@@ -235,6 +239,7 @@ class Keys:
     ROPE_FREQ_BASE = "{arch}.rope.freq_base"
     ROPE_FREQ_BASE_SWA = "{arch}.rope.freq_base_swa"
     ROPE_DIMENSION_COUNT = "{arch}.rope.dimension_count"
+    ROPE_DIMENSION_COUNT_SWA = "{arch}.rope.dimension_count_swa"
     ROPE_DIMENSION_SECTIONS = "{arch}.rope.dimension_sections"
     ROPE_SCALING_TYPE = "{arch}.rope.scaling.type"
     ROPE_SCALING_FACTOR = "{arch}.rope.scaling.factor"

@@ -63,6 +63,10 @@ def convert(model, folder: Path, outtype: str) -> str:
         for key, words in HUB_CONFIG.get(type(model).__name__, {}).items():
             config[key] = [words.get(v, v) for v in config[key]]
         (hf / "config.json").write_text(json.dumps(config))
+        # Gemma's converters trim the embedding to the tokenizer's size: a tokenizer.json of the vocabulary's
+        n_vocab = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
+        (hf / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {f"t{i}": i for i in range(n_vocab)}},
+                                                       "added_tokens": []}))
     out = folder / f"converted-{outtype}.gguf"
     run = subprocess.run([sys.executable, "-c", _RUN, src, str(hf), "--outtype", outtype, "--outfile", str(out)],
                          capture_output=True, text=True)

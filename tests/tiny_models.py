@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, Glm4MoeConfig, Glm4MoeForCausalLM, GptOssConfig,
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, Gemma4ForCausalLM, Gemma4TextConfig, Glm4MoeConfig, Glm4MoeForCausalLM, GptOssConfig,
                           GptOssForCausalLM,
                           GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM, LlamaConfig,
                           LlamaForCausalLM, Lfm2Config,
@@ -123,6 +123,13 @@ LFM2_NAMES = {"operator_norm": "attn_norm", "ffn_norm": "ffn_norm", "self_attn.q
               "self_attn.q_layernorm": "attn_q_norm", "self_attn.k_layernorm": "attn_k_norm",
               "conv.in_proj": "shortconv.in_proj", "conv.out_proj": "shortconv.out_proj", "conv.conv": "shortconv.conv",
               "feed_forward.w1": "ffn_gate", "feed_forward.w3": "ffn_up", "feed_forward.w2": "ffn_down"}
+GEMMA4_NAMES = {**GEMMA3_NAMES, "pre_feedforward_layernorm_2": "pre_ffw_norm_2",
+                "post_feedforward_layernorm_1": "post_ffw_norm_1", "post_feedforward_layernorm_2": "post_ffw_norm_2",
+                "router.proj": "ffn_gate_inp", "per_layer_input_gate": "inp_gate", "per_layer_projection": "proj",
+                "post_per_layer_input_norm": "post_norm"}
+GEMMA4_GLOBAL = {"model.embed_tokens_per_layer.weight": "per_layer_token_embd.weight",
+                 "model.per_layer_model_projection.weight": "per_layer_model_proj.weight",
+                 "model.per_layer_projection_norm.weight": "per_layer_proj_norm.weight"}
 GPT_OSS_NAMES = {**LLAMA_NAMES, "post_attention_layernorm": "post_attention_norm", "mlp.router": "ffn_gate_inp"}
 PHI3_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
               "self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
@@ -130,7 +137,9 @@ PHI3_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_n
 
 
 # per-layer parameters whose names do not end in .weight / .bias → the converter's names
-UNSUFFIXED = {"mlp.gate.e_score_correction_bias": "exp_probs_b.bias", "mamba.A_log": "ssm_a", "mamba.D": "ssm_d",
+UNSUFFIXED = {"mlp.gate.e_score_correction_bias": "exp_probs_b.bias", "router.scale": "ffn_gate_inp.scale",
+              "router.per_expert_scale": "ffn_down_exps.scale", "layer_scalar": "layer_output_scale.weight",
+              "mamba.A_log": "ssm_a", "mamba.D": "ssm_d",
               "mamba.dt_bias": "ssm_dt.bias", "linear_attn.A_log": "ssm_a", "linear_attn.dt_bias": "ssm_dt.bias"}
 
 
@@ -210,6 +219,23 @@ def spec(arch: str) -> Spec:
                          block_auto_adjust_ff_dim=False, layer_types=["conv", "conv", "full_attention", "conv"],
                          rope_parameters={"rope_type": "default", "rope_theta": 1e6})
         return Spec(arch, Lfm2ForCausalLM, cfg, LFM2_NAMES)
+    if arch in ("gemma4", "gemma4moe"):  # E2B-like: per-layer embeddings, shared KV layers, keys as values in
+        # the full layers; or (gemma4moe) 26B-A4B-like: experts beside the MLP, no per-layer embeddings
+        moe = arch == "gemma4moe"
+        layers = ["sliding_attention", "sliding_attention", "full_attention"] * 2
+        c = dict(common, num_hidden_layers=6, num_key_value_heads=2, tie_word_embeddings=True, intermediate_size=256)
+        cfg = Gemma4TextConfig(**c, head_dim=32, global_head_dim=64, sliding_window=8, layer_types=layers,
+                               num_kv_shared_layers=0 if moe else 3, attention_k_eq_v=not moe,
+                               num_global_key_value_heads=None if moe else 1,
+                               hidden_size_per_layer_input=0 if moe else 32, vocab_size_per_layer_input=VOCAB,
+                               use_double_wide_mlp=not moe, final_logit_softcapping=30.0,
+                               enable_moe_block=moe, num_experts=4 if moe else None, top_k_experts=2 if moe else None,
+                               moe_intermediate_size=64 if moe else None,
+                               rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                                "full_attention": {"rope_type": "proportional", "rope_theta": 1e6,
+                                                                   "partial_rotary_factor": 0.25}})
+        cfg.allow_global_per_layer_attribute_access = True  # the writer reads the sliding layers' values as global
+        return Spec("gemma4", Gemma4ForCausalLM, cfg, GEMMA4_NAMES)
     if arch == "gpt-oss":  # alternating window of 8 and full layers, YaRN (untruncated, as gpt-oss's), sinks
         rope = {"rope_type": "yarn", "rope_theta": 1.5e5, "factor": 8.0, "original_max_position_embeddings": 32,
                 "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
@@ -231,6 +257,11 @@ def random_model(s: Spec, seed: int = 0) -> torch.nn.Module:
         for name, p in model.named_parameters():
             if name.endswith("sinks"):  # logits comparable to the scores, so that they matter
                 p.copy_(torch.randn_like(p))
+            elif s.arch == "gemma4" and ("q_norm" in name or "k_norm" in name):
+                # Gemma 4 does not scale its queries: q/k norms of about 1 would make every softmax one-hot
+                p.copy_(0.3 * (1.0 + 0.1 * torch.randn_like(p)))
+            elif s.arch == "gemma4" and ("norm" in name or name.endswith(("router.scale", "per_expert_scale"))):
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))  # Gemma 4's norms scale by w, not 1 + w
             elif "norm" in name:
                 p.copy_(1.0 + 0.1 * torch.randn_like(p)) if s.arch != "gemma3" else p.copy_(0.1 * torch.randn_like(p))
             elif name.endswith("bias"):
@@ -240,6 +271,8 @@ def random_model(s: Spec, seed: int = 0) -> torch.nn.Module:
         for name, b in model.named_buffers():
             if name.endswith("e_score_correction_bias"):  # GLM-4.5's expert-choice bias (a buffer)
                 b.copy_(0.1 * torch.randn_like(b))
+            elif name.endswith("layer_scalar"):  # Gemma 4's per-layer output scale
+                b.copy_(1.0 + 0.2 * torch.randn_like(b))
     return model
 
 
@@ -453,6 +486,30 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
             w.add(f"{arch}.expert_group_count", cfg.n_group)
             w.add(f"{arch}.expert_group_used_count", cfg.topk_group)
             w.add(f"{arch}.nextn_predict_layers", 0)
+        if arch == "gemma4":  # conversion/gemma.py Gemma4Model.set_gguf_parameters
+            swa = [t == "sliding_attention" for t in cfg.layer_types]
+            first_shared = cfg.num_hidden_layers - cfg.num_kv_shared_layers
+            full = cfg.per_layer_config[swa.index(False)]  # a full layer's own head size and key-value heads
+            global_head_dim = full.head_dim
+            full_kv = full.num_key_value_heads if full.num_key_value_heads != cfg.num_key_value_heads else None
+            w.add(f"{arch}.attention.shared_kv_layers", cfg.num_kv_shared_layers)
+            w.add(f"{arch}.embedding_length_per_layer_input", cfg.hidden_size_per_layer_input or 0)
+            w.add(f"{arch}.attention.sliding_window_pattern", swa)
+            w.add(f"{arch}.attention.key_length", global_head_dim)
+            w.add(f"{arch}.attention.value_length", global_head_dim)
+            w.add(f"{arch}.attention.key_length_swa", cfg.head_dim)
+            w.add(f"{arch}.attention.value_length_swa", cfg.head_dim)
+            w.add(f"{arch}.rope.freq_base_swa", float(cfg.rope_parameters["sliding_attention"]["rope_theta"]))
+            w.add(f"{arch}.rope.dimension_count", global_head_dim)
+            w.add(f"{arch}.rope.dimension_count_swa", cfg.head_dim)
+            w.add(f"{arch}.final_logit_softcapping", float(cfg.final_logit_softcapping))
+            if cfg.enable_moe_block:
+                w.add(f"{arch}.expert_count", cfg.num_experts)
+                w.add(f"{arch}.expert_used_count", cfg.top_k_experts)
+                w.add(f"{arch}.expert_feed_forward_length", cfg.moe_intermediate_size)
+            rot = int(global_head_dim * cfg.rope_parameters["full_attention"]["partial_rotary_factor"] / 2)
+            w.add_tensor("rope_freqs.weight", np.array([1.0] * rot + [1e30] * (global_head_dim // 2 - rot),
+                                                       np.float32))
         w.add("general.name", f"tiny-{arch}")
         # Granite hybrids without rotary: the converter writes 2**20 (no trained limit)
         w.add(f"{arch}.context_length", 2 ** 20 if arch == "granitehybrid" else cfg.max_position_embeddings)
@@ -461,9 +518,16 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
         if mtp:
             w.add(f"{arch}.nextn_predict_layers", 1)
             w.add(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in cfg.layer_types] + [False])
-        w.add(f"{arch}.feed_forward_length", cfg.intermediate_size)
+        if arch == "gemma4" and cfg.use_double_wide_mlp:  # the shared layers' MLP is twice as wide
+            first_shared = cfg.num_hidden_layers - cfg.num_kv_shared_layers
+            w.add(f"{arch}.feed_forward_length", [cfg.intermediate_size * (1 if i < first_shared else 2)
+                                                  for i in range(cfg.num_hidden_layers)])
+        else:
+            w.add(f"{arch}.feed_forward_length", cfg.intermediate_size)
         w.add(f"{arch}.attention.head_count", cfg.num_attention_heads)
-        if arch in ("lfm2", "granitehybrid"):  # per layer: 0 for the convolution / Mamba-2 layers
+        if arch == "gemma4" and full_kv is not None:
+            w.add(f"{arch}.attention.head_count_kv", [cfg.num_key_value_heads if t else full_kv for t in swa])
+        elif arch in ("lfm2", "granitehybrid"):  # per layer: 0 for the convolution / Mamba-2 layers
             w.add(f"{arch}.attention.head_count_kv", [0 if t in ("conv", "mamba", "linear_attention")
                                                       else cfg.num_key_value_heads for t in cfg.layer_types])
         else:
@@ -489,11 +553,11 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
         eps = getattr(cfg, "rms_norm_eps", None) or cfg.norm_eps
         w.add(f"{arch}.attention.layer_norm_rms_epsilon", float(eps))
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        if arch not in ("lfm2", "granitehybrid"):  # no head_dim in LFM2's config; Granite's converter drops it
+        if arch not in ("lfm2", "granitehybrid", "gemma4"):  # no head_dim in LFM2's config; Granite's converter drops it
             w.add(f"{arch}.attention.key_length", head_dim)
             w.add(f"{arch}.attention.value_length", head_dim)
         rope = cfg.rope_parameters
-        if arch == "gemma3":
+        if arch in ("gemma3", "gemma4"):
             w.add(f"{arch}.rope.freq_base", float(rope["full_attention"]["rope_theta"]))
             w.add(f"{arch}.attention.sliding_window", cfg.sliding_window)
         elif "full_attention" in rope:  # OLMo 3: both layer kinds share a base
@@ -533,7 +597,8 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                 continue
             if arch == "gpt-oss" and _gpt_oss_experts(w, mix, hf_name, value, new_state):
                 continue
-            if hf_name.endswith("mlp.experts.gate_up_proj") and arch == "qwen35moe":
+            if (hf_name.endswith("mlp.experts.gate_up_proj") and arch == "qwen35moe") or (
+                    hf_name.endswith("experts.gate_up_proj") and arch == "gemma4"):
                 layer = hf_name.split(".")[2]  # this converter keeps the experts' gate and up fused
                 qt = _qtype(mix, "ffn_gate_up_exps", value.shape[-1])
                 packed = quantize(value, qt)
@@ -560,6 +625,8 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                 gname = "output_norm.weight"
             elif hf_name == "model.embedding_norm.weight":  # LFM2's final norm
                 gname = "token_embd_norm.weight"
+            elif hf_name in GEMMA4_GLOBAL:
+                gname = GEMMA4_GLOBAL[hf_name]
             elif hf_name == "lm_head.weight":
                 gname = "output.weight"
             elif (suffix := next((k for k in UNSUFFIXED if hf_name.endswith(k)), None)) is not None:

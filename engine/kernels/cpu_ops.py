@@ -27,7 +27,7 @@ class AttnLayer(ctypes.Structure):
     _fields_ = [("n_head", I64), ("n_kv", I64), ("d", I64), ("q_off", I64), ("q_head", I64), ("k_off", I64),
                 ("v_off", I64), ("gate_off", I64), ("q_norm", P), ("k_norm", P), ("eps", F), ("scale", F),
                 ("softcap", F), ("half", ctypes.c_int32), ("neox", ctypes.c_int32), ("window", ctypes.c_int32),
-                ("kc", P), ("vc", P), ("n_cells", I64), ("sinks", P)]
+                ("kc", P), ("vc", P), ("n_cells", I64), ("sinks", P), ("v_norm", P), ("kv_shared", ctypes.c_int32)]
 
 
 def _bind(lib) -> None:
@@ -89,16 +89,17 @@ def _native_layer(spec, cache, memo: weakref.WeakKeyDictionary) -> AttnLayer | N
         return got[1]
     kbuf, vbuf = cache.kv(spec.layer)
     d, h, hkv = spec.head_dim, spec.n_heads, spec.n_kv_heads
-    ok = kbuf.dtype is F32 and kbuf.is_contiguous() and vbuf.is_contiguous() and h % hkv == 0 and (
-        spec.sinks is None or (spec.sinks.dtype is F32 and spec.sinks.is_contiguous()))
+    ok = kbuf.dtype is F32 and kbuf.is_contiguous() and vbuf.is_contiguous() and h % hkv == 0 and all(
+        w is None or (w.dtype is F32 and w.is_contiguous()) for w in (spec.sinks, spec.v_norm, spec.q_norm, spec.k_norm))
     qw = spec.q_width
     layer = None
     if ok:
         layer = AttnLayer(h, hkv, d, 0, 2 * d if spec.gated else d, qw, qw + hkv * d, d if spec.gated else -1,
                           _ptr(spec.q_norm), _ptr(spec.k_norm), spec.eps, spec.scale, spec.softcap or 0.0,
                           spec.rope.inv_freq.shape[0], int(spec.rope.neox), spec.window, kbuf.data_ptr(),
-                          vbuf.data_ptr(), cache.n_cells[spec.layer], _ptr(spec.sinks))
-        layer._keep = (spec.q_norm, spec.k_norm, kbuf, vbuf, spec.sinks)  # the pointers' owners
+                          vbuf.data_ptr(), cache.n_cells[spec.layer], _ptr(spec.sinks), _ptr(spec.v_norm),
+                          int(spec.kv_shared))
+        layer._keep = (spec.q_norm, spec.k_norm, kbuf, vbuf, spec.sinks, spec.v_norm)  # the pointers' owners
     memo[spec] = (key, layer)
     return layer
 

@@ -90,21 +90,30 @@ class TorchOps:
         projection output (per head a query and, with `spec.gated`, a gate); `spec` the
         layer's models.layers.AttentionSpec (heads, rotary, scale, window, softcap, q/k
         norm weights, cache layer). q/k heads RMS-normalized when the spec has weights,
-        rotary, k and v into the cache, attention, the output times sigmoid(gate) if
-        gated. Returns (T, H * D). The native version does all of it in one call."""
+        rotary, k and v into the cache (v heads RMS-normalized where the spec says; none
+        for a layer that shares an earlier one's), attention, the output times
+        sigmoid(gate) if gated. Returns (T, H * D). The native version does all of it in
+        one call."""
         t, h, hkv, d = qkv.shape[0], spec.n_heads, spec.n_kv_heads, spec.head_dim
         qw = spec.q_width
-        q, k, v = qkv[:, :qw], qkv[:, qw:qw + hkv * d], qkv[:, qw + hkv * d:qw + 2 * hkv * d]
+        q = qkv[:, :qw]
         gate = None
         if spec.gated:
             q, gate = q.reshape(t, h, 2 * d).split(d, dim=-1)
-        q, k, v = q.reshape(t, h, d), k.reshape(t, hkv, d), v.reshape(t, hkv, d)
+        q = q.reshape(t, h, d)
         if spec.q_norm is not None:
-            q, k = self.rms_norm(q, spec.q_norm, spec.eps), self.rms_norm(k, spec.k_norm, spec.eps)
+            q = self.rms_norm(q, spec.q_norm, spec.eps)
         cos, sin = spec.rope.tables(batch)
-        q, k = self.rope(q, cos, sin, spec.rope.neox), self.rope(k, cos, sin, spec.rope.neox)
+        q = self.rope(q, cos, sin, spec.rope.neox)
         kbuf, vbuf = cache.kv(spec.layer)
-        self.kv_write(kbuf, vbuf, k, v, batch.slots, cache.cells(spec.layer, batch))
+        if not spec.kv_shared:  # else an earlier layer wrote this batch's keys and values
+            k, v = qkv[:, qw:qw + hkv * d].reshape(t, hkv, d), qkv[:, qw + hkv * d:qw + 2 * hkv * d].reshape(t, hkv, d)
+            if spec.k_norm is not None:
+                k = self.rms_norm(k, spec.k_norm, spec.eps)
+            if spec.v_norm is not None:
+                v = self.rms_norm(v, spec.v_norm, spec.eps)
+            k = self.rope(k, cos, sin, spec.rope.neox)
+            self.kv_write(kbuf, vbuf, k, v, batch.slots, cache.cells(spec.layer, batch))
         o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[spec.layer], spec.window, spec.scale, spec.softcap,
                            spec.media_both_ways, spec.sinks)
         o = o.reshape(t, h * d)

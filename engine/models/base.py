@@ -153,6 +153,11 @@ class Model:
         # own cache layer follows the trunk's: called (batch, cache, hidden) -> (logits, hidden)
         self.mtp = None
 
+    def embedded(self, x: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """The batch's embeddings before the first layer: a family that derives per-batch
+        inputs from them (Gemma 4's per-layer embeddings) overrides this."""
+        return x
+
     def cache_specs(self) -> list[LayerCache]:
         specs = [layer.cache_spec() for layer in self.layers]
         return specs + [self.mtp.cache_spec()] if self.mtp is not None else specs
@@ -174,6 +179,7 @@ class Model:
             rows, emb = batch.media
             x = self.embed(batch.tokens.clamp(min=0))
             x[rows] = emb.to(x.dtype)
+        x = self.embedded(x, batch)
         for layer in self.layers:
             x = layer(x, batch, cache)
         if batch.keep_hidden:  # every token's output after the final norm (what an MTP head reads)

@@ -152,11 +152,18 @@ class AttentionSpec:
     k_norm: torch.Tensor | None = None
     media_both_ways: bool = False  # an image's tokens attend to each other both ways (Gemma 3)
     sinks: torch.Tensor | None = None  # (n_heads,) per head a logit in the softmax with no value (gpt-oss)
+    v_norm: torch.Tensor | None = None  # RMSNorm weight of each v head (Gemma 4: ones, a norm without scale)
+    kv_shared: bool = False  # no k/v of its own: attends over `layer`'s cache, which an earlier layer wrote (Gemma 4)
 
     @property
     def q_width(self) -> int:
         """Columns of the fused projection that hold the queries (and gates)."""
         return self.n_heads * self.head_dim * (2 if self.gated else 1)
+
+    @property
+    def width(self) -> int:
+        """Columns of the fused projection: queries (and gates), then keys and values unless shared."""
+        return self.q_width + (0 if self.kv_shared else 2 * self.n_kv_heads * self.head_dim)
 
 
 class Attention:

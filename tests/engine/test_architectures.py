@@ -22,9 +22,9 @@ from helpers import copy_gguf, no_llama_cpp
 from tiny_models import mtp_weights, random_model, spec, write_gguf
 
 ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "gemma3", "phi3", "smollm3", "olmo2", "olmo3",
-         "mistral3", "lfm2", "glm4moe", "granitehybrid", "gpt-oss"]
+         "mistral3", "lfm2", "glm4moe", "granitehybrid", "gpt-oss", "gemma4", "gemma4moe"]
 MIXES = ["F32", "F16", "Q8_0", "K"]
-ROUTED = ("qwen3moe", "qwen35moe", "glm4moe", "granitehybrid", "gpt-oss")  # architectures with routed experts
+ROUTED = ("qwen3moe", "qwen35moe", "glm4moe", "granitehybrid", "gpt-oss", "gemma4moe")  # architectures with routed experts
 TOL = 2e-4  # float32 everywhere; differences come from summation order (chunked matmuls, SDPA)
 
 
@@ -243,7 +243,7 @@ def test_llama_cpp_reads_each_file_and_computes_the_same_logits(tiny, arch, monk
 
 
 # the architectures whose test files are held to llama.cpp's converter byte for byte
-CONVERTED = ["mistral3", "lfm2", "glm4moe", "granitehybrid", "gpt-oss"]
+CONVERTED = ["mistral3", "lfm2", "glm4moe", "granitehybrid", "gpt-oss", "gemma4", "gemma4moe"]
 
 
 @pytest.mark.parametrize("outtype", ["f32", "q8_0"])
@@ -275,7 +275,8 @@ def test_glm4moe_expert_groups_equal_dense(tmp_path):
 @pytest.mark.parametrize("arch,drop", [("mistral3", "blk.0.attn_q.weight"), ("lfm2", "blk.0.shortconv.conv.weight"),
                                        ("glm4moe", "blk.1.exp_probs_b.bias"), ("granitehybrid", "blk.0.ssm_a"),
                                        ("gpt-oss", "blk.1.attn_sinks.weight"), ("gpt-oss", "blk.0.ffn_up_exps.bias"),
-                                       ("gpt-oss", "blk.0.ffn_gate_inp.bias")])
+                                       ("gpt-oss", "blk.0.ffn_gate_inp.bias"), ("gemma4", "per_layer_token_embd.weight"),
+                                       ("gemma4", "blk.1.attn_k_norm.weight"), ("gemma4moe", "blk.2.ffn_down_exps.scale")])
 def test_a_missing_tensor_is_refused_naming_it(tiny, tmp_path, arch, drop):
     """The family's file less one tensor: the load stops with one line naming the file and the tensor."""
     path, _ = tiny(arch, "Q8_0")
@@ -343,7 +344,8 @@ def test_unsupported_architecture_is_a_clear_error(tmp_path):
     path = tmp_path / "mamba.gguf"
     with GGUFWriter(path) as w:
         w.add("general.architecture", "mamba")
-    with pytest.raises(UnsupportedArchitecture, match="architecture 'mamba' is not supported; supported: gemma3, glm4moe, granitehybrid, lfm2, llama, mistral3"):
+    with pytest.raises(UnsupportedArchitecture, match="architecture 'mamba' is not supported; supported: gemma3, gemma4, "
+                       "glm4moe, gpt-oss, granitehybrid, lfm2, llama, mistral3"):
         load_model(path, device="cpu")
     assert set(architectures()) >= {"llama", "qwen2", "qwen3", "gemma3", "phi3"}
 

@@ -94,6 +94,38 @@ def _attention_case(n_kv, n_heads, d, window, gated, seqs, n_cells, n_slots=3, s
     return spec, qkv, batch, cache
 
 
+@pytest.mark.parametrize("n", [1, 3, 30])
+def test_gemma4_normed_values_and_a_shared_layer(isa, n):
+    """Gemma 4: v heads RMS-normalized (no scale) before they are cached, and a later layer
+    with queries only attending over that layer's cache (kv_shared); native (decode) and
+    torch (a 30-token chunk) equal the torch ops."""
+    from gguf_serve.engine.cache import KVCache, attention, shared
+    from gguf_serve.engine.models.layers import AttentionSpec, Rope
+
+    d, heads, kv = 32, 4, 2
+    rope = Rope(1.0 / 10000 ** (torch.arange(d // 2).float() / (d // 2)), 1.0, True)
+    results = []
+    for ops in (CPU_OPS, TORCH_OPS):
+        g = torch.Generator().manual_seed(9)
+        cache = KVCache([attention(kv, d), shared(0)], n_seq=2, n_ctx=64, max_batch=32)
+        assert cache.k[1] is None and cache.v[1] is None  # a shared layer holds nothing of its own
+        own = AttentionSpec(0, heads, kv, d, rope, 1.0, 1e-6, q_norm=torch.rand(d, generator=g),
+                            k_norm=torch.rand(d, generator=g), v_norm=torch.ones(d))
+        reuse = AttentionSpec(0, heads, kv, d, rope, 1.0, 1e-6, q_norm=torch.rand(d, generator=g), kv_shared=True)
+        outs = []
+        for start, length in ((0, 20), (20, n)):
+            batch = Batch.of([(1, list(range(length)), start)])
+            qkv = torch.randn(length, own.width, generator=g) * 3
+            outs.append(ops.self_attention(qkv, own, batch, cache))
+            outs.append(ops.self_attention(torch.randn(length, reuse.width, generator=g), reuse, batch, cache))
+        results.append((outs, cache))
+    (ours, c1), (ref, c2) = results
+    for a, b in zip(ours, ref):
+        close(a, b, tol=5e-5)
+    close(c1.v[0][1, :, :20 + n], c2.v[0][1, :, :20 + n])
+    assert torch.allclose(c1.v[0][1, :, :20 + n].pow(2).mean(-1), torch.ones(kv, 20 + n), atol=1e-4)  # normalized
+
+
 @pytest.mark.parametrize("neox", [True, False])
 @pytest.mark.parametrize("layout", ["gqa", "gated", "window", "ring", "prefill", "sinks", "sinks-prefill"])
 def test_attention_equals_torch(isa, layout, neox):

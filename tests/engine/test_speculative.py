@@ -22,7 +22,7 @@ from gguf_serve.engine.speculative import NgramIndex, SpecSettings, SpeculationE
 from tiny_models import random_model, spec, write_gguf
 
 ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "gemma3", "phi3", "smollm3", "olmo2", "olmo3",
-         "mistral3", "lfm2", "glm4moe", "gpt-oss"]
+         "mistral3", "lfm2", "glm4moe", "gpt-oss", "gemma4", "gemma4moe"]
 
 
 @pytest.fixture(scope="module")

@@ -320,6 +320,8 @@ typedef struct {
     float *kc, *vc;                               /* cache (slots, n_kv, n_cells, d) */
     int64_t n_cells;
     const float *sinks;                           /* per head a logit in the softmax with no value (gpt-oss); NULL: none */
+    const float *v_norm;                          /* RMSNorm weight of the v heads (Gemma 4); NULL: none */
+    int32_t kv_shared;                            /* q only: k/v are an earlier layer's, in kc/vc (Gemma 4) */
 } gc_attn_layer;
 
 typedef struct {
@@ -352,7 +354,7 @@ static void attn_prep_task(void *vctx, int64_t start, int64_t end) {
     const attn_ctx *c = vctx;
     const gc_attn_layer *L = c->L;
     const vec_t *V = vec();
-    const int64_t per = L->n_head + L->n_kv, d = L->d;
+    const int64_t per = L->n_head + (L->kv_shared ? 0 : L->n_kv), d = L->d;
     for (int64_t it = start; it < end; it++) {
         const int64_t t = it / per, j = it % per;
         float *row = c->qkv + t * c->row;
@@ -370,6 +372,7 @@ static void attn_prep_task(void *vctx, int64_t start, int64_t end) {
         const int64_t at = ((c->slots[t] * L->n_kv + h) * L->n_cells + c->cells[t]) * d;
         memcpy(L->kc + at, x, sizeof(float) * (size_t)d);
         memcpy(L->vc + at, row + L->v_off + h * d, sizeof(float) * (size_t)d);
+        if (L->v_norm) norm_row(V, L->vc + at, L->v_norm, L->vc + at, NULL, (int)d, L->eps);
     }
 }
 
@@ -437,7 +440,7 @@ void gc_attention(const gc_attn_layer *L, float *qkv, int64_t row, int64_t n_tok
                   const int64_t *slots, const int64_t *cells, const int64_t *pos, const int64_t *kv_end, float *out,
                   int attend, int n_threads) {
     attn_ctx c = {L, qkv, row, n_tok, cos, sin, slots, cells, pos, kv_end, out};
-    const int64_t prep = n_tok * (L->n_head + L->n_kv);
+    const int64_t prep = n_tok * (L->n_head + (L->kv_shared ? 0 : L->n_kv));
     gc_parallel_for(prep >= 64 ? n_threads : 1, prep, chunk_of(prep, n_threads, 8), attn_prep_task, &c);
     if (attend) gc_parallel_for(n_threads, n_tok * L->n_head, 1, attn_task, &c);
 }

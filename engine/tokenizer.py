@@ -167,6 +167,26 @@ def _gpt2(reader: GGUFReader, tokens, types) -> tuple[Tokenizer, bool]:
     return tok, False
 
 
+def _gemma4(reader: GGUFReader, tokens, types) -> tuple[Tokenizer, bool]:
+    """Gemma 4's tokenizer (tokenizer.ggml.model "gemma4"): SentencePiece-style BPE with
+    merges: spaces as ▁, no splitting but at newlines, bytes outside the vocabulary as
+    <0xXX> tokens; a line that is itself a token (a run of newlines, say) is that token, as
+    llama.cpp takes it. Always with BOS (llama.cpp overrides the files' false)."""
+    merges = reader.metadata.get(Keys.TOKENIZER_MERGES)
+    if merges is None:
+        raise TokenizerError(f"{reader.path}: a gemma4 tokenizer needs {Keys.TOKENIZER_MERGES!r}")
+    pairs = []
+    for m in merges:  # split at the first space after the first character, as llama.cpp does
+        i = m.find(" ", 1)
+        pairs.append((m[:i], m[i + 1:]) if i > 0 else (m, ""))
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=True, ignore_merges=True))
+    tok.normalizer = normalizers.Replace(" ", "▁")
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[^\n]+|[\n]+"), behavior="isolated", invert=False)
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    return tok, True
+
+
 def load_tokenizer(reader: GGUFReader) -> PreTrainedTokenizerFast:
     kind = reader.metadata.get(Keys.TOKENIZER_MODEL)
     tokens = reader.metadata.get(Keys.TOKENIZER_TOKENS)
@@ -177,8 +197,11 @@ def load_tokenizer(reader: GGUFReader) -> PreTrainedTokenizerFast:
         tok, default_bos = _spm(reader, tokens, types)
     elif kind == "gpt2":
         tok, default_bos = _gpt2(reader, tokens, types)
+    elif kind == "gemma4":
+        tok, default_bos = _gemma4(reader, tokens, types)
     else:
-        raise TokenizerError(f"{reader.path}: tokenizer model {kind!r} is not supported (supported: llama, gpt2)")
+        raise TokenizerError(f"{reader.path}: tokenizer model {kind!r} is not supported (supported: llama, gpt2, "
+                             "gemma4)")
     specials = [AddedToken(tokens[i], special=True, normalized=False) for i, t in enumerate(types) if t == CONTROL]
     users = [AddedToken(tokens[i], special=False, normalized=False) for i, t in enumerate(types) if t == USER_DEFINED]
     tok.add_special_tokens(specials)
@@ -189,7 +212,8 @@ def load_tokenizer(reader: GGUFReader) -> PreTrainedTokenizerFast:
         i = reader.metadata.get(key)
         return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else None
 
-    add_bos = bool(reader.metadata.get(Keys.TOKENIZER_ADD_BOS, default_bos)) and token(Keys.TOKENIZER_BOS_ID) is not None
+    add_bos = (kind == "gemma4" or bool(reader.metadata.get(Keys.TOKENIZER_ADD_BOS, default_bos))) \
+        and token(Keys.TOKENIZER_BOS_ID) is not None
     add_eos = bool(reader.metadata.get(Keys.TOKENIZER_ADD_EOS, False)) and token(Keys.TOKENIZER_EOS_ID) is not None
     return GgufTokenizer(
         tok,

@@ -8,7 +8,7 @@ import pytest
 from gguf_serve.engine.tokenizer import TokenizerError, encode, load_tokenizer
 from gguf_serve.gguf_io import GGUFReader, GGUFWriter
 
-from helpers import no_llama_cpp
+from helpers import copy_gguf, no_llama_cpp
 from tiny_models import random_model, spec, write_gguf
 
 TEXTS = ["Hello world", "  leading spaces and trailing  ", "The quick brown fox jumps over the lazy dog.",
@@ -129,3 +129,52 @@ def test_missing_or_unknown_tokenizer_is_a_clear_error(tmp_path):
         w.add("tokenizer.ggml.tokens", ["a"])
     with pytest.raises(TokenizerError, match="tokenizer model 'rwkv' is not supported"):
         load_tokenizer(GGUFReader(p2))
+
+
+def _gemma4_vocab() -> tuple[list[str], list[str], list[int]]:
+    """A small vocabulary as Gemma 4's files have theirs: specials, the 256 byte tokens, pieces
+    with ▁ for spaces built by merges, and newline runs that are tokens with no merge."""
+    tokens, types = ["<pad>", "<eos>", "<bos>", "<unk>"], [3, 3, 3, 2]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [6] * 256
+    chars = list("abcdefghijklmnopqrstuvwxyz.,'") + ["▁", "\n"]
+    merges = []
+    for w in ["▁t", "he", "▁the", "▁c", "at", "▁cat", "▁s", "▁sat", "in", "▁in", "▁o", "on", "▁on", "▁m", "▁mat",
+              "er", "ing", "▁a", "▁an", "▁and"]:
+        for k in range(len(w) - 1, 0, -1):
+            a, b = w[:k], w[k:]
+            if (a in chars or a in tokens) and (b in chars or b in tokens):
+                merges.append(f"{a} {b}")
+                chars.append(w)
+                break
+    tokens += chars + ["\n\n", "\n\n\n"]  # newline runs: tokens without merges, as in Gemma 4's vocabulary
+    types += [1] * (len(chars) + 2)
+    return tokens, merges, types
+
+
+GEMMA4_TEXTS = ["the cat sat on the mat", " the cat", "a\n\nb", "\n\n\nthe", "café and crème", "Hello, World.",
+                "in\n\n\n\nthe", "the  cat\n", "naïve 日本"]
+
+
+def test_gemma4_tokenizer_equals_live_llama_cpp(tmp_path):
+    """tokenizer.ggml.model "gemma4": llama.cpp's tokens for the same file and texts (spaces as
+    ▁, byte fallback, newline runs), BOS always added, and the text back on decoding."""
+    try:
+        import llama_cpp
+    except ImportError:
+        no_llama_cpp()
+    s = spec("qwen2")
+    base = tmp_path / "tiny.gguf"
+    write_gguf(s, random_model(s), base, "Q8_0")
+    tokens, merges, types = _gemma4_vocab()
+    path = copy_gguf(base, tmp_path / "tiny-gemma4-vocab.gguf", metadata={
+        "tokenizer.ggml.model": "gemma4", "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.merges": merges, "tokenizer.ggml.bos_token_id": 2, "tokenizer.ggml.eos_token_id": 1,
+        "tokenizer.ggml.padding_token_id": 0, "tokenizer.ggml.add_bos_token": False, "tokenizer.ggml.pre": "gemma4"})
+    ours = load_tokenizer(GGUFReader(path))
+    ref = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+    for text in GEMMA4_TEXTS:
+        ids = encode(ours, text)
+        assert ids == ref.tokenize(text.encode(), add_bos=True, special=True), text
+        assert ids[0] == 2 and ours.decode(ids[1:]) == text
+    assert encode(ours, "\n\n", add_special=False) == [tokens.index("\n\n")]

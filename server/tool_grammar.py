@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from ..engine.grammar import closed_objects
-from .tools import LLAMA3, MISTRAL, TOOL_CLOSE, TOOL_OPEN, CallFormat, functions
+from .tools import GEMMA4, LLAMA3, MISTRAL, TOOL_CLOSE, TOOL_OPEN, CallFormat, functions
 
 
 CALL_WHITESPACE = r"\x20?"  # in forced calls' JSON: at most a space between tokens (calls stay one line)
@@ -101,6 +101,13 @@ def required_grammar(tools: list[dict], name: str | None, parallel: bool, fmt: C
         array = {"type": "array", "items": _options(chosen, "arguments"), "minItems": 1,
                  **({} if parallel else {"maxItems": 1})}
         return LLMatcher.grammar_from_lark(f"start: {marker} body\nbody: %json {json.dumps(_with_ws(array))}\n")
+    if family is GEMMA4:  # call:NAME then the arguments as a JSON object (Gemma 4's parser reads JSON too)
+        repeat = " call*" if parallel else ""
+        rules = [f"start: call{repeat}", "call: " + " | ".join(f"c{k}" for k in range(len(chosen)))]
+        for k, f in enumerate(chosen):
+            rules.append(f"c{k}: {marker} {_lark_str('call:' + f['name'])} a{k} {_lark_str(family.close)}")
+            rules.append(f"a{k}: %json {json.dumps(_with_ws(_parameters(f)))}")
+        return LLMatcher.grammar_from_lark("\n".join(rules) + "\n")
     if family is LLAMA3:
         repeat = ' ("; " call)*' if parallel else ""
         return LLMatcher.grammar_from_lark(f"start: call{repeat}\n"

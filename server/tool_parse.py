@@ -38,9 +38,51 @@ _GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>"
 _GLM_BODY = re.compile(r"([^\s<>{}\[\]\"]+)\s*((?:<arg_key>.*?</arg_key>\s*<arg_value>.*?</arg_value>\s*)*)", re.S)
 
 
+_GEMMA4_CALL = re.compile(r"call:([^\s{]+)\s*(\{.*\})", re.S)
+_GEMMA4_QUOTE = '<|"|>'
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BARE_KEY = re.compile(r"([A-Za-z_][\w.\-]*)\s*:")
+
+
+def gemma4_json(text: str) -> str:
+    """Gemma 4's argument notation as JSON: strings between <|"|> marks, keys bare (JSON
+    strings and keys pass as they are). ValueError for an unclosed string."""
+    out, i, last = [], 0, ""
+    while i < len(text):
+        if text.startswith(_GEMMA4_QUOTE, i):
+            j = text.find(_GEMMA4_QUOTE, i + len(_GEMMA4_QUOTE))
+            if j < 0:
+                raise ValueError("unclosed <|\"|> string")
+            out.append(json.dumps(text[i + len(_GEMMA4_QUOTE):j], ensure_ascii=False))
+            i, last = j + len(_GEMMA4_QUOTE), '"'
+            continue
+        m = _JSON_STRING.match(text, i) if text[i] == '"' else None
+        if m:
+            out.append(m.group(0))
+            i, last = m.end(), '"'
+            continue
+        m = _BARE_KEY.match(text, i) if last in ("{", ",") else None
+        if m:
+            out.append(json.dumps(m.group(1)) + ":")
+            i, last = m.end(), ":"
+            continue
+        out.append(text[i])
+        if not text[i].isspace():
+            last = text[i]
+        i += 1
+    return "".join(out)
+
+
 def parse_call(body: str, tools: list[dict]) -> ToolCall | None:
     """One call from the text between the markers; None if it is not one."""
     body = body.strip()
+    m = _GEMMA4_CALL.fullmatch(body)
+    if m:  # Gemma 4: call:NAME{key:value,...}
+        try:
+            args = json.loads(gemma4_json(m.group(2)))
+        except ValueError:
+            return None
+        return ToolCall(m.group(1), json.dumps(args, ensure_ascii=False)) if isinstance(args, dict) else None
     m = re.match(r"<function=([^>\s]+)>(.*?)(?:</function>|$)", body, re.S)
     if m:
         return _typed_call(m.group(1), _XML_PARAM.findall(m.group(2)), tools)

@@ -10,7 +10,9 @@ per template, chosen from its markers:
   (v11 and later), to the end of the reply; tool call ids of 9 letters and digits, as
   its templates demand;
 - Llama 3.x: a reply that is a JSON object `{"name": …, "parameters": {…}}` naming one
-  of the tools (after `<|python_tag|>` or bare), several joined by `;`.
+  of the tools (after `<|python_tag|>` or bare), several joined by `;`;
+- Gemma 4: `<|tool_call>call:NAME{key:value,…}<tool_call|>`, keys bare and strings between
+  `<|"|>` marks (JSON otherwise).
 
 A template that renders no tools of its own gets them in a system message asking for
 the Hermes form (the generic fallback). Hermes calls stream their JSON arguments in
@@ -59,6 +61,7 @@ class Family:
 
 
 HERMES = Family("hermes", TOOL_OPEN, TOOL_CLOSE)
+GEMMA4 = Family("gemma4", "<|tool_call>", "<tool_call|>")  # call:NAME{key:value,...}, strings in <|"|>
 MISTRAL = Family("mistral", "[TOOL_CALLS]", None)
 LLAMA3 = Family("llama3", "<|python_tag|>", None, leading=True)
 
@@ -68,6 +71,8 @@ def family_of(template: str | None) -> Family:
     template = template or ""
     if MISTRAL.open in template:
         return MISTRAL
+    if GEMMA4.open in template:
+        return GEMMA4
     if TOOL_OPEN not in template and (LLAMA3.open in template or "<|start_header_id|>ipython" in template
                                       or "ipython<|end_header_id|>" in template):
         return LLAMA3

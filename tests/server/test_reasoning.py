@@ -2,8 +2,8 @@
 
 import pytest
 
-from gguf_serve.server.reasoning import (BRACKET_THINK, ReasoningSplitter, enable_thinking, reasoning_markers,
-                                        starts_in_reasoning)
+from gguf_serve.server.reasoning import (BRACKET_THINK, CHANNEL_THOUGHT, ReasoningSplitter, enable_thinking,
+                                        reasoning_markers, starts_in_reasoning, template_has_switch)
 
 
 @pytest.mark.parametrize("kwargs,effort,flag,expected", [
@@ -79,4 +79,15 @@ def test_each_template_picks_its_markers():
     assert not starts_in_reasoning("[SYSTEM_PROMPT]…[THINK]draft[/THINK]…[/SYSTEM_PROMPT][INST]hi[/INST]", BRACKET_THINK)
     for name in ("Qwen3.5-4B.jinja", "GLM-4.6.jinja"):
         assert reasoning_markers(open(f"{folder}/{name}").read()) == ("<think>", "</think>")
+    gemma4 = open(f"{folder}/google-gemma-4-31B-it.jinja").read()
+    assert reasoning_markers(gemma4) == CHANNEL_THOUGHT and template_has_switch(gemma4)
+    # thinking off: the template closes an empty thought channel in the prompt; on, the model opens one
+    assert not starts_in_reasoning("<|turn>user\nhi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>", CHANNEL_THOUGHT)
+
+
+def test_gemma4_thought_channel_splits_in_every_chunking():
+    text = "<|channel>thought\nThe user says hi.<channel|>Hello!"
+    for pieces in [[text], list(text)] + [[text[:i], text[i:]] for i in range(1, len(text))]:
+        s = ReasoningSplitter(in_reasoning=False, markers=CHANNEL_THOUGHT)
+        assert _run(s, pieces) == ("The user says hi.", "Hello!"), pieces
     assert reasoning_markers(None) == ("<think>", "</think>")

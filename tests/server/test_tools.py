@@ -16,7 +16,7 @@ import pytest
 
 from gguf_serve.server.tool_grammar import required_grammar
 from gguf_serve.server.tool_parse import ToolCallSplitter, parse_call
-from gguf_serve.server.tools import HERMES, LLAMA3, MISTRAL, CallFormat, call_format, family_of
+from gguf_serve.server.tools import GEMMA4, HERMES, LLAMA3, MISTRAL, CallFormat, call_format, family_of
 
 from server_harness import TOOLS, accepts, server
 from tiny_models import tiny_chat_model
@@ -111,6 +111,13 @@ RECORDED_FAMILIES = [  # (family, generated text, content, calls)
     (LLAMA3, '{"name": "not_a_tool", "parameters": {}}', '{"name": "not_a_tool", "parameters": {}}', []),
     (LLAMA3, 'It is {"name": "add", "parameters": {"a": 1, "b": 2}}', 'It is {"name": "add", "parameters": '
              '{"a": 1, "b": 2}}', []),  # only a reply that is a call is one
+    (GEMMA4, '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,unit:<|"|>c<|"|>}<tool_call|>', "",
+     [("get_weather", {"city": "Paris", "unit": "c"})]),
+    (GEMMA4, 'Sure.<|tool_call>call:add{a:1,b:2}<tool_call|><|tool_call>call:add{a:3,b:4}<tool_call|>', "Sure.",
+     [("add", {"a": 1, "b": 2}), ("add", {"a": 3, "b": 4})]),
+    (GEMMA4, '<|tool_call>call:get_weather{city:<|"|>a, b: {c}<|"|>,unit:<|"|>f<|"|>}<tool_call|>', "",
+     [("get_weather", {"city": "a, b: {c}", "unit": "f"})]),  # marks and braces inside a string
+    (GEMMA4, "<|tool_call>call:add{a:1<tool_call|>", "<|tool_call>call:add{a:1<tool_call|>", []),
 ]
 
 
@@ -118,6 +125,7 @@ RECORDED_FAMILIES = [  # (family, generated text, content, calls)
 # .ci/run unpacks as LLAMA_CPP_SRC): the call a template writes into an assistant turn is
 # the call the parser reads back, in the family the server picks for that template
 OWN_TEMPLATES = [("GLM-4.6.jinja", "<tool_call>", "</tool_call>"),
+                 ("google-gemma-4-31B-it.jinja", "<|tool_call>", "<tool_call|>"),
                  ("ibm-granite-granite-4.0.jinja", "<tool_call>", "</tool_call>"),
                  ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "[TOOL_CALLS]", None)]
 
@@ -179,6 +187,10 @@ def test_forced_calls_in_the_mistral_and_llama_forms(tools_path):
     v11 = required_grammar(TOOLS, "add", True, CallFormat(MISTRAL, named_args=True))
     assert accepts(v11, '[TOOL_CALLS]add[ARGS]{"a": 1, "b": 2}[TOOL_CALLS]add[ARGS]{"a": 3, "b": 4}', tok)
     assert not accepts(v11, '[TOOL_CALLS]get_weather[ARGS]{"city": "x", "unit": "c"}', tok)
+    gemma4 = required_grammar(TOOLS, "add", False, CallFormat(GEMMA4))
+    assert accepts(gemma4, '<|tool_call>call:add{"a": 1, "b": 2}<tool_call|>', tok)
+    assert not accepts(gemma4, '<|tool_call>call:add{"a": 1}<tool_call|>', tok)
+    assert parse_call('call:add{"a": 1, "b": 2}', TOOLS).arguments == '{"a": 1, "b": 2}'  # what it forces parses
     llama = required_grammar(TOOLS, None, True, CallFormat(LLAMA3))
     assert accepts(llama, '{"name": "add", "parameters": {"a": 1, "b": 2}}; '
                           '{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "c"}}', tok)

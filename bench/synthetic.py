@@ -14,6 +14,14 @@ without a download:
   window 128 on every other layer, YaRN x32 over 4096, 32 experts of ffn 2880, 4 used) with
   its files' MXFP4 experts; attention, embedding and head Q8_0; biases, sinks and the
   router F32; a 201,088-token vocabulary.
+- gemma4-e4b: Gemma 4 E4B (42 layers, hidden 2560, 8 heads; sliding layers 2 key-value
+  heads x 256 with a window of 512, every sixth layer full with 2 x 512 and proportional
+  rotary; the last 18 layers share the caches of earlier ones; per-layer embeddings of
+  256 per layer; ffn 10240; tied 262,144-token vocabulary).
+- gemma4-26b-a4b-10l: Gemma 4 26B-A4B cut to 10 of its 30 layers (hidden 2816, 16 heads;
+  sliding 8 x 256, window 1024; full 2 x 512 with keys as values; a dense MLP of 2112
+  beside 128 experts of 704, 8 used). The Gemma 4 shapes are the published configs' as
+  NVIDIA's NeMo and mlx-lm's model files state them.
 
 Each has a byte-level vocabulary (the 256 bytes, filler tokens up to the model's size,
 <think> and </think>, ChatML's and Qwen's vision specials: text tokenizes one token per
@@ -122,7 +130,8 @@ def _header(w: GGUFWriter, arch: str, name: str, s: dict) -> None:
                        "feed_forward_length": s["ffn"], "attention.head_count": s["heads"],
                        "attention.head_count_kv": s["kv_heads"], "attention.key_length": s["head_dim"],
                        "attention.value_length": s["head_dim"]}.items():
-        w.add(f"{arch}.{key}", value)
+        if value is not None:  # None: the writer states it otherwise (per layer)
+            w.add(f"{arch}.{key}", value)
     w.add(f"{arch}.rope.freq_base", float(s.get("rope_base", 1000000.0)))
     w.add(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)
     _vocab(w, s["vocab"])
@@ -269,8 +278,81 @@ def write_gpt_oss(path: str, s: dict = GPT_OSS_20B_12L, seed: int = 0) -> None:
                 w.add_tensor(f"{p}{norm}.weight", np.ones(h, np.float32))
 
 
+GEMMA4_E4B = dict(vocab=262144, hidden=2560, layers=42, heads=8, kv_heads=2, head_dim=512, ffn=10240, ctx=131072,
+                  head_dim_swa=256, kv_heads_full=2, window=512, shared=18, per_layer=256, k_eq_v=False,
+                  rope_base=1000000.0)
+GEMMA4_26B_A4B_10L = dict(vocab=262144, hidden=2816, layers=10, heads=16, kv_heads=8, head_dim=512, ffn=2112,
+                          ctx=262144, head_dim_swa=256, kv_heads_full=2, window=1024, shared=0, per_layer=0,
+                          k_eq_v=True, experts=128, used=8, expert_ffn=704, rope_base=1000000.0)
+
+
+def write_gemma4(path: str, s: dict = GEMMA4_E4B, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    arch, h, n = "gemma4", s["hidden"], s["layers"]
+    sliding = [(i + 1) % 6 != 0 for i in range(n)]
+    with GGUFWriter(path) as w:
+        _header(w, arch, f"synthetic Gemma 4 ({n} layers)", {**s, "kv_heads": None})
+        w.add(f"{arch}.attention.head_count_kv", [s["kv_heads"] if t else s["kv_heads_full"] for t in sliding])
+        w.add(f"{arch}.attention.key_length_swa", s["head_dim_swa"])
+        w.add(f"{arch}.attention.value_length_swa", s["head_dim_swa"])
+        w.add(f"{arch}.attention.sliding_window", s["window"])
+        w.add(f"{arch}.attention.sliding_window_pattern", sliding)
+        w.add(f"{arch}.attention.shared_kv_layers", s["shared"])
+        w.add(f"{arch}.embedding_length_per_layer_input", s["per_layer"])
+        w.add(f"{arch}.rope.freq_base_swa", 10000.0)
+        w.add(f"{arch}.rope.dimension_count", s["head_dim"])
+        w.add(f"{arch}.rope.dimension_count_swa", s["head_dim_swa"])
+        w.add(f"{arch}.final_logit_softcapping", 30.0)
+        if s.get("experts"):
+            w.add(f"{arch}.expert_count", s["experts"])
+            w.add(f"{arch}.expert_used_count", s["used"])
+            w.add(f"{arch}.expert_feed_forward_length", s["expert_ffn"])
+        rot = s["head_dim"] // 8  # proportional rotary: a quarter of the full layers' dims turn
+        w.add_tensor("rope_freqs.weight", np.array([1.0] * rot + [1e30] * (s["head_dim"] // 2 - rot), np.float32))
+        _mat(w, rng, "token_embd.weight", Q6, (s["vocab"], h))  # tied: the output head's type
+        w.add_tensor("output_norm.weight", np.ones(h, np.float32))
+        if s["per_layer"]:
+            _mat(w, rng, "per_layer_token_embd.weight", Q4, (s["vocab"], n * s["per_layer"]))
+            _mat(w, rng, "per_layer_model_proj.weight", Q4, (n * s["per_layer"], h))
+            w.add_tensor("per_layer_proj_norm.weight", np.ones(s["per_layer"], np.float32))
+        first_shared = n - s["shared"]
+        for i in range(n):
+            p = f"blk.{i}."
+            hd = s["head_dim_swa"] if sliding[i] else s["head_dim"]
+            kv = s["kv_heads"] if sliding[i] else s["kv_heads_full"]
+            _mat(w, rng, p + "attn_q.weight", Q4, (s["heads"] * hd, h))
+            w.add_tensor(p + "attn_q_norm.weight", np.ones(hd, np.float32))
+            if i < first_shared:
+                _mat(w, rng, p + "attn_k.weight", Q4, (kv * hd, h))
+                if sliding[i] or not s["k_eq_v"]:
+                    _mat(w, rng, p + "attn_v.weight", Q6 if i % 2 == 0 else Q4, (kv * hd, h))
+                w.add_tensor(p + "attn_k_norm.weight", np.ones(hd, np.float32))
+            _mat(w, rng, p + "attn_output.weight", Q4, (h, s["heads"] * hd))
+            for name, shape in (("ffn_gate", (s["ffn"], h)), ("ffn_up", (s["ffn"], h)), ("ffn_down", (h, s["ffn"]))):
+                down = name == "ffn_down"
+                _mat(w, rng, f"{p}{name}.weight", Q8 if down and s["ffn"] % 256 else Q6 if down and i % 2 == 0 else Q4,
+                     shape)
+            for norm in ("attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm"):
+                w.add_tensor(f"{p}{norm}.weight", np.ones(h, np.float32))
+            w.add_tensor(p + "layer_output_scale.weight", np.ones(1, np.float32))
+            if s["per_layer"]:
+                _mat(w, rng, p + "inp_gate.weight", Q4, (s["per_layer"], h))
+                _mat(w, rng, p + "proj.weight", Q4, (h, s["per_layer"]))
+                w.add_tensor(p + "post_norm.weight", np.ones(h, np.float32))
+            if s.get("experts"):
+                e, eff = s["experts"], s["expert_ffn"]
+                w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((e, h)) * 0.02).astype(np.float32))
+                w.add_tensor(p + "ffn_gate_inp.scale", np.ones(h, np.float32))
+                w.add_tensor(p + "ffn_down_exps.scale", np.ones(e, np.float32))
+                _mat(w, rng, p + "ffn_gate_up_exps.weight", Q4, (e, 2 * eff, h))
+                _mat(w, rng, p + "ffn_down_exps.weight", Q8, (e, h, eff))  # 704 columns: not whole 256-blocks
+                for norm in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2"):
+                    w.add_tensor(f"{p}{norm}.weight", np.ones(h, np.float32))
+
+
 WRITERS = {"qwen3-4b": write_qwen3, "qwen35-4b": write_qwen35, "qwen3-30b-a3b-12l": write_qwen3moe,
-           "gpt-oss-20b-12l": write_gpt_oss}
+           "gpt-oss-20b-12l": write_gpt_oss, "gemma4-e4b": write_gemma4,
+           "gemma4-26b-a4b-10l": lambda path: write_gemma4(path, GEMMA4_26B_A4B_10L)}
 
 
 def write(path: str) -> None:  # the name earlier scripts import: the Qwen3-4B shape

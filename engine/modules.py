@@ -127,60 +127,71 @@ class GgufEmbedding:
 
 class GgufExperts:
     """A mixture-of-experts feed-forward over packed expert tensors (llama.cpp's
-    ffn_gate_exps / ffn_up_exps / ffn_down_exps, or a fused ffn_gate_up_exps):
+    ffn_gate_exps / ffn_up_exps / ffn_down_exps, or a fused ffn_gate_up_exps, `gate_up`,
+    whose 2I rows per expert are gate then up: one product gives both):
     y[t, k] = down_e(act(gate_e(x_t)) · up_e(x_t)), e = ids[t, k] (the caller weights and
     sums them). `biases` (gpt-oss): per expert the gate, up and down biases, (E, I), (E, I)
     and (E, hidden) float32, added to each product."""
 
     def __init__(self, name: str, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
                  types: tuple[GGMLType, GGMLType, GGMLType], hidden: int, intermediate: int,
-                 biases: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
+                 biases: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                 gate_up: torch.Tensor | None = None):
         self.name = name
         self.gate_up_bias = self.down_bias = None
         if biases is not None:
             self.gate_up_bias = torch.cat(biases[:2], dim=1)  # (E, 2I): a row per expert, as the pair's output
             self.down_bias = biases[2]
-        self.gate, self.up, self.down = gate, up, down
+        self.gate, self.up, self.down, self.gate_up = gate, up, down, gate_up
         self.types = tuple(GGMLType(t) for t in types)
         self.num_experts = gate.shape[0]
         self.hidden, self.intermediate = hidden, intermediate
         self.kernels = [kernels.select(gate.device, t) for t in self.types]
+        # the matrices the kernels multiply: (tensor, rows per expert, columns, type), gate and up as one if fused
+        mats = ([(gate_up, 2 * intermediate, hidden, self.types[0])] if gate_up is not None else
+                [(gate, intermediate, hidden, self.types[0]), (up, intermediate, hidden, self.types[1])])
+        mats.append((down, hidden, intermediate, self.types[2]))
         # per matrix what the kernels read: (bytes, type code), the file's or, for the native
         # CPU kernels where the type has a faster layout (MXFP4 with AVX2), repacked at load
-        self.native = [(w, int(t)) for w, t in zip((gate, up, down), self.types)]
-        self.repacked = [False] * 3
-        self._pair = None  # gate and up in one native call
-        if any(k.native_cpu for k in self.kernels):
+        self.native = [(w, int(t)) for w, _, _, t in mats]
+        self.repacked = [False] * len(mats)
+        self._pair = None  # separate gate and up in one native call
+        native = [kernels.select(gate.device, t).native_cpu for _, _, _, t in mats]
+        if any(native):
             from .kernels import cpu
 
-            for i, (w, rows, cols) in enumerate(((gate, intermediate, hidden), (up, intermediate, hidden),
-                                                 (down, hidden, intermediate))):
-                if not self.kernels[i].native_cpu:
+            for i, (w, rows, cols, t) in enumerate(mats):
+                if not native[i]:
                     continue
                 e = w.shape[0]
-                rep = cpu.repack(w.reshape(e * rows, -1), self.types[i], e * rows, cols)
+                rep = cpu.repack(w.reshape(e * rows, -1), t, e * rows, cols)
                 if rep is not None:  # all experts as one matrix: each expert's rows are whole groups
                     self.native[i], self.repacked[i] = (rep[0].view(e, rows, -1), rep[1]), True
-            if all(k.native_cpu for k in self.kernels[:2]):
+            if gate_up is None and all(native[:2]):
                 self._pair = cpu.mul_mat_id2
 
     def __call__(self, x: torch.Tensor, ids: torch.Tensor, ops, act: str) -> torch.Tensor:
         """(T, k, hidden) for x (T, hidden) and ids (T, k); `ops` (kernels.ops) applies
         the activation `act` to the gate and multiplies by up."""
         gk, uk, dk = self.kernels
-        (gw, gt), (uw, ut), (dw, dt) = self.native
-        both = None
-        if self._pair is not None:  # None where the pair's types or the batch do not fit one call
-            both = self._pair(gw, uw, x, ids, gt, ut, self.intermediate)
         t, k, n = ids.shape[0], ids.shape[1], self.intermediate
+        (dw, dt) = self.native[-1]
+        both = None
+        if self.gate_up is not None:
+            (gw, gt) = self.native[0]
+            both = gk.mul_mat_id(gw, x, ids, gt, 2 * n)
+        else:
+            (gw, gt), (uw, ut) = self.native[:2]
+            if self._pair is not None:  # None where the pair's types or the batch do not fit one call
+                both = self._pair(gw, uw, x, ids, gt, ut, n)
         if both is not None:
-            both = both.view(t * k, 2 * n)
+            both = both.reshape(t * k, 2 * n)
             if self.gate_up_bias is not None:
                 both = both + self.gate_up_bias[ids.reshape(-1)].to(both.dtype)
-            h = ops.gated_mul(both, n, act).view(t, k, n)
+            h = ops.gated_mul(both.contiguous(), n, act).view(t, k, n)
         else:
-            g = gk.mul_mat_id(gw, x, ids, gt, self.intermediate)
-            u = uk.mul_mat_id(uw, x, ids, ut, self.intermediate)
+            g = gk.mul_mat_id(gw, x, ids, gt, n)
+            u = uk.mul_mat_id(uw, x, ids, ut, n)
             if self.gate_up_bias is not None:
                 gu = self.gate_up_bias[ids].to(g.dtype)
                 g, u = g + gu[..., :n], u + gu[..., n:]
@@ -289,10 +300,11 @@ class Weights:
         if biases:
             b = tuple(self.vector(p + f"ffn_{n}_exps.bias", n_experts * size).reshape(n_experts, size)
                       for n, size in (("gate", intermediate), ("up", intermediate), ("down", hidden)))
-        experts = GgufExperts(f"blk.{layer}.experts", gate, up, self.packed(down.name), types, hidden, intermediate, b)
+        is_fused = self.has(p + "ffn_gate_up_exps.weight")
+        experts = GgufExperts(f"blk.{layer}.experts", gate, up, self.packed(down.name), types, hidden, intermediate, b,
+                              gate_up=both if is_fused else None)
         # the kernels read their own copies: the file's pages are unmapped now, layer by layer, so that
-        # loading holds at most one layer's experts twice (a fused gate/up tensor once both halves are copied)
-        infos = [fused, fused, down] if self.has(p + "ffn_gate_up_exps.weight") else [g, u, down]
-        self.reader.release(list({i.name: i for i in infos if all(experts.repacked[j] for j in range(3)
-                                                                   if infos[j].name == i.name)}.values()))
+        # loading holds at most one layer's experts twice
+        infos = [fused, down] if is_fused else [g, u, down]
+        self.reader.release([info for info, copied in zip(infos, experts.repacked) if copied])
         return experts

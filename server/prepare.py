@@ -147,7 +147,7 @@ def tools_for(req, lm, messages: list[dict], kwargs: dict) -> tuple[list[dict], 
         kwargs["tools"] = harmony.tools_for_template(req.tools)
     elif template_renders_tools(lm.chat_template):
         kwargs["tools"] = req.tools
-        for_template(messages, fmt.family)
+        for_template(messages, fmt.family, lm.chat_template)
     else:
         render_fallback(messages, req.tools)
     name = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from ..engine.grammar import closed_objects
-from .tools import GEMMA4, LLAMA3, MISTRAL, TOOL_CLOSE, TOOL_OPEN, CallFormat, functions
+from .tools import GEMMA4, LFM2, LLAMA3, MISTRAL, TOOL_CLOSE, TOOL_OPEN, CallFormat, functions
 
 
 CALL_WHITESPACE = r"\x20?"  # in forced calls' JSON: at most a space between tokens (calls stay one line)
@@ -107,6 +107,26 @@ def required_grammar(tools: list[dict], name: str | None, parallel: bool, fmt: C
         for k, f in enumerate(chosen):
             rules.append(f"c{k}: {marker} {_lark_str('call:' + f['name'])} a{k} {_lark_str(family.close)}")
             rules.append(f"a{k}: %json {json.dumps(_with_ws(_parameters(f)))}")
+        return LLMatcher.grammar_from_lark("\n".join(rules) + "\n")
+    if family is LFM2:  # [NAME(key=value, ...)]: values as JSON (Python literals too), required keys first
+        more = ' (", " call)*' if parallel else ""
+        rules = [f'start: {marker} "[" call{more} "]" {_lark_str(family.close)}',
+                 "call: " + " | ".join(f"c{k}" for k in range(len(chosen)))]
+        for k, f in enumerate(chosen):
+            params = _parameters(f)
+            props = params.get("properties") or {}
+            required = [p for p in props if p in set(params.get("required") or [])]
+            optional = [p for p in props if p not in required]
+            items = []
+            for j, p in enumerate(required + optional):
+                rules.append(f"v{k}_{j}: %json {json.dumps(_with_ws(props[p] if isinstance(props[p], dict) else {}))}")
+                items.append(f"{_lark_str(p + '=')} v{k}_{j}")
+            req, opt = items[:len(required)], items[len(required):]
+            if req:
+                body = ' ", " '.join(req) + "".join(f' (", " {o})?' for o in opt)
+            else:
+                body = f"({opt[0]}" + "".join(f' (", " {o})?' for o in opt[1:]) + ")?" if opt else ""
+            rules.append(f"c{k}: {_lark_str(f['name'] + '(')} {body} " + '")"')
         return LLMatcher.grammar_from_lark("\n".join(rules) + "\n")
     if family is LLAMA3:
         repeat = ' ("; " call)*' if parallel else ""

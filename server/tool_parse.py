@@ -8,12 +8,13 @@ values typed by the tool's schema)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import uuid
 
 from ..engine.text import held_back
-from .tools import HERMES, MISTRAL, Family, ToolCall, functions, mistral_id
+from .tools import HERMES, LFM2, MISTRAL, Family, ToolCall, functions, mistral_id
 
 
 def _typed(value: str, schema: dict | None):
@@ -71,6 +72,39 @@ def gemma4_json(text: str) -> str:
             last = text[i]
         i += 1
     return "".join(out)
+
+
+def _literal(node):
+    """A Python literal of a pythonic call's argument (JSON's true, false and null too)."""
+    if isinstance(node, ast.Name) and node.id in ("true", "false", "null"):
+        return {"true": True, "false": False, "null": None}[node.id]
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_literal(e) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values)}
+    return ast.literal_eval(node)
+
+
+def parse_pythonic(body: str) -> list[ToolCall] | None:
+    """LFM2's calls: a Python list of calls with keyword arguments (`[f(a=1), g(b="x")]`, or
+    one call bare); None unless all of it is calls."""
+    try:
+        tree = ast.parse(body.strip(), mode="eval").body
+    except (SyntaxError, ValueError):
+        return None
+    calls = []
+    for node in tree.elts if isinstance(tree, ast.List) else [tree]:
+        if not isinstance(node, ast.Call) or node.args or any(k.arg is None for k in node.keywords):
+            return None
+        name = ast.unparse(node.func)
+        if not re.fullmatch(r"[\w.\-]+", name):
+            return None
+        try:
+            args = {k.arg: _literal(k.value) for k in node.keywords}
+        except (ValueError, TypeError, SyntaxError):
+            return None
+        calls.append(ToolCall(name, json.dumps(args, ensure_ascii=False)))
+    return calls or None
 
 
 def parse_call(body: str, tools: list[dict]) -> ToolCall | None:
@@ -262,13 +296,17 @@ class ToolCallSplitter:
         self.deltas = []
         return out
 
-    def _close(self, body: str) -> ToolCall | None:
-        call = parse_call(body, self.tools)
-        if call is not None:
-            self.deltas += self.stream.finish(call)
-            self.n_calls += 1
+    def _close(self, body: str) -> list[ToolCall]:
+        """The calls of a closed block (LFM2's may hold several), their deltas queued; [] if it holds none."""
+        if self.family is LFM2:
+            found = parse_pythonic(body) or []
+        else:
+            found = [c for c in [parse_call(body, self.tools)] if c is not None]
+        for k, call in enumerate(found):
+            self.deltas += (self.stream.finish(call) if k == 0 else _CallStream(self.n_calls + k, call.id).finish(call))
+        self.n_calls += len(found)
         self.stream = None
-        return call
+        return found
 
     def _open(self, i: int, marker: str, out: list) -> None:
         out.append(self.pending[:i])
@@ -302,11 +340,11 @@ class ToolCallSplitter:
                 break
             body, self.pending, self.in_call = self.pending[:j], self.pending[j + len(closer):], False
             self.deltas += self.stream.update(body)
-            call = self._close(body)
-            if call is None:
+            found = self._close(body)
+            if not found:
                 out.append(opener + body + closer)
             else:
-                calls.append(call)
+                calls += found
                 self.pending = self.pending.lstrip("\n")
         return "".join(out), calls
 
@@ -326,9 +364,9 @@ class ToolCallSplitter:
             return "", calls
         stream = self.stream
         self.deltas += stream.update(text)
-        call = self._close(text)
-        if call is not None:
-            return "", [call]
+        found = self._close(text)
+        if found:
+            return "", found
         if stream.name is not None:  # named and begun, then cut off: a call, marked incomplete
             self.n_calls += 1
             return "", [ToolCall(stream.name, stream.args, stream.id, complete=False)]

@@ -12,7 +12,9 @@ per template, chosen from its markers:
 - Llama 3.x: a reply that is a JSON object `{"name": …, "parameters": {…}}` naming one
   of the tools (after `<|python_tag|>` or bare), several joined by `;`;
 - Gemma 4: `<|tool_call>call:NAME{key:value,…}<tool_call|>`, keys bare and strings between
-  `<|"|>` marks (JSON otherwise).
+  `<|"|>` marks (JSON otherwise);
+- LFM2: `<|tool_call_start|>[get_weather(city="Paris"), add(a=1, b=2)]<|tool_call_end|>`,
+  Python calls with keyword arguments, several in one block.
 
 A template that renders no tools of its own gets them in a system message asking for
 the Hermes form (the generic fallback). Hermes calls stream their JSON arguments in
@@ -62,6 +64,7 @@ class Family:
 
 HERMES = Family("hermes", TOOL_OPEN, TOOL_CLOSE)
 GEMMA4 = Family("gemma4", "<|tool_call>", "<tool_call|>")  # call:NAME{key:value,...}, strings in <|"|>
+LFM2 = Family("lfm2", "<|tool_call_start|>", "<|tool_call_end|>")  # [f(a=1), g(b="x")]: Python calls
 MISTRAL = Family("mistral", "[TOOL_CALLS]", None)
 LLAMA3 = Family("llama3", "<|python_tag|>", None, leading=True)
 
@@ -73,6 +76,8 @@ def family_of(template: str | None) -> Family:
         return MISTRAL
     if GEMMA4.open in template:
         return GEMMA4
+    if LFM2.open in template or "List of tools: [" in template:  # LFM2.5-Instruct's lists the tools only
+        return LFM2
     if TOOL_OPEN not in template and (LLAMA3.open in template or "<|start_header_id|>ipython" in template
                                       or "ipython<|end_header_id|>" in template):
         return LLAMA3
@@ -95,8 +100,22 @@ def mistral_id(call_id: str | None) -> str:
     return digest[:9]
 
 
-def for_template(messages: list[dict], family: Family) -> None:
-    """Adapt rendered messages to the family's template (Mistral's call ids)."""
+def pythonic_call(name: str, arguments: dict) -> str:
+    """A call as LFM2 writes one: NAME(key=value, ...), values as Python literals."""
+    return f"{name}(" + ", ".join(f"{k}={v!r}" for k, v in arguments.items()) + ")"
+
+
+def for_template(messages: list[dict], family: Family, template: str | None = None) -> None:
+    """Adapt rendered messages to the family's template (Mistral's call ids; for an LFM2
+    template that does not render calls, an assistant's calls written into its content in
+    LFM2's own form)."""
+    if family is LFM2 and "tool_calls" not in (template or ""):
+        for m in messages:
+            calls = m.pop("tool_calls", None)
+            if calls:
+                text = ", ".join(pythonic_call(c["function"]["name"], c["function"]["arguments"]) for c in calls)
+                m["content"] = (m.get("content") or "") + f"{LFM2.open}[{text}]{LFM2.close}"
+        return
     if family is not MISTRAL:
         return
     for m in messages:

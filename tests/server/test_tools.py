@@ -16,7 +16,8 @@ import pytest
 
 from gguf_serve.server.tool_grammar import required_grammar
 from gguf_serve.server.tool_parse import ToolCallSplitter, parse_call
-from gguf_serve.server.tools import GEMMA4, HERMES, LLAMA3, MISTRAL, CallFormat, call_format, family_of
+from gguf_serve.server.tools import (GEMMA4, HERMES, LFM2, LLAMA3, MISTRAL, CallFormat, call_format, family_of,
+                                     for_template)
 
 from server_harness import TOOLS, accepts, server
 from tiny_models import tiny_chat_model
@@ -118,6 +119,14 @@ RECORDED_FAMILIES = [  # (family, generated text, content, calls)
     (GEMMA4, '<|tool_call>call:get_weather{city:<|"|>a, b: {c}<|"|>,unit:<|"|>f<|"|>}<tool_call|>', "",
      [("get_weather", {"city": "a, b: {c}", "unit": "f"})]),  # marks and braces inside a string
     (GEMMA4, "<|tool_call>call:add{a:1<tool_call|>", "<|tool_call>call:add{a:1<tool_call|>", []),
+    (LFM2, '<|tool_call_start|>[get_weather(city="Paris", unit="c")]<|tool_call_end|>', "",
+     [("get_weather", {"city": "Paris", "unit": "c"})]),
+    (LFM2, "Sure.<|tool_call_start|>[add(a=1, b=2), add(a=3, b=4)]<|tool_call_end|>", "Sure.",
+     [("add", {"a": 1, "b": 2}), ("add", {"a": 3, "b": 4})]),  # several calls in one block
+    (LFM2, "<|tool_call_start|>[add(1, 2)]<|tool_call_end|>", "<|tool_call_start|>[add(1, 2)]<|tool_call_end|>",
+     []),  # positional arguments: not a call
+    (LFM2, "<|tool_call_start|>[__import__('os')]<|tool_call_end|>",
+     "<|tool_call_start|>[__import__('os')]<|tool_call_end|>", []),  # parsed, never run
 ]
 
 
@@ -126,6 +135,7 @@ RECORDED_FAMILIES = [  # (family, generated text, content, calls)
 # the call the parser reads back, in the family the server picks for that template
 OWN_TEMPLATES = [("GLM-4.6.jinja", "<tool_call>", "</tool_call>"),
                  ("google-gemma-4-31B-it.jinja", "<|tool_call>", "<tool_call|>"),
+                 ("LFM2.5-8B-A1B.jinja", "<|tool_call_start|>", "<|tool_call_end|>"),
                  ("ibm-granite-granite-4.0.jinja", "<tool_call>", "</tool_call>"),
                  ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "[TOOL_CALLS]", None)]
 
@@ -165,6 +175,27 @@ def test_mistral_and_llama_calls_in_every_chunking(family, text, content, calls)
         assert ids == ["a1b2c3d4e"]
 
 
+def test_lfm2_instruct_template_gets_earlier_calls_in_lfm2s_own_form(tmp_path):
+    """LFM2.5-Instruct's template lists the tools but renders no calls: an earlier call is
+    written into the assistant's content as LFM2 writes it, and read back as that call."""
+    from converter import llama_cpp_src
+    from gguf_serve.engine.chat import render
+    from gguf_serve.engine.tokenizer import load_tokenizer
+    from gguf_serve.gguf_io import GGUFReader
+
+    template = open(f"{llama_cpp_src()}/models/templates/LFM2.5-Instruct.jinja").read()
+    assert family_of(template) is LFM2
+    tok = load_tokenizer(GGUFReader(tiny_chat_model(tmp_path, "tiny.gguf", 0, template)))
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}
+    messages = [{"role": "user", "content": "1+2?"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "3"}]
+    for_template(messages, LFM2, template)
+    rendered = render(tok, template, messages, tools=TOOLS)
+    start = rendered.index(LFM2.open)
+    _, calls, _ = run_splitter([rendered[start:rendered.index(LFM2.close) + len(LFM2.close)]], LFM2)
+    assert calls == [("add", {"a": 1, "b": 2})] and "List of tools: [" in rendered
+
+
 def test_the_family_comes_from_the_template():
     assert family_of("{{ tools }}[AVAILABLE_TOOLS]...[TOOL_CALLS]") is MISTRAL
     assert family_of("<|start_header_id|>ipython<|end_header_id|>{{ tools }}<|python_tag|>") is LLAMA3
@@ -191,6 +222,9 @@ def test_forced_calls_in_the_mistral_and_llama_forms(tools_path):
     assert accepts(gemma4, '<|tool_call>call:add{"a": 1, "b": 2}<tool_call|>', tok)
     assert not accepts(gemma4, '<|tool_call>call:add{"a": 1}<tool_call|>', tok)
     assert parse_call('call:add{"a": 1, "b": 2}', TOOLS).arguments == '{"a": 1, "b": 2}'  # what it forces parses
+    lfm2 = required_grammar(TOOLS, None, True, CallFormat(LFM2))
+    assert accepts(lfm2, '<|tool_call_start|>[add(a=1, b=2), get_weather(city="Oslo", unit="c")]<|tool_call_end|>', tok)
+    assert not accepts(lfm2, "<|tool_call_start|>[add(a=1)]<|tool_call_end|>", tok)
     llama = required_grammar(TOOLS, None, True, CallFormat(LLAMA3))
     assert accepts(llama, '{"name": "add", "parameters": {"a": 1, "b": 2}}; '
                           '{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "c"}}', tok)

@@ -137,6 +137,18 @@ def _header(w: GGUFWriter, arch: str, name: str, s: dict) -> None:
     _vocab(w, s["vocab"])
 
 
+def _moe_keys(w: GGUFWriter, arch: str, s: dict) -> None:
+    w.add(f"{arch}.expert_count", s["experts"])
+    w.add(f"{arch}.expert_used_count", s["used"])
+    w.add(f"{arch}.expert_feed_forward_length", s["expert_ffn"])
+
+
+def _embedding_and_head(w: GGUFWriter, rng, s: dict, embd: GGMLType, head: GGMLType) -> None:
+    _mat(w, rng, "token_embd.weight", embd, (s["vocab"], s["hidden"]))
+    w.add_tensor("output_norm.weight", np.ones(s["hidden"], np.float32))
+    _mat(w, rng, "output.weight", head, (s["vocab"], s["hidden"]))
+
+
 def _mat(w, rng, name, gtype, shape):
     w.add_tensor(name, random_blocks(rng, gtype, shape), ggml_type=gtype, shape=shape)
 
@@ -224,12 +236,8 @@ def write_qwen3moe(path: str, s: dict = QWEN3_30B_A3B_12L, seed: int = 0) -> Non
     arch, h, e, eff = "qwen3moe", s["hidden"], s["experts"], s["expert_ffn"]
     with GGUFWriter(path) as w:
         _header(w, arch, "synthetic Qwen3-30B-A3B, 12 of 48 layers", s)
-        w.add(f"{arch}.expert_count", e)
-        w.add(f"{arch}.expert_used_count", s["used"])
-        w.add(f"{arch}.expert_feed_forward_length", eff)
-        _mat(w, rng, "token_embd.weight", Q4, (s["vocab"], h))
-        w.add_tensor("output_norm.weight", np.ones(h, np.float32))
-        _mat(w, rng, "output.weight", Q6, (s["vocab"], h))
+        _moe_keys(w, arch, s)
+        _embedding_and_head(w, rng, s, Q4, Q6)
         for i in range(s["layers"]):
             p = f"blk.{i}."
             _attention(w, rng, i, s, s["heads"] * s["head_dim"])
@@ -251,16 +259,12 @@ def write_gpt_oss(path: str, s: dict = GPT_OSS_20B_12L, seed: int = 0) -> None:
     vec = lambda n, scale=0.02: (rng.standard_normal(n) * scale).astype(np.float32)  # noqa: E731
     with GGUFWriter(path) as w:
         _header(w, arch, "synthetic gpt-oss-20b, 12 of 24 layers", s)
-        w.add(f"{arch}.expert_count", e)
-        w.add(f"{arch}.expert_used_count", s["used"])
-        w.add(f"{arch}.expert_feed_forward_length", eff)
+        _moe_keys(w, arch, s)
         w.add(f"{arch}.attention.sliding_window", s["window"])
         for key, value in (("type", "yarn"), ("factor", 32.0), ("original_context_length", 4096),
                            ("yarn_beta_fast", 32.0), ("yarn_beta_slow", 1.0)):
             w.add(f"{arch}.rope.scaling.{key}", value)
-        _mat(w, rng, "token_embd.weight", Q8, (s["vocab"], h))
-        w.add_tensor("output_norm.weight", np.ones(h, np.float32))
-        _mat(w, rng, "output.weight", Q8, (s["vocab"], h))
+        _embedding_and_head(w, rng, s, Q8, Q8)
         for i in range(s["layers"]):
             p = f"blk.{i}."
             for name, rows, cols in (("attn_q", s["heads"] * hd, h), ("attn_k", s["kv_heads"] * hd, h),
@@ -304,9 +308,7 @@ def write_gemma4(path: str, s: dict = GEMMA4_E4B, seed: int = 0) -> None:
         w.add(f"{arch}.rope.dimension_count_swa", s["head_dim_swa"])
         w.add(f"{arch}.final_logit_softcapping", 30.0)
         if s.get("experts"):
-            w.add(f"{arch}.expert_count", s["experts"])
-            w.add(f"{arch}.expert_used_count", s["used"])
-            w.add(f"{arch}.expert_feed_forward_length", s["expert_ffn"])
+            _moe_keys(w, arch, s)
         rot = s["head_dim"] // 8  # proportional rotary: a quarter of the full layers' dims turn
         w.add_tensor("rope_freqs.weight", np.array([1.0] * rot + [1e30] * (s["head_dim"] // 2 - rot), np.float32))
         _mat(w, rng, "token_embd.weight", Q6, (s["vocab"], h))  # tied: the output head's type

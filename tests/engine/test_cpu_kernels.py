@@ -263,7 +263,8 @@ def test_every_dense_architecture_on_the_native_path_stays_close_to_transformers
 @pytest.mark.parametrize("arch", ["qwen3moe", "qwen35moe"])
 def test_moe_engine_decodes_with_native_mul_mat_id(arch, tmp_path, monkeypatch):
     """A tiny mixture-of-experts model in the K mix: a decode step makes one native call
-    for the gate and up experts together and one for down, and its logits equal those of
+    for the gate and up experts together (Qwen3.5's fused tensor: one product over it, no
+    pair call) and one for down, and its logits equal those of
     the expert-by-expert loop over the GEMV. (Not compared with the dense model: with random routers, 8-bit
     activations flip some top-k choices, and a flipped expert changes the output.)"""
     from gguf_serve.engine.batch import Batch
@@ -292,7 +293,9 @@ def test_moe_engine_decodes_with_native_mul_mat_id(arch, tmp_path, monkeypatch):
     for e in experts:
         e._pair = lambda *a, pair=e._pair: pairs.append(a[4]) or pair(*a)
     step = decode_step()
-    assert len(experts) == len(lm.model.layers) and len(calls) == len(pairs) == len(experts)
+    fused = experts[0].gate_up is not None
+    assert fused == (arch == "qwen35moe") and len(experts) == len(lm.model.layers)
+    assert (len(calls), len(pairs)) == ((2 * len(experts), 0) if fused else (len(experts), len(experts)))
     for e in experts:
         e._pair = None
     monkeypatch.setattr(cpu, "_mul_mat_id_rows", lambda w, x, i, t, o: calls.append(t) or reference.mul_mat_id(

@@ -298,29 +298,36 @@ typedef struct {
     dot8_fn dot8; /* a repacked type's eight-row dot (then dot is NULL) */
 } mmid_ctx;
 
+#ifdef GC_X86
+/* rows [r, r + 8) of expert group g (at `rows`) for all its tokens: packed as a tile into
+ * `t`, met by the tokens four at a time */
+static void mmid_tile(const mmid_ctx *c, int64_t g, const uint8_t *rows, int64_t r, void *t) {
+    const int64_t n_sel = c->gstart[g + 1] - c->gstart[g];
+    tile_pack(c->type, rows, c->row_bytes, c->nb, t);
+    for (int64_t j = 0; j < n_sel; j += 4) {
+        const void *xs[4];
+        int64_t sl[4];
+        for (int l = 0; l < 4; l++) { /* past the last token: the last again, discarded */
+            sl[l] = c->slot[c->gstart[g] + (j + l < n_sel ? j + l : n_sel - 1)];
+            xs[l] = c->xq + (c->x_per_slot ? sl[l] : sl[l] / c->n_k) * c->xq_row_bytes;
+        }
+        float o[4][8];
+        tile_dot(c->type, t, c->nb, xs, o);
+        for (int l = 0; l < 4 && j + l < n_sel; l++)
+            for (int k = 0; k < 8; k++) c->y[sl[l] * c->ldy + r + k] = o[l][k];
+    }
+}
+#endif
+
 /* rows [r0, r1) of expert group g for its tokens, a repacked type: eight rows at a time by
  * its eight-row dot, or its tiles for many tokens */
 static void mmid_rows8(const mmid_ctx *c, int64_t g, int64_t r0, int64_t r1) {
     const uint8_t *we = c->w + c->gexp[g] * c->expert_bytes;
-    const int64_t n_sel = c->gstart[g + 1] - c->gstart[g];
     int64_t r = r0 - r0 % 8;
 #ifdef GC_X86
+    const int64_t n_sel = c->gstart[g + 1] - c->gstart[g];
     void *t = r0 % 8 == 0 && tiled(c->type, n_sel) ? tile_scratch(c->type, c->nb, 1) : NULL;
-    for (; t && r + 8 <= r1; r += 8) {
-        tile_pack(c->type, we + r * c->row_bytes, c->row_bytes, c->nb, t);
-        for (int64_t j = 0; j < n_sel; j += 4) {
-            const void *xs[4];
-            int64_t sl[4];
-            for (int l = 0; l < 4; l++) {
-                sl[l] = c->slot[c->gstart[g] + (j + l < n_sel ? j + l : n_sel - 1)];
-                xs[l] = c->xq + (c->x_per_slot ? sl[l] : sl[l] / c->n_k) * c->xq_row_bytes;
-            }
-            float o[4][8];
-            tile_dot(c->type, t, c->nb, xs, o);
-            for (int l = 0; l < 4 && j + l < n_sel; l++)
-                for (int k = 0; k < 8; k++) c->y[sl[l] * c->ldy + r + k] = o[l][k];
-        }
-    }
+    for (; t && r + 8 <= r1; r += 8) mmid_tile(c, g, we + r * c->row_bytes, r, t);
 #endif
     for (; r < r1; r += 8)
         for (int64_t j = c->gstart[g]; j < c->gstart[g + 1]; j++) {
@@ -355,21 +362,7 @@ static void mmid_task(void *vctx, int64_t start, int64_t end) {
 #ifdef GC_X86
             const int64_t n_sel = c->gstart[g + 1] - c->gstart[g];
             void *t = tiled(c->type, n_sel) ? tile_scratch(c->type, c->nb, 1) : NULL;
-            for (; t && r + 8 <= r1; r += 8) { /* as mm_task: eight rows of this expert at a time */
-                tile_pack(c->type, we + r * c->row_bytes, c->row_bytes, c->nb, t);
-                for (int64_t j = 0; j < n_sel; j += 4) {
-                    const void *xs[4];
-                    int64_t sl[4];
-                    for (int l = 0; l < 4; l++) {
-                        sl[l] = c->slot[c->gstart[g] + (j + l < n_sel ? j + l : n_sel - 1)];
-                        xs[l] = c->xq + (c->x_per_slot ? sl[l] : sl[l] / c->n_k) * c->xq_row_bytes;
-                    }
-                    float o[4][8];
-                    tile_dot(c->type, t, c->nb, xs, o);
-                    for (int l = 0; l < 4 && j + l < n_sel; l++)
-                        for (int k = 0; k < 8; k++) c->y[sl[l] * c->ldy + r + k] = o[l][k];
-                }
-            }
+            for (; t && r + 8 <= r1; r += 8) mmid_tile(c, g, we + r * c->row_bytes, r, t); /* as mm_task */
 #endif
             for (; r < r1; r++) {
                 const uint8_t *wr = we + r * c->row_bytes;

@@ -83,27 +83,22 @@ float dot_q5_1_neon(const void *vw, const void *vx, int nb) {
     return acc;
 }
 
-float dot_iq4_nl_neon(const void *vw, const void *vx, int nb) {
-    const blk_iq4_nl *w = vw; const act32 *x = vx; float acc = 0.f;
-    const int8x16_t lut = vld1q_s8(kvalues_iq4nl);
-    for (int i = 0; i < nb; i++) {
-        const uint8x16_t v = vld1q_u8(w[i].qs);
-        const int8x16_t a = vqtbl1q_s8(lut, vandq_u8(v, vdupq_n_u8(0xF))), b = vqtbl1q_s8(lut, vshrq_n_u8(v, 4));
-        acc += h2f_neon(w[i].d) * x[i].d * (float)sum32(a, b, x[i].qs);
+/* IQ4_NL and MXFP4: 4-bit indices into a table of int8 values, one scale a block */
+#define DEFINE_LUT_DOT_NEON(NAME, BLK, TABLE, SCALE)                                                \
+    float NAME(const void *vw, const void *vx, int nb) {                                           \
+        const BLK *w = vw; const act32 *x = vx; float acc = 0.f;                                  \
+        const int8x16_t lut = vld1q_s8(TABLE);                                                    \
+        for (int i = 0; i < nb; i++) {                                                            \
+            const uint8x16_t v = vld1q_u8(w[i].qs);                                               \
+            const int8x16_t a = vqtbl1q_s8(lut, vandq_u8(v, vdupq_n_u8(0xF))), b = vqtbl1q_s8(lut, vshrq_n_u8(v, 4)); \
+            acc += SCALE(w[i]) * x[i].d * (float)sum32(a, b, x[i].qs);                           \
+        }                                                                                         \
+        return acc;                                                                               \
     }
-    return acc;
-}
-
-float dot_mxfp4_neon(const void *vw, const void *vx, int nb) {
-    const blk_mxfp4 *w = vw; const act32 *x = vx; float acc = 0.f;
-    const int8x16_t lut = vld1q_s8(kvalues_mxfp4);
-    for (int i = 0; i < nb; i++) {
-        const uint8x16_t v = vld1q_u8(w[i].qs);
-        const int8x16_t a = vqtbl1q_s8(lut, vandq_u8(v, vdupq_n_u8(0xF))), b = vqtbl1q_s8(lut, vshrq_n_u8(v, 4));
-        acc += e8m0_half(w[i].e) * x[i].d * (float)sum32(a, b, x[i].qs);
-    }
-    return acc;
-}
+#define IQ4_SCALE(b) h2f_neon((b).d)
+#define MXFP4_SCALE(b) e8m0_half((b).e)
+DEFINE_LUT_DOT_NEON(dot_iq4_nl_neon, blk_iq4_nl, kvalues_iq4nl, IQ4_SCALE)
+DEFINE_LUT_DOT_NEON(dot_mxfp4_neon, blk_mxfp4, kvalues_mxfp4, MXFP4_SCALE)
 
 /* Q2_K: element 128h + 32s + l is bits 2s..2s+1 of qs[32h + l]; per 16, scale (low
  * nibble) and min (high nibble) */

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from ..gguf_io import Keys
 
 
+# <turn|> ends a Gemma 4 turn, and <|tool_response> is where Gemma 4 hands over to the tool
+# after its calls (llama.cpp's EOG list has both)
 END_OF_GENERATION_TEXTS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>",
-                           "<|endoftext|>", "</s>", "<|end_of_text|>")
+                           "<|endoftext|>", "</s>", "<|end_of_text|>", "<turn|>", "<|tool_response>")
 HARMONY_ENDS = ("<|return|>", "<|call|>")
 
 

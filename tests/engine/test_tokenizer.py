@@ -178,3 +178,18 @@ def test_gemma4_tokenizer_equals_live_llama_cpp(tmp_path):
         assert ids == ref.tokenize(text.encode(), add_bos=True, special=True), text
         assert ids[0] == 2 and ours.decode(ids[1:]) == text
     assert encode(ours, "\n\n", add_special=False) == [tokens.index("\n\n")]
+
+
+def test_gemma4_turn_and_tool_response_end_generation(tmp_path):
+    """Gemma 4 ends a turn with <turn|> and hands over to a tool with <|tool_response>: both
+    stop a reply, as in llama.cpp's EOG list (its files' EOS is <eos>)."""
+    from gguf_serve.engine import load_model
+    from gguf_serve.engine.text import end_of_generation_ids
+
+    s = spec("gemma4")
+    path = tmp_path / "tiny-gemma4.gguf"
+    write_gguf(s, random_model(s), path, "Q8_0", extra_tokens=("<|turn>", "<turn|>", "<|tool_response>"))
+    lm = load_model(str(path), device="cpu")
+    to_id = lm.tokenizer.backend_tokenizer.token_to_id
+    ends = end_of_generation_ids(lm)
+    assert {to_id("<turn|>"), to_id("<|tool_response>")} <= ends and to_id("<|turn>") not in ends

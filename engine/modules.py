@@ -147,27 +147,28 @@ class GgufExperts:
         self.num_experts = gate.shape[0]
         self.hidden, self.intermediate = hidden, intermediate
         self.kernels = [kernels.select(gate.device, t) for t in self.types]
-        # the matrices the kernels multiply: (tensor, rows per expert, columns, type), gate and up as one if fused
-        mats = ([(gate_up, 2 * intermediate, hidden, self.types[0])] if gate_up is not None else
-                [(gate, intermediate, hidden, self.types[0]), (up, intermediate, hidden, self.types[1])])
-        mats.append((down, hidden, intermediate, self.types[2]))
+        # the matrices the kernels multiply: (tensor, rows per expert, columns, type, kernels),
+        # gate and up as one if fused
+        gk, uk, dk = self.kernels
+        mats = ([(gate_up, 2 * intermediate, hidden, self.types[0], gk)] if gate_up is not None else
+                [(gate, intermediate, hidden, self.types[0], gk), (up, intermediate, hidden, self.types[1], uk)])
+        mats.append((down, hidden, intermediate, self.types[2], dk))
         # per matrix what the kernels read: (bytes, type code), the file's or, for the native
         # CPU kernels where the type has a faster layout (MXFP4 with AVX2), repacked at load
-        self.native = [(w, int(t)) for w, _, _, t in mats]
+        self.native = [(w, int(t)) for w, _, _, t, _ in mats]
         self.repacked = [False] * len(mats)
         self._pair = None  # separate gate and up in one native call
-        native = [kernels.select(gate.device, t).native_cpu for _, _, _, t in mats]
-        if any(native):
+        if any(k.native_cpu for k in self.kernels):
             from .kernels import cpu
 
-            for i, (w, rows, cols, t) in enumerate(mats):
-                if not native[i]:
+            for i, (w, rows, cols, t, k) in enumerate(mats):
+                if not k.native_cpu:
                     continue
                 e = w.shape[0]
                 rep = cpu.repack(w.reshape(e * rows, -1), t, e * rows, cols)
                 if rep is not None:  # all experts as one matrix: each expert's rows are whole groups
                     self.native[i], self.repacked[i] = (rep[0].view(e, rows, -1), rep[1]), True
-            if gate_up is None and all(native[:2]):
+            if gate_up is None and gk.native_cpu and uk.native_cpu:
                 self._pair = cpu.mul_mat_id2
 
     def __call__(self, x: torch.Tensor, ids: torch.Tensor, ops, act: str) -> torch.Tensor:

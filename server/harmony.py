@@ -21,7 +21,7 @@ import json
 import re
 
 from ..engine.text import held_back
-from .tools import TOOL_CLOSE, TOOL_OPEN, functions
+from .tools import TOOL_CLOSE, TOOL_OPEN
 
 START, END, MESSAGE, CHANNEL = "<|start|>", "<|end|>", "<|message|>", "<|channel|>"
 CONSTRAIN, CALL, RETURN = "<|constrain|>", "<|call|>", "<|return|>"
@@ -174,10 +174,6 @@ class HarmonySplitter:
         return "".join(out["reasoning"]), "".join(out["content"])
 
 
-def _lark(text: str) -> str:
-    return json.dumps(text)
-
-
 def forced_grammar(token_id, tools: list[dict] | None = None, name: str | None = None,
                    schema: dict | None = None) -> str:
     """A grammar (llguidance lark) for a reply that must be a call to one of `tools` (or the
@@ -186,8 +182,7 @@ def forced_grammar(token_id, tools: list[dict] | None = None, name: str | None =
     vocabulary's id of a harmony marker."""
     from llguidance import LLMatcher
 
-    from ..engine.grammar import closed_objects
-    from .tool_grammar import CALL_WHITESPACE
+    from .tool_grammar import _lark_str, _parameters, _with_ws, chosen_functions
 
     tok = {m: f"<[{token_id(m)}]>" for m in (START, END, MESSAGE, CHANNEL, CONSTRAIN)}
     if any(v == "<[None]>" for v in tok.values()):
@@ -195,17 +190,14 @@ def forced_grammar(token_id, tools: list[dict] | None = None, name: str | None =
     rules = [f'start: analysis? body',
              f'analysis: {tok[CHANNEL]} "analysis" {tok[MESSAGE]} TEXT {tok[END]} {tok[START]} "assistant"',
              "TEXT: /(?s:.*)/"]
-    ws = {"x-guidance": {"whitespace_pattern": CALL_WHITESPACE}}
     if schema is not None or tools is None:
-        s = {**(schema if schema is not None else {"type": "object"}), **ws}
+        s = _with_ws(schema if schema is not None else {"type": "object"})
         rules.append(f'body: {tok[CHANNEL]} "final" {tok[MESSAGE]} %json {json.dumps(s)}')
     else:
-        chosen = [f for f in functions(tools) if name is None or f.get("name") == name]
-        if not chosen:
-            raise ValueError(f"tool_choice names {name!r}, which is not among the tools")
+        chosen = chosen_functions(tools, name)
         rules.append("body: " + " | ".join(f"c{k}" for k in range(len(chosen))))
         for k, f in enumerate(chosen):
-            params = {**closed_objects(f.get("parameters") or {"type": "object"}), **ws}
-            head = _lark(f"commentary to=functions.{f['name']} ")
+            params = _with_ws(_parameters(f))
+            head = _lark_str(f"commentary to=functions.{f['name']} ")
             rules.append(f'c{k}: {tok[CHANNEL]} {head} {tok[CONSTRAIN]} "json" {tok[MESSAGE]} %json {json.dumps(params)}')
     return LLMatcher.grammar_from_lark("\n".join(rules) + "\n")

@@ -135,21 +135,24 @@ class Service:
         self._check_length(entry, len(ids), max_tokens, "messages")
         if max_tokens is None:  # the server's cap for requests that set none, within the context left
             max_tokens = min(self.settings.max_tokens, self._context(entry) - len(ids))
+        params = per_choice(req, max_tokens, lm, (req.top_logprobs or 0) if req.logprobs else None)
+        json_format = req.response_format if req.response_format and req.response_format.get("type") in (
+            "json_object", "json_schema") else None
         if is_harmony:
-            return await self._prepare_harmony(req, entry, ids, max_tokens, grammar_for_tools, tools, family, media)
+            await self._constrain_harmony(lm, params, grammar_for_tools, json_format)
+            return Prepared(entry, ids, params, {"harmony": True}, tools=tools, family=family, media=media)
         markers = reasoning_markers(lm.chat_template)
         think_open, think_close = (lm.tokenizer.backend_tokenizer.token_to_id(t) for t in markers)
         vocab_thinks = think_open is not None or (lm.chat_template and markers[0] in lm.chat_template)
         split = {"in_reasoning": starts_in_reasoning(prompt, markers) and thinking is not False,
                  "enabled": bool(vocab_thinks) and thinking is not False, "markers": markers}
-        params = per_choice(req, max_tokens, lm, (req.top_logprobs or 0) if req.logprobs else None)
         # a grammar mask waits for the reasoning block to close, or lets one open first
         think = {"after": think_close, "optional": think_open, "waiting": split["in_reasoning"]} \
             if split["enabled"] else {}
         if grammar_for_tools is not None:
             await asyncio.to_thread(constrain, lm, grammar_for_tools, params, think, "tool_choice")
-        elif req.response_format and req.response_format.get("type") in ("json_object", "json_schema"):
-            await asyncio.to_thread(constrain, lm, req.response_format, params, think, "response_format")
+        elif json_format is not None:
+            await asyncio.to_thread(constrain, lm, json_format, params, think, "response_format")
         budget = req.thinking_budget_tokens
         budget = self.settings.reasoning_budget if budget is None else budget
         if budget is not None and split["enabled"] and think_close is not None:  # else: no block to close
@@ -158,22 +161,18 @@ class Service:
                                                     inner=p.logits_processor)
         return Prepared(entry, ids, params, split, tools=tools, family=family, media=media)
 
-    async def _prepare_harmony(self, req, entry, ids, max_tokens, grammar_for_tools, tools, family, media) -> Prepared:
-        """The rest of prepare_chat for a harmony template (gpt-oss): the reply split by its
-        channels; a forced call or JSON answer as a grammar in the format itself."""
-        lm = entry.lm
-        params = per_choice(req, max_tokens, lm, (req.top_logprobs or 0) if req.logprobs else None)
-        grammar = grammar_for_tools
-        if grammar is None and req.response_format and req.response_format.get("type") in ("json_object", "json_schema"):
+    async def _constrain_harmony(self, lm, params, grammar_for_tools, json_format) -> None:
+        """A harmony template's (gpt-oss) forced call or JSON answer: a grammar in the format
+        itself (its reply is split by channels, so nothing waits for a reasoning block)."""
+        if grammar_for_tools is not None:
+            await asyncio.to_thread(constrain, lm, grammar_for_tools, params, {}, "tool_choice")
+        elif json_format is not None:
             try:
                 grammar = harmony.forced_grammar(lm.tokenizer.backend_tokenizer.token_to_id,
-                                                 schema=schema_of(req.response_format))
+                                                 schema=schema_of(json_format))
             except (GrammarError, ValueError) as e:
                 raise BadRequest(str(e), param="response_format") from None
-        if grammar is not None:
-            await asyncio.to_thread(constrain, lm, grammar, params, {}, "tool_choice" if grammar_for_tools
-                                    else "response_format")
-        return Prepared(entry, ids, params, {"harmony": True}, tools=tools, family=family, media=media)
+            await asyncio.to_thread(constrain, lm, grammar, params, {}, "response_format")
 
     async def _content(self, lm, m, i: int, images: list):
         """A message's content as the template reads it: its text, or, with images, its parts

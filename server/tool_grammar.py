@@ -78,15 +78,22 @@ def _with_ws(schema: dict) -> dict:
     return {**schema, "x-guidance": {"whitespace_pattern": CALL_WHITESPACE}}
 
 
+def chosen_functions(tools: list[dict], name: str | None) -> list[dict]:
+    """The functions a forced reply may call: all of `tools`, or the one `name`d
+    (ValueError if it is not among them)."""
+    chosen = [f for f in functions(tools) if name is None or f.get("name") == name]
+    if not chosen:
+        raise ValueError(f"tool_choice names {name!r}, which is not among the tools")
+    return chosen
+
+
 def required_grammar(tools: list[dict], name: str | None, parallel: bool, fmt: CallFormat = CallFormat()) -> str:
     """A grammar for replies that are tool calls only: one (or, with `parallel`, several)
     calls in the template's format, naming one of the tools (or `name`), with arguments
     matching its parameters."""
     from llguidance import LLMatcher
 
-    chosen = [f for f in functions(tools) if name is None or f.get("name") == name]
-    if not chosen:
-        raise ValueError(f"tool_choice names {name!r}, which is not among the tools")
+    chosen = chosen_functions(tools, name)
     family = fmt.family
     marker = f"<[{fmt.open_token}]>" if fmt.open_token is not None else _lark_str(family.open)
     if family is MISTRAL and fmt.named_args:

@@ -152,11 +152,9 @@ class Model:
         # a multi-token-prediction head drafting for speculative decoding (qwen35's MtpHead), whose
         # own cache layer follows the trunk's: called (batch, cache, hidden) -> (logits, hidden)
         self.mtp = None
-
-    def embedded(self, x: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """The batch's embeddings before the first layer: a family that derives per-batch
-        inputs from them (Gemma 4's per-layer embeddings) overrides this."""
-        return x
+        # called (embeddings, batch) once per forward before the first layer, for a family that
+        # derives per-batch inputs from the embeddings (Gemma 4's per-layer embeddings)
+        self.before_layers = None
 
     def cache_specs(self) -> list[LayerCache]:
         specs = [layer.cache_spec() for layer in self.layers]
@@ -179,7 +177,8 @@ class Model:
             rows, emb = batch.media
             x = self.embed(batch.tokens.clamp(min=0))
             x[rows] = emb.to(x.dtype)
-        x = self.embedded(x, batch)
+        if self.before_layers is not None:
+            self.before_layers(x, batch)
         for layer in self.layers:
             x = layer(x, batch, cache)
         if batch.keep_hidden:  # every token's output after the final norm (what an MTP head reads)

@@ -215,23 +215,12 @@ class PerLayerInputs:
         batch.memo["per_layer"] = both.transpose(0, 1).contiguous()  # (layers, T, width)
 
 
-class Gemma4Model(Model):
-    def __init__(self, *args, per_layer: PerLayerInputs | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.per_layer = per_layer
-
-    def embedded(self, x: torch.Tensor, batch) -> torch.Tensor:
-        if self.per_layer is not None:
-            self.per_layer(x, batch)
-        return x
-
-
 def build(p: Params, w: Weights, ops) -> Model:
     freqs = w.vector("rope_freqs.weight", p.head_dim // 2) if w.has("rope_freqs.weight") else None
     full = Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, context_length=p.context_length, freq_factors=freqs)
     local = Rope.build(p.rope_theta_swa, p.rope_dims_swa, context_length=p.context_length)
     layers = [Gemma4Layer(w, i, p, local if p.sliding[i] else full, ops) for i in range(p.n_layers)]
-    base = standard_model(ops, w, p, layers, embed_scale=p.hidden ** 0.5, softcap=p.final_softcap)
-    model = Gemma4Model(ops, base.embed, layers, base.norm, base.head, p.eps, p.vocab_size, softcap=p.final_softcap,
-                        per_layer=PerLayerInputs(w, p, ops) if p.per_layer else None)
+    model = standard_model(ops, w, p, layers, embed_scale=p.hidden ** 0.5, softcap=p.final_softcap)
+    if p.per_layer:
+        model.before_layers = PerLayerInputs(w, p, ops)
     return model

@@ -83,7 +83,7 @@ int gc_set_tiles(int on) {
 #ifdef GC_X86
 /* whether n_x activation rows against this type take the tiles (AVX2 and up) */
 static int tiled(int type, int64_t n_x) {
-    const int vnni_signed = gc_isa() >= ISA_AVX512 && (type == T_Q8_0 || type == T_IQ4_NL || type == T_MXFP4);
+    const int vnni_signed = gc_isa() >= ISA_AVX512 && signed32(type);
     return g_tiles && gc_isa() >= ISA_AVX2 && n_x >= (vnni_signed ? TILE_MIN_ROWS_SIGNED_VNNI : TILE_MIN_ROWS)
         && tile_type(type);
 }

@@ -50,6 +50,10 @@ static inline float e8m0_half(uint8_t e) {
     return f;
 }
 
+/* the 32-block types whose values are signed (Q8_0's bytes, IQ4_NL's and MXFP4's tables): their
+ * tiles take the sign trick, and AVX-512 VNNI's four-row dots beat those tiles up to more rows */
+static inline int signed32(int type) { return type == T_Q8_0 || type == T_IQ4_NL || type == T_MXFP4; }
+
 static inline float h2f(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
     if (exp == 0) {

@@ -103,17 +103,21 @@ void deq8_mxfp4x8(const void *vw, float *y, int nb, int64_t n_cols) {
 
 #if defined(GC_X86)
 typedef struct {
-    const void *w;
-    void *out;
+    int type; /* the file's: T_Q5_0 or T_MXFP4 */
+    const uint8_t *w;
+    uint8_t *out;
     int64_t row_bytes;
     int nb;
 } rp_ctx;
 
-static void mx_repack_task(void *vctx, int64_t start, int64_t end) {
+/* groups [start, end) of eight rows into the repacked layout */
+static void repack_task(void *vctx, int64_t start, int64_t end) {
     const rp_ctx *c = vctx;
-    for (int64_t g = start; g < end; g++)
-        repack_mxfp4x8((const uint8_t *)c->w + 8 * g * c->row_bytes, c->row_bytes, c->nb,
-                       (blk_mxfp4x8 *)((uint8_t *)c->out + 8 * g * c->row_bytes));
+    for (int64_t g = start; g < end; g++) {
+        const int64_t at = 8 * g * c->row_bytes;
+        if (c->type == T_Q5_0) repack_q5_0x8(c->w + at, c->row_bytes, c->nb, (blk_q5_0x8 *)(c->out + at));
+        else repack_mxfp4x8(c->w + at, c->row_bytes, c->nb, (blk_mxfp4x8 *)(c->out + at));
+    }
 }
 #endif
 
@@ -124,18 +128,12 @@ static void mx_repack_task(void *vctx, int64_t start, int64_t end) {
  * and gc_dequantize; GC_UNSUPPORTED (out untouched) where there is none. */
 int gc_repack(int type, const void *w, int64_t n_rows, int64_t n_cols, void *out, int n_threads) {
 #if defined(GC_X86)
-    if (type == T_Q5_0 && gc_isa() >= ISA_AVX2 && n_rows % 8 == 0 && n_cols % 32 == 0 && n_rows > 0) {
+    const int64_t block = type == T_Q5_0 ? (int64_t)sizeof(blk_q5_0) : type == T_MXFP4 ? (int64_t)sizeof(blk_mxfp4) : 0;
+    if (block && gc_isa() >= ISA_AVX2 && n_rows % 8 == 0 && n_cols % 32 == 0 && n_rows > 0) {
         const int nb = (int)(n_cols / 32);
-        const int64_t row_bytes = nb * (int64_t)sizeof(blk_q5_0);
-        for (int64_t g = 0; g < n_rows; g += 8)
-            repack_q5_0x8((const uint8_t *)w + g * row_bytes, row_bytes, nb, (blk_q5_0x8 *)((uint8_t *)out + g * row_bytes));
-        return T_Q5_0_X8;
-    }
-    if (type == T_MXFP4 && gc_isa() >= ISA_AVX2 && n_rows % 8 == 0 && n_cols % 32 == 0 && n_rows > 0) {
-        const int nb = (int)(n_cols / 32);
-        rp_ctx c = {w, out, nb * (int64_t)sizeof(blk_mxfp4), nb};
-        gc_parallel_for(n_threads, n_rows / 8, 64, mx_repack_task, &c); /* a gpt-oss layer's experts: 0.8 GB */
-        return T_MXFP4_X8;
+        rp_ctx c = {type, w, out, nb * block, nb};
+        gc_parallel_for(n_threads, n_rows / 8, 64, repack_task, &c); /* a gpt-oss layer's experts: 0.8 GB */
+        return type == T_Q5_0 ? T_Q5_0_X8 : T_MXFP4_X8;
     }
 #endif
     (void)type; (void)w; (void)n_rows; (void)n_cols; (void)out; (void)n_threads;

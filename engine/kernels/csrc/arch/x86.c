@@ -1128,7 +1128,7 @@ void tile_pack(int type, const uint8_t *w, int64_t row_bytes, int nb, void *t) {
 
 void tile_dot(int type, const void *t, int nb, const void *const *xs, float o[4][8]) {
     if (kq_type(type)) kq_tile_dot(t, nb, (const act256 *const *)xs, o);
-    else if (type == T_Q8_0 || type == T_IQ4_NL || type == T_MXFP4) t32_dot_signed(t, nb, (const act32 *const *)xs, o);
+    else if (signed32(type)) t32_dot_signed(t, nb, (const act32 *const *)xs, o);
     else t32_dot(t, nb, (const act32 *const *)xs, o);
 }
 

@@ -337,10 +337,13 @@ DEFINE_DOT32_X4_VNNI(dot4_q4_0_avx512, blk_q4_0, X4_Q4_0)
 DEFINE_DOT32_X4_VNNI(dot4_q5_0_avx512, blk_q5_0, X4_Q5_0)
 DEFINE_DOT32_X4_VNNI(dot4_q4_1_avx512, blk_q4_1, X4_Q4_1)
 DEFINE_DOT32_X4_VNNI(dot4_q5_1_avx512, blk_q5_1, X4_Q5_1)
+/* MXFP4's values lie in [-12, 12]: offset by 12 (kvalues_mxfp4_u), not 128, so that the
+ * offset's float sum does not swamp the small signal (with 128 the rows differed from
+ * the other paths by 2 % of small results) */
 #define U_MXFP4                                                                                     \
-    q = _mm256_xor_si256(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_mxfp4)), \
-                                             nibbles32(w[i].qs)), _mm256_set1_epi8((char)0x80));   \
-    d = e8m0_half(w[i].e); e = -128.f * d
+    q = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_mxfp4_u)), \
+                            nibbles32(w[i].qs));                                                   \
+    d = e8m0_half(w[i].e); e = -12.f * d
 
 DEFINE_DOT32_X4_VNNI(dot4_iq4_nl_avx512, blk_iq4_nl, U_IQ4_NL)
 DEFINE_DOT32_X4_VNNI(dot4_mxfp4_avx512, blk_mxfp4, U_MXFP4)

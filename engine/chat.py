@@ -62,6 +62,10 @@ def chat_template_for(reader: GGUFReader, arch) -> str:
 
 
 def render(tokenizer, template: str, messages: list[dict], *, add_generation_prompt: bool = True, **kwargs) -> str:
+    """The chat prompt; with `continue_final_message`, the last (assistant) message is left
+    open for the reply to go on from (a prefill) instead of a new turn being started."""
+    if kwargs.get("continue_final_message"):
+        add_generation_prompt = False
     return tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False,
                                          add_generation_prompt=add_generation_prompt, **kwargs)
 

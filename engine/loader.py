@@ -78,7 +78,7 @@ class LoadedModel:
         with torch.inference_mode(), self.threads.run(batch.n_tokens):
             logits = self.model.forward(batch, self.cache)
         if batch.n_tokens > TRIM_AFTER_TOKENS and self.device.type == "cpu":
-            _trim_heap()  # a long prompt's activations and dequantized tiles: ~40 MB on Gemma at 512 tokens
+            trim_heap()  # a long prompt's activations and dequantized tiles: ~40 MB on Gemma at 512 tokens
         return logits
 
     def generate(self, *args, **kwargs):
@@ -173,7 +173,7 @@ _MALLOC_TRIM = _glibc_trim()
 TRIM_AFTER_TOKENS = 64
 
 
-def _trim_heap() -> None:
+def trim_heap() -> None:
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
 
@@ -181,7 +181,7 @@ def _trim_heap() -> None:
 def _return_freed_memory() -> None:
     """Hand memory freed during load back to the system."""
     gc.collect()
-    _trim_heap()
+    trim_heap()
 
 
 LOAD_STAGES = ("reading the file", "building the model", "tokenizer")

@@ -115,7 +115,7 @@ class _Choice:
         self.finished = finish is not None
         self.next_token = None if self.finished else token
         return Step(token, text, finish, self.n_prompt, n_out, index=self.index, cached_tokens=self.cached,
-                    logprob=logprob, top_logprobs=top)
+                    logprob=logprob, top_logprobs=top, stop_sequence=self.stops.matched if finish else None)
 
     def count_drafts(self, step: Step) -> Step:
         if self.drafting is not None:

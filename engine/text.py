@@ -37,6 +37,7 @@ class Step:
     top_logprobs: list[tuple[int, float]] | None = None
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    stop_sequence: str | None = None  # the stop string that ended it, where one did
 
 
 class Detokenizer:
@@ -94,14 +95,16 @@ class StopStrings:
     def __init__(self, stops: list[str]):
         self.stops = [s for s in stops if s]
         self.pending = ""
+        self.matched: str | None = None  # the stop string found, once one is
 
     def feed(self, text: str) -> tuple[str, bool]:
         self.pending += text
         if not self.stops:
             out, self.pending = self.pending, ""
             return out, False
-        cut = min((i for i in (self.pending.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, s) for s in self.stops if (i := self.pending.find(s)) >= 0]
+        if found:
+            cut, self.matched = min(found, key=lambda f: f[0])
             out, self.pending = self.pending[:cut], ""
             return out, True
         out = self.pending[: len(self.pending) - held_back(self.pending, self.stops)]

@@ -215,6 +215,23 @@ class VisionModel:
         return out
 
 
+def goes_with(path: str, text_path: str) -> bool:
+    """Whether the vision file at `path` is one for the text model at `text_path` (its
+    architecture and width, from the headers): a folder's vision file is paired with the
+    models it fits, not with every model beside it."""
+    try:
+        m = VisionMetadata(GGUFReader(path))
+        kind = m.get(Keys.VISION_PROJECTOR_TYPE, None) or m.get(Keys.CLIP_PROJECTOR_TYPE, None)
+        family = projectors().get(kind)
+        text = GGUFReader(text_path)
+        if family is None or text.architecture not in family.TEXT_ARCHITECTURES:
+            return False
+        width = text.get(f"{text.architecture}.embedding_length")
+        return width is None or family.Params.from_gguf(m).projection_dim == width  # not another size's
+    except Exception:  # noqa: BLE001 - a file that cannot be read: loading it says why
+        return True
+
+
 def load_vision(path: str, text_reader: GGUFReader, text_hidden: int, device: torch.device, dtype: torch.dtype,
                 native_cpu: bool) -> VisionModel:
     """A vision file for a text model (VisionFileError where it is not one, or not this model's)."""

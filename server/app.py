@@ -17,11 +17,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fastapi.responses import Response
 
-from .errors import APIError, BadRequest, HTTPStatus, InternalError, PayloadTooLarge, Unauthorized
+from .errors import APIError, BadRequest, HTTPStatus, InternalError, PayloadTooLarge, Unauthorized, anthropic_path
 from .metrics import Metrics
-from .openapi import API_ERRORS, ResponseObject, errors, generating, install, ref, sse_event
+from .openapi import (API_ERRORS, AnthropicMessage, ResponseObject, TokenCount, anthropic_errors, errors, generating,
+                      install, ref, sse_event)
 from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Completion, CompletionRequest, DetokenizeRequest, Model,
-                       ModelList, ResponsesRequest, TokenizeRequest)
+                       CountTokensRequest, MessagesRequest, ModelAction, ModelActionResult, ModelList, ResponsesRequest,
+                       TokenizeRequest)
+from .messages import Messages
 from .registry import Registry
 from .responses import Responses
 from .service import Service
@@ -68,11 +71,13 @@ class Guard:
         self.app, self.settings, self.metrics = app, settings, metrics
 
     def _authorized(self, headers: dict) -> bool:
-        """`Authorization: Bearer <key>` (the scheme in any case, RFC 9110), compared in
-        constant time."""
+        """`Authorization: Bearer <key>` (the scheme in any case, RFC 9110) or Anthropic's
+        `x-api-key: <key>`, compared in constant time."""
         scheme, _, key = headers.get("authorization", "").strip().partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(),
-                                                                  self.settings.api_key.encode())
+        want = self.settings.api_key.encode()
+        if "x-api-key" in headers and hmac.compare_digest(headers["x-api-key"].strip().encode(), want):
+            return True
+        return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), want)
 
     def _refusal(self, scope) -> APIError | None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
@@ -97,7 +102,7 @@ class Guard:
         try:
             refusal = self._refusal(scope)
             if refusal is not None:
-                await refusal.response()(scope, receive, counted)
+                await refusal.response(anthropic_path(scope.get("path", "")))(scope, receive, counted)
             else:
                 await self.app(scope, receive, counted)
         finally:
@@ -165,6 +170,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     registry = Registry(settings, metrics)
     service = Service(registry, settings, metrics)
     responses = Responses(service)
+    messages = Messages(service)
     state = {"ready": False, "error": None, "failed": {}, "fatal": False}
 
     def startup() -> None:
@@ -204,7 +210,10 @@ def create_app(settings: ServerSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         threading.Thread(target=startup, name="startup", daemon=True).start()
+        reaping = threading.Event()
+        threading.Thread(target=registry.reap, args=(reaping,), name="idle-unload", daemon=True).start()
         yield
+        reaping.set()
         for e in registry.entries.values():
             if e.worker is not None:
                 e.worker.stop()
@@ -218,35 +227,36 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError):
-        return exc.response()
+        return exc.response(anthropic_path(request.url.path))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {}
         if first.get("type") == "json_invalid":  # loc holds a character offset, not a field
-            return BadRequest(await _json_error(request, first)).response()
+            return BadRequest(await _json_error(request, first)).response(anthropic_path(request.url.path))
         ctx = first.get("ctx") or {}
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         param = ctx.get("field") or ".".join(loc) or None
         msg = first.get("msg", "invalid request")
-        return BadRequest(f"{param}: {msg}" if param else msg, param=param).response()
+        return BadRequest(f"{param}: {msg}" if param else msg, param=param).response(anthropic_path(request.url.path))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
         where = f"{request.method} {request.url.path}"
         if exc.status_code == 404:
             return HTTPStatus(404, f"Invalid URL ({where}): this server does not serve that path",
-                              code="unknown_url").response()
+                              code="unknown_url").response(anthropic_path(request.url.path))
         if exc.status_code == 405:
             allowed = (exc.headers or {}).get("Allow")  # Starlette's router names the methods it serves
             return HTTPStatus(405, f"{where}: method not allowed" + (f" (allowed: {allowed})" if allowed else ""),
-                              headers=dict(exc.headers or {})).response()
-        return HTTPStatus(exc.status_code, f"{where}: {exc.detail}", headers=dict(exc.headers or {})).response()
+                              headers=dict(exc.headers or {})).response(anthropic_path(request.url.path))
+        return HTTPStatus(exc.status_code, f"{where}: {exc.detail}",
+                          headers=dict(exc.headers or {})).response(anthropic_path(request.url.path))
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
         log.exception("unexpected error")
-        return InternalError(f"internal error: {type(exc).__name__}: {exc}").response()
+        return InternalError(f"internal error: {type(exc).__name__}: {exc}").response(anthropic_path(request.url.path))
 
     @app.get("/metrics", response_class=PlainTextResponse, responses={
         200: {"description": "Prometheus text format", "content": {"text/plain": {}}}, **errors(401)})
@@ -263,7 +273,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
         return {"status": "ok", **({"failed": state["failed"]} if state["failed"] else {})}
 
     def describe(e) -> Model:
-        return Model(id=e.id, loaded=e.lm is not None, error=e.error, vision=e.vision, **(e.info or {}))
+        return Model(id=e.id, loaded=e.lm is not None, status=registry.state(e), memory_bytes=e.memory or None,
+                     error=e.error, vision=e.vision, **(e.info or {}))
 
     @app.get("/v1/models", responses=errors(401))
     async def list_models() -> ModelList:
@@ -272,6 +283,21 @@ def create_app(settings: ServerSettings) -> FastAPI:
     @app.get("/v1/models/{model_id:path}", responses=errors(401, 404))
     async def get_model(model_id: str) -> Model:
         return describe(registry.get(model_id))
+
+    @app.post("/models/load", responses=errors(*API_ERRORS))
+    async def load_route(req: ModelAction) -> ModelActionResult:
+        """Load a model now (llama-server's router), making room as a request would."""
+        entry = registry.get(req.model)
+        await asyncio.to_thread(registry.acquire, entry, req.keep_alive)
+        registry.release(entry)
+        return ModelActionResult(model=entry.id, status=registry.state(entry))
+
+    @app.post("/models/unload", responses=errors(*API_ERRORS, 409))
+    async def unload_route(req: ModelAction) -> ModelActionResult:
+        """Unload a model now and free its memory; 409 while requests hold it."""
+        entry = registry.get(req.model)
+        await asyncio.to_thread(registry.unload, entry)
+        return ModelActionResult(model=entry.id, status=registry.state(entry))
 
     async def stream(gen_and_cancel) -> StreamingResponse:
         gen, cancel = gen_and_cancel
@@ -291,13 +317,13 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     @app.post("/tokenize", responses=errors(*API_ERRORS))
     async def tokenize_route(req: TokenizeRequest):
-        entry = await service.entry_for(req.model)
-        return await asyncio.to_thread(tokenize, entry.lm, req.content, req.add_special, req.with_pieces)
+        async with service.holding(req.model, req.keep_alive) as entry:
+            return await asyncio.to_thread(tokenize, entry.lm, req.content, req.add_special, req.with_pieces)
 
     @app.post("/detokenize", responses=errors(*API_ERRORS))
     async def detokenize_route(req: DetokenizeRequest):
-        entry = await service.entry_for(req.model)
-        return await asyncio.to_thread(detokenize, entry.lm, req.tokens)
+        async with service.holding(req.model, req.keep_alive) as entry:
+            return await asyncio.to_thread(detokenize, entry.lm, req.tokens)
 
     def gone() -> Response:  # nobody reads it: the client has hung up
         return Response(status_code=499)
@@ -328,5 +354,22 @@ def create_app(settings: ServerSettings) -> FastAPI:
         if req.stream:
             return await stream(await responses.stream(req))
         return await unless_disconnected(request, responses.create(req)) or gone()
+
+    @app.post("/v1/messages", responses={**generating(
+        AnthropicMessage, "Anthropic's events (`event:` and `data:` lines, from `message_start` to `message_stop`)",
+        sse_event({"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}}},
+                  event={"type": "string", "description": "the event's type, as its data's `type` says"},
+                  done=False)), **anthropic_errors(*API_ERRORS)})
+    async def create_message(req: MessagesRequest, request: Request):
+        """Anthropic's Messages API over the chat path; errors in Anthropic's envelope."""
+        if req.stream:
+            lines, cancel = await messages.stream(req)
+            return CancellingStream(lines, cancel, media_type="text/event-stream",
+                                    headers={"Cache-Control": "no-cache"})
+        return await unless_disconnected(request, messages.create(req)) or gone()
+
+    @app.post("/v1/messages/count_tokens", responses=anthropic_errors(*API_ERRORS))
+    async def count_message_tokens(req: CountTokensRequest) -> TokenCount:
+        return TokenCount(**await messages.count_tokens(req))
 
     return app

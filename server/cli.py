@@ -48,6 +48,7 @@ def _option(name: str, field) -> tuple[list[str], dict]:
     """argparse's flags and keywords for one ServerSettings field: its type, its choices,
     its help from the field's description and default, and the environment variable."""
     flag = "--" + name.replace("_", "-")
+    flags = [flag, *((field.json_schema_extra or {}).get("flags", []))]  # other servers' names for it
     ann = field.annotation
     args = typing.get_args(ann)
     inner = next((a for a in args if a is not type(None)), ann) if typing.get_origin(ann) is typing.Union else ann
@@ -58,18 +59,18 @@ def _option(name: str, field) -> tuple[list[str], dict]:
         helps += f" (default {default})"
     helps += f"; env {env}"
     if inner is bool and name.startswith("no_"):  # a switch that is itself the negative (--no-mmproj)
-        return [flag], dict(action="store_const", const=True, default=None, help=helps)
+        return flags, dict(action="store_const", const=True, default=None, help=helps)
     if inner is bool:
-        return [flag], dict(action=argparse.BooleanOptionalAction, default=None,
+        return flags, dict(action=argparse.BooleanOptionalAction, default=None,
                             help=helps + (" (default on)" if default else ""))
     if typing.get_origin(inner) is list:
-        return [flag], dict(action="append", metavar=name.upper(), help=helps)
+        return flags, dict(action="append", metavar=name.upper(), help=helps)
     kw: dict = dict(help=helps)
     if typing.get_origin(inner) is typing.Literal:
         kw["choices"] = list(typing.get_args(inner))
     elif inner in (int, float):
         kw["type"] = inner
-    return [flag], kw
+    return flags, kw
 
 
 def serve_parser() -> argparse.ArgumentParser:

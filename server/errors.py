@@ -20,11 +20,28 @@ class APIError(Exception):
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
-    def response(self):
-        """The error as an HTTP response in OpenAI's shape."""
+    def anthropic_body(self) -> dict:
+        """Anthropic's envelope: its error type for the status, the message."""
+        kind = ANTHROPIC_TYPES.get(self.status, "api_error" if self.status >= 500 else "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": self.message}}
+
+    def response(self, anthropic: bool = False):
+        """The error as an HTTP response in OpenAI's shape (or Anthropic's)."""
         from fastapi.responses import JSONResponse
 
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+        return JSONResponse(self.anthropic_body() if anthropic else self.body(), status_code=self.status,
+                            headers=self.headers)
+
+
+# Anthropic's error types by HTTP status (its API reference's "Errors")
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                   404: "not_found_error", 409: "conflict_error", 413: "request_too_large",
+                   429: "rate_limit_error", 500: "api_error", 503: "overloaded_error", 529: "overloaded_error"}
+
+
+def anthropic_path(path: str) -> bool:
+    """Whether a path is Anthropic's API (its errors in Anthropic's envelope)."""
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
 
 
 class BadRequest(APIError):
@@ -67,6 +84,12 @@ class PayloadTooLarge(APIError):
     """The request body is over the configured limit."""
 
     status = 413
+
+
+class Conflict(APIError):
+    """The request conflicts with what the server is doing (unloading a model in use)."""
+
+    status = 409
 
 
 class Overloaded(APIError):

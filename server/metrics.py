@@ -16,6 +16,9 @@ conventions: a `gguf_serve_` prefix, base units in the name, `_total` on counter
 | gguf_serve_time_per_output_token_seconds | histogram | model | time between tokens |
 | gguf_serve_model_load_seconds | histogram | model | time to load a model |
 | gguf_serve_models_loaded | gauge | | models loaded now |
+| gguf_serve_model_memory_bytes | gauge | | bytes the loaded models hold (files and caches) |
+| gguf_serve_model_requests | gauge | model | requests holding the model: waiting for its load, or served |
+| gguf_serve_model_unloads_total | counter | reason | models unloaded: to make room, idle, asked |
 """
 
 from __future__ import annotations
@@ -62,6 +65,11 @@ class Metrics:
         self.load_time = Histogram("gguf_serve_model_load_seconds", "Time to load a model", ["model"],
                                    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600), registry=r)
         self.models_loaded = Gauge("gguf_serve_models_loaded", "Models loaded now", registry=r)
+        self.model_memory = Gauge("gguf_serve_model_memory_bytes", "Bytes the loaded models hold (files and "
+                                  "caches)", registry=r)
+        self.model_requests = Gauge("gguf_serve_model_requests", "Requests holding the model: waiting for its load, "
+                                    "or being served", ["model"], registry=r)
+        self.unloads = Counter("gguf_serve_model_unloads", "Models unloaded, by reason", ["reason"], registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

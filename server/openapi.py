@@ -20,9 +20,12 @@ WHY = {
     404: "Unknown model (`model_not_found`) or path",
     413: "Request body over the server's limit",
     429: "The model's queue is full (`Retry-After` says when to try again)",
+    409: "The model is in use by requests (unload it once they end)",
     500: "The model failed to load or generation failed",
+    503: "The model is loading, or waits for room that models in use hold, past --load-wait (`Retry-After` says "
+         "when to try again); or the Hub does not answer",
 }
-API_ERRORS = (400, 401, 404, 413, 429, 500)
+API_ERRORS = (400, 401, 404, 413, 429, 500, 503)
 
 
 def errors(*statuses: int) -> dict[int, dict]:
@@ -75,6 +78,39 @@ class ResponseObject(BaseModel):
     usage: Optional[dict[str, Any]] = None
     error: Optional[dict[str, Any]] = None
     incomplete_details: Optional[dict[str, Any]] = None
+
+
+class AnthropicMessage(BaseModel):
+    """An Anthropic Messages reply (`type: "message"`), as Anthropic documents it."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    type: str = "message"
+    role: str = "assistant"
+    model: str
+    content: list[dict[str, Any]]
+    stop_reason: Optional[str] = None
+    stop_sequence: Optional[str] = None
+    usage: dict[str, Any]
+
+
+class TokenCount(BaseModel):
+    input_tokens: int
+
+
+class AnthropicErrorInfo(BaseModel):
+    type: str
+    message: str
+
+
+class AnthropicError(BaseModel):
+    type: str = "error"
+    error: AnthropicErrorInfo
+
+
+def anthropic_errors(*statuses: int) -> dict[int, dict]:
+    """Responses entries for these statuses, each in Anthropic's error envelope."""
+    return {s: {"model": AnthropicError, "description": WHY[s]} for s in statuses}
 
 
 def install(app: FastAPI) -> None:

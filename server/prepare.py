@@ -127,6 +127,15 @@ class Prepared:
     family: Family = HERMES  # how the model writes them
     media: dict = field(default_factory=dict)  # the prompt's images by content key
 
+    @property
+    def tokenizer(self):
+        """The model's tokenizer, kept from the request's start: the model may be unloaded
+        as soon as its generation has ended, before the reply is put together."""
+        return self._tokenizer
+
+    def __post_init__(self):
+        self._tokenizer = self.entry.lm.tokenizer
+
 
 def tools_for(req, lm, messages: list[dict], kwargs: dict) -> tuple[list[dict], str | None, Family]:
     """The tools the reply may call (empty: none), for `tool_choice` required or a named

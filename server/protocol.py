@@ -5,11 +5,12 @@ honour yet are refused by `unsupported_fields` with a message naming them."""
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator, PrivateAttr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator, PrivateAttr
 from pydantic_core import PydanticCustomError
 
 
@@ -34,9 +35,48 @@ class OpenAIModel(BaseModel):
     model_config = ConfigDict(extra="ignore", protected_namespaces=())
 
 
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def keep_alive_seconds(value: Any) -> float | None:
+    """Ollama's keep_alive: seconds as a number, or a duration as Go writes it ("5m",
+    "1h30m", "-1"); negative: stay loaded. Raises ValueError for anything else."""
+    if value is None or isinstance(value, bool):
+        if isinstance(value, bool):
+            raise ValueError("keep_alive is a number of seconds or a duration such as '5m'")
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip()
+    sign = -1.0 if text.startswith("-") else 1.0
+    body = text.lstrip("+-")
+    try:
+        return sign * float(body)  # "300", "-1"
+    except ValueError:
+        pass
+    parts = _DURATION.findall(body)
+    if not body or "".join(n + u for n, u in parts) != body:
+        raise ValueError(f"keep_alive {text!r} is neither seconds nor a duration such as '5m' or '1h30m'")
+    return sign * sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+
+
+def _keep_alive(value: Any) -> float | None:
+    try:
+        return keep_alive_seconds(value)
+    except ValueError as e:
+        raise PydanticCustomError("keep_alive", str(e)) from None
+
+
+KeepAlive = Annotated[Optional[Union[float, str]], BeforeValidator(_keep_alive)]
+
+
 class OpenAIRequest(OpenAIModel):
     """A request body: every string in it must be valid Unicode (the tokenizer, the
     templates and the error messages all need UTF-8)."""
+
+    # --- gguf-serve extension (Ollama's): how long the model stays loaded once idle
+    keep_alive: KeepAlive = None
 
     @model_validator(mode="before")
     @classmethod
@@ -81,12 +121,26 @@ class Model(BaseModel):
     owned_by: str = "gguf-serve"
     # --- gguf-serve extensions ---
     loaded: bool = False
+    status: Literal["unloaded", "loading", "loaded", "failed"] = "unloaded"
+    memory_bytes: Optional[int] = None  # what it holds loaded (files and caches), or took when last loaded
     context_length: Optional[int] = None
     quantization: Optional[str] = None
     size_bytes: Optional[int] = None
     chat_template: Optional[bool] = None  # False: the file has none (a base model); chat uses a fallback
     vision: bool = False  # a vision file goes with it: chat messages may hold images
     error: Optional[str] = None  # set when the model cannot be served (its file failed to read or load)
+
+
+class ModelAction(OpenAIRequest):
+    """POST /models/load and /models/unload (llama-server's router)."""
+
+    model: str
+
+
+class ModelActionResult(BaseModel):
+    success: bool = True
+    model: str
+    status: Literal["unloaded", "loading", "loaded", "failed"]
 
 
 class ModelList(BaseModel):
@@ -126,6 +180,7 @@ class StreamOptions(OpenAIModel):
 
 class ChatCompletionRequest(OpenAIRequest):
     _origins: Optional[list] = PrivateAttr(default=None)  # from the Responses API: each message's input item
+    _fit_max_tokens: bool = PrivateAttr(default=False)  # max tokens cut to the context left (Messages API)
     messages: list[ChatMessage] = Field(min_length=1)
     model: str
     frequency_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)
@@ -334,6 +389,40 @@ class ResponsesRequest(OpenAIRequest):
     chat_template_kwargs: Optional[dict[str, Any]] = None
     ignore_eos: Optional[bool] = None
     speculative: Speculative = None
+
+
+# ------------------------------------------------------ Anthropic Messages
+# The request as Anthropic's API reference has it; content blocks stay dicts here and are
+# checked, each error naming its block, where they become chat messages (server.messages).
+
+
+class AnthropicMessage(OpenAIModel):
+    role: Literal["user", "assistant", "system"]  # system: mid-conversation instructions (Claude Code sends them)
+    content: Union[str, list[dict[str, Any]]]
+
+
+class CountTokensRequest(OpenAIRequest):
+    model: str
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: Optional[Union[str, list[dict[str, Any]]]] = None
+    tools: Optional[list[dict[str, Any]]] = None
+    tool_choice: Optional[dict[str, Any]] = None
+    thinking: Optional[dict[str, Any]] = None
+    output_config: Optional[dict[str, Any]] = None
+    output_format: Optional[dict[str, Any]] = None  # the structured-outputs beta's name for output_config.format
+
+
+class MessagesRequest(CountTokensRequest):
+    max_tokens: int = Field(ge=1)  # required, as Anthropic requires it
+    metadata: Optional[dict[str, Any]] = None
+    stop_sequences: Optional[list[str]] = None
+    stream: bool = False
+    temperature: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+    top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
+    top_k: Optional[int] = Field(default=None, ge=0)
+    # --- gguf-serve extensions, as in the chat request ---
+    seed: Seed = None
+    ignore_eos: Optional[bool] = None
 
 
 def new_id(prefix: str) -> str:

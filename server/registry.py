@@ -6,6 +6,7 @@ worker (server.worker)."""
 from __future__ import annotations
 
 import copy
+import gc
 import logging
 import os
 import threading
@@ -15,16 +16,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine import load_model
+from ..engine.loader import available_memory, trim_heap
+from ..engine.vision import goes_with
 from ..gguf_io import GGUFError, GGUFReader
 from ..gguf_io.summary import describe
 from . import resolve
 from .default_model import default_model_path
-from .errors import APIError, ModelLoadFailed, ModelNotFound
+from .errors import APIError, Conflict, ModelLoadFailed, ModelNotFound, Unavailable
 from .worker import Worker
 
 log = logging.getLogger("gguf_serve.server")
 
 DEFAULT_MODEL_ID = "embedded:gemma-3-270m-q4_k_m.gguf"
+
+
+def resident_bytes() -> int:
+    """This process's resident memory (0 where /proc does not tell)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def default_budget() -> int:
+    """Bytes the loaded models may hold together by default: the memory available at
+    startup, less 1 GiB for everything else."""
+    return max(available_memory() - (1 << 30), 1 << 30)
 
 
 @dataclass
@@ -39,6 +57,11 @@ class Entry:
     failure: Any = None  # the APIError that said so, where one did (its status is kept: 403, 404, 503, ...)
     mmproj: str | None = None  # its vision file: a local path, or a Hub ID fetched with the model
     mmproj_hub: tuple | None = None  # (repo, file, revision) of a Hub vision file not fetched yet
+    users: int = 0  # requests holding it: waiting for its load, or being served (never unloaded then)
+    loading: bool = False
+    last_used: float = 0.0  # when its last request ended (monotonic)
+    keep_alive: float | None = None  # seconds to stay loaded once idle, as the last request asked
+    memory: int = 0  # bytes it took when last loaded (files + caches)
 
     @property
     def vision(self) -> bool:
@@ -51,6 +74,9 @@ class Registry:
         self.metrics = metrics
         self.entries: OrderedDict[str, Entry] = OrderedDict()
         self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.load_lock = threading.Lock()  # one load at a time (see _load)
+        self.budget = settings.memory_budget if settings.memory_budget is not None else default_budget()
         self.aliases: dict[str, str] = {}
         self._reach: tuple[bool, float] | None = None  # (the Hub answers, when probed)
 
@@ -160,7 +186,9 @@ class Registry:
             return None
         folder = os.path.dirname(os.path.abspath(path))
         found = resolve.best_companion(sorted(os.listdir(folder)), os.path.basename(path))
-        return os.path.join(folder, found) if found else None
+        if found is None or not goes_with(os.path.join(folder, found), path):
+            return None  # none, or one for another architecture beside it
+        return os.path.join(folder, found)
 
     def _vision(self, mmproj: str | None) -> str | None:
         return None if self.settings.no_mmproj else mmproj
@@ -222,46 +250,260 @@ class Registry:
         return entry
 
     # ----------------------------------------------------------- loading
+    #
+    # A request holds its model from before the load to the end of its generation
+    # (`acquire` ... `release`): a held model is never unloaded, so a request never sees
+    # its model vanish. Room for a model is made by unloading the least recently used
+    # models that nobody holds, as far as --max-loaded and --memory-budget ask; where
+    # the others are all held, the request waits (at most --load-wait seconds, then 503
+    # with Retry-After). --idle-unload and a request's keep_alive unload an idle model
+    # after a quiet while (`reap`, on a thread of its own).
 
-    def ensure_loaded(self, entry: Entry) -> Entry:
+    def acquire(self, entry: Entry, keep_alive: float | None = None, wait: float | None = None) -> Entry:
+        """Hold `entry` for a request and have it loaded: waits for its load (or does it),
+        or for room; the caller calls `release` once its request has ended. `keep_alive`:
+        seconds it stays loaded once idle (a negative number: until evicted; 0: unloaded
+        at once), from now on, as Ollama's keep_alive."""
         if entry.error is not None:
             raise copy.copy(entry.failure) if entry.failure is not None else ModelLoadFailed(entry.error)
-        with self.lock:
-            self._fetch(entry)
-            if entry.lm is None:
-                loaded = [e for e in self.entries.values() if e.lm is not None]
-                while len(loaded) >= self.settings.max_loaded:
-                    victim = loaded.pop(0)  # least recently used first
-                    log.info("unloading %s (limit of %d loaded models)", victim.id, self.settings.max_loaded)
-                    victim.worker.stop()
-                    victim.lm, victim.worker = None, None
-                    if self.metrics:
-                        self.metrics.models_loaded.dec()
-                t = time.perf_counter()
-                from tqdm.auto import tqdm
-
-                from ..engine.loader import LOAD_STAGES
-
-                bar = tqdm(total=len(LOAD_STAGES), desc=f"loading {entry.id}", unit="step", leave=False)
-
-                def progress(stage: str) -> None:
-                    if bar.n or stage != LOAD_STAGES[0]:
-                        bar.update(1)
-                    bar.set_postfix_str(stage)
-
-                try:
-                    entry.lm = load_model(entry.path, progress=progress,
-                                          config=self.settings.engine_config(mmproj=entry.mmproj))
-                except Exception as e:
-                    entry.error = f"cannot load {entry.id}: {e}"  # the file will not get better by retrying
-                    raise ModelLoadFailed(entry.error) from e
-                finally:
-                    bar.close()
-                entry.worker = Worker(entry.id, entry.lm, self.settings.max_queue, self.metrics)
-                elapsed = time.perf_counter() - t
-                if self.metrics:
-                    self.metrics.load_time.labels(entry.id).observe(elapsed)
-                    self.metrics.models_loaded.inc()
-                log.info("loaded %s in %.1f s", entry.id, elapsed)
-            self.entries.move_to_end(entry.id)
+        with self.cond:
+            entry.users += 1
+            if keep_alive is not None:
+                entry.keep_alive = keep_alive
+            self._gauge(entry)
+        try:
+            self._load(entry, time.monotonic() + (self.settings.load_wait if wait is None else wait))
+        except BaseException:
+            self.release(entry)
+            raise
         return entry
+
+    def release(self, entry: Entry) -> None:
+        """A request that held `entry` has ended (callable from any thread, once per acquire)."""
+        with self.cond:
+            entry.users -= 1
+            entry.last_used = time.monotonic()
+            self._gauge(entry)
+            self.cond.notify_all()
+
+    def ensure_loaded(self, entry: Entry) -> Entry:
+        """Load `entry` (startup's named models, /models/load) without holding it."""
+        self.acquire(entry)
+        self.release(entry)
+        return entry
+
+    def state(self, entry: Entry) -> str:
+        if entry.error is not None:
+            return "failed"
+        return "loading" if entry.loading else "loaded" if entry.lm is not None else "unloaded"
+
+    def _gauge(self, entry: Entry) -> None:
+        if self.metrics:
+            self.metrics.model_requests.labels(entry.id).set(entry.users)
+
+    def _need(self, entry: Entry) -> int:
+        """Bytes `entry` takes loaded: what it took last time (its files, its caches, or
+        what the process grew by, whichever is more), else its files (the rest is counted
+        once the load has sized it, and more models go then if need be)."""
+        if entry.memory:
+            return entry.memory
+        size = entry.info.get("size_bytes") or 0
+        if entry.mmproj and os.path.exists(entry.mmproj):
+            size += os.path.getsize(entry.mmproj)
+        return size
+
+    def _room_for(self, entry: Entry) -> list[Entry] | None:
+        """The models to unload so that `entry` fits (least recently used first, none that
+        a request holds or that is loading); None where it cannot fit until some are free.
+        A model alone is loaded whatever the budget: the budget is for models together."""
+        others = [e for e in self.entries.values() if e is not entry and (e.lm is not None or e.loading)]
+        idle = [e for e in others if e.lm is not None and not e.loading and e.users == 0]
+        need, budget, cap = self._need(entry), self.budget, self.settings.max_loaded
+        chosen: list[Entry] = []
+
+        def fits() -> bool:
+            kept = [e for e in others if e not in chosen]
+            return len(kept) < cap and (not kept or sum(self._need(e) for e in kept) + need <= budget)
+
+        for victim in idle:
+            if fits():
+                break
+            chosen.append(victim)
+        return chosen if fits() else None
+
+    def _ready(self, entry: Entry) -> bool:
+        """Whether `entry` is loaded (under the lock); raises its load failure."""
+        if entry.error is not None:
+            raise copy.copy(entry.failure) if entry.failure is not None else ModelLoadFailed(entry.error)
+        if entry.lm is not None and not entry.loading:
+            self.entries.move_to_end(entry.id)
+            return True
+        return False
+
+    def _load(self, entry: Entry, deadline: float) -> None:
+        """Load `entry` unless it is. Loads go one at a time (the engine's kernel settings
+        are the process's, and each load's memory is known before the next one makes
+        room); a request waits its turn, and for room, until `deadline`."""
+        with self.cond:
+            if self._ready(entry):
+                return
+        if not self.load_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise self._busy(entry, "waits for another model's load")
+        try:
+            with self.cond:
+                while not self._ready(entry):
+                    victims = self._room_for(entry)
+                    if victims is not None:
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise self._busy(entry)
+                    self.cond.wait(min(left, 1.0))
+                else:
+                    return  # loaded by the request before this one
+                gone = [self._take_down(v, "room", f"to make room for {entry.id}") for v in victims]
+                entry.loading = True
+            try:
+                for worker in gone:
+                    self._finish_unload(worker)
+                rss = resident_bytes()
+                lm = self._build(entry)
+                grown = resident_bytes() - rss  # what the load kept resident: its tokenizer and all
+            except BaseException:
+                with self.cond:
+                    entry.loading = False
+                    self.cond.notify_all()
+                raise
+            with self.cond:
+                entry.lm, entry.worker = lm, Worker(entry.id, lm, self.settings.max_queue, self.metrics)
+                entry.memory = max(self._footprint(entry, lm), grown)
+                entry.loading = False
+                entry.last_used = time.monotonic()
+                self.entries.move_to_end(entry.id)
+                over = self._room_for(entry) or []  # its whole size is known now: over the budget, more go
+                gone = [self._take_down(v, "memory", f"{entry.id} took {entry.memory / 2**20:.0f} MiB")
+                        for v in over]
+                if self.metrics:
+                    self.metrics.models_loaded.inc()
+                    self.metrics.model_memory.set(self._held_memory())
+                self.cond.notify_all()
+            for worker in gone:
+                self._finish_unload(worker)
+        finally:
+            self.load_lock.release()
+
+    def _busy(self, entry: Entry, what: str | None = None) -> Unavailable:
+        held = [f"{e.id} ({e.users} request(s))" for e in self.entries.values() if e.lm is not None and e.users]
+        what = what or (f"needs room and the models loaded are all in use: {', '.join(held)}" if held
+                        else "cannot be loaded yet")
+        return Unavailable(f"model {entry.id} {what}; waited {self.settings.load_wait:g} s (--load-wait); retry "
+                           f"shortly", param="model", code="model_busy", headers={"Retry-After": "5"})
+
+    def _build(self, entry: Entry):
+        self._fetch(entry)
+        t = time.perf_counter()
+        from tqdm.auto import tqdm
+
+        from ..engine.loader import LOAD_STAGES
+
+        bar = tqdm(total=len(LOAD_STAGES), desc=f"loading {entry.id}", unit="step", leave=False)
+
+        def progress(stage: str) -> None:
+            if bar.n or stage != LOAD_STAGES[0]:
+                bar.update(1)
+            bar.set_postfix_str(stage)
+
+        try:
+            lm = load_model(entry.path, progress=progress, config=self.settings.engine_config(mmproj=entry.mmproj))
+        except Exception as e:
+            entry.error = f"cannot load {entry.id}: {e}"  # the file will not get better by retrying
+            raise ModelLoadFailed(entry.error) from e
+        finally:
+            bar.close()
+        elapsed = time.perf_counter() - t
+        if self.metrics:
+            self.metrics.load_time.labels(entry.id).observe(elapsed)
+        log.info("loaded %s in %.1f s", entry.id, elapsed)
+        return lm
+
+    @staticmethod
+    def _footprint(entry: Entry, lm) -> int:
+        """The bytes a loaded model holds: its files' (mapped) and its caches'."""
+        size = entry.info.get("size_bytes") or 0
+        if entry.mmproj and os.path.exists(entry.mmproj):
+            size += os.path.getsize(entry.mmproj)
+        size += lm.cache.nbytes + lm.cache.checkpoint_budget
+        draft = getattr(lm, "draft", None)
+        if draft is not None:
+            size += os.path.getsize(draft.reader.path) + draft.cache.nbytes
+        return size
+
+    def _held_memory(self) -> int:
+        return sum(e.memory for e in self.entries.values() if e.lm is not None)
+
+    def _take_down(self, entry: Entry, reason: str, why: str) -> Worker:
+        """Mark `entry` unloaded (under the lock; nobody holds it); its worker is stopped
+        and its memory freed by `_finish_unload`, outside the lock."""
+        log.info("unloading %s (%s)", entry.id, why)
+        worker = entry.worker
+        entry.lm, entry.worker = None, None
+        if self.metrics:
+            self.metrics.models_loaded.dec()
+            self.metrics.model_memory.set(self._held_memory())
+            self.metrics.unloads.labels(reason).inc()
+            for gauge in (self.metrics.queue_depth, self.metrics.running, self.metrics.sequences_running):
+                gauge.labels(entry.id).set(0)
+        return worker
+
+    @staticmethod
+    def _finish_unload(worker: Worker | None) -> None:
+        """Stop an unloaded model's worker, wait for its thread (it holds the model), and
+        hand the memory back: the mapped file is closed once nothing refers to it."""
+        if worker is not None:
+            worker.stop()
+            worker.thread.join()
+            worker.lm = worker.scheduler = None
+        gc.collect()
+        trim_heap()
+
+    def unload(self, entry: Entry, why: str = "asked to") -> bool:
+        """Unload `entry` now (POST /models/unload); False where it was not loaded.
+        Refused (409) while a request holds it."""
+        with self.cond:
+            if entry.lm is None or entry.loading:
+                return False
+            if entry.users:
+                raise Conflict(f"model {entry.id} is in use by {entry.users} request(s); it is unloaded once idle "
+                               f"with keep_alive 0, or retry later", param="model", code="model_in_use")
+            worker = self._take_down(entry, "asked", why)
+        self._finish_unload(worker)
+        return True
+
+    def idle_deadline(self, entry: Entry) -> float | None:
+        """When `entry` is unloaded for being idle (monotonic seconds), or None."""
+        keep = entry.keep_alive if entry.keep_alive is not None else self.settings.idle_unload
+        if keep is None or keep < 0:
+            return None
+        return entry.last_used + keep
+
+    def reap(self, stop: threading.Event) -> None:
+        """Unload idle models as --idle-unload and keep_alive ask, until `stop` is set
+        (the server's thread for it)."""
+        while not stop.is_set():
+            gone = []
+            with self.cond:
+                now, wake = time.monotonic(), 5.0
+                for e in list(self.entries.values()):
+                    if e.lm is None or e.loading or e.users:
+                        continue
+                    due = self.idle_deadline(e)
+                    if due is None:
+                        continue
+                    if due <= now:
+                        gone.append(self._take_down(e, "idle", "idle"))
+                    else:
+                        wake = min(wake, due - now)
+                if not gone:
+                    self.cond.wait(max(wake, 0.05))
+            for worker in gone:
+                self._finish_unload(worker)

@@ -182,7 +182,8 @@ def to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
                   logit_bias=req.logit_bias, seed=req.seed, stop=req.stop, top_k=req.top_k, min_p=req.min_p,
                   repetition_penalty=req.repetition_penalty, presence_penalty=req.presence_penalty,
                   frequency_penalty=req.frequency_penalty, chat_template_kwargs=req.chat_template_kwargs,
-                  ignore_eos=req.ignore_eos, speculative=req.speculative, user=req.user)
+                  ignore_eos=req.ignore_eos, speculative=req.speculative, user=req.user,
+                  keep_alive=req.keep_alive)
     chat = ChatCompletionRequest(**{k: v for k, v in fields.items() if v is not None})
     chat._origins = origins
     return chat
@@ -363,7 +364,7 @@ class Responses:
         response = self._shell(req, rid, created)
         yield {"type": "response.created", "response": dict(response)}
         yield {"type": "response.in_progress", "response": dict(response)}
-        items = _Items(prep.entry.lm.tokenizer, prep.params[0].logprobs is not None)
+        items = _Items(prep.tokenizer, prep.params[0].logprobs is not None)
         finish = None
         try:
             async for p in self.service.pieces(prep, tally):
@@ -393,7 +394,7 @@ class Responses:
 
     async def stream(self, req: ResponsesRequest) -> tuple[AsyncIterator[str], threading.Event]:
         """The SSE lines (`event:` and `data:`, numbered), and the job's cancel flag."""
-        prep = self.service.queue_first(await self._prepare(req))
+        prep = await self._prepare(req)
 
         async def lines():
             seq = 0

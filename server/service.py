@@ -11,6 +11,7 @@ import json
 import logging
 import threading
 import time
+from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 from ..engine.chat import prompt_ids
@@ -43,9 +44,46 @@ class Service:
         self.metrics = metrics
         self._warned_no_switch: set[str] = set()
 
-    async def _entry(self, model: str):
+    async def _acquire(self, model: str | None, keep_alive: float | None = None):
+        """The model held for this request and loaded (server.registry: it stays loaded
+        until `registry.release`); with no model named, the only one served (else a 400)."""
+        if model is None:
+            ids = list(self.registry.entries)
+            if len(ids) != 1:
+                raise BadRequest(f"name the model: this server has {len(ids)}", param="model")
+            model = ids[0]
         entry = self.registry.get(model)
-        return await asyncio.to_thread(self.registry.ensure_loaded, entry)
+        task = asyncio.ensure_future(asyncio.to_thread(self.registry.acquire, entry, keep_alive))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:  # the client went while it waited: the hold ends once the load does
+            task.add_done_callback(lambda t: t.cancelled() or t.exception() is not None
+                                   or self.registry.release(entry))
+            raise
+
+    @asynccontextmanager
+    async def holding(self, model: str | None, keep_alive: float | None = None):
+        """A loaded model for the duration of a `with` block (tokenize, embeddings)."""
+        entry = await self._acquire(model, keep_alive)
+        try:
+            yield entry
+        finally:
+            self.registry.release(entry)
+
+    async def _prepared(self, model: str | None, keep_alive: float | None, prepare) -> Prepared:
+        """Hold the model, run `prepare(entry)` (a coroutine giving a Prepared) and queue
+        its job; the hold ends with the job (or here, if anything fails first)."""
+        entry = await self._acquire(model, keep_alive)
+        try:
+            prep = await prepare(entry)
+            job = Job(prep.prompt_ids, prep.params, asyncio.get_running_loop(), asyncio.Queue(), media=prep.media)
+            job.done_callbacks.append(lambda: self.registry.release(entry))
+            entry.worker.submit(job)  # Overloaded (429) when the queue is full
+            prep.job = job
+            return prep
+        except BaseException:
+            self.registry.release(entry)
+            raise
 
     def _context(self, entry) -> int:
         return entry.lm.n_ctx  # the cache's, sized at load from --ctx-size or the memory available
@@ -82,20 +120,20 @@ class Service:
                 raise ContextLengthExceeded(f"This model's maximum context length is {ctx} tokens. However, the "
                                             f"{param} alone {verb} more than {at_least} tokens.", param=param)
 
-    async def entry_for(self, model: str | None):
-        """A loaded model by id; with none named, the only one served (else a 400)."""
-        if model is None:
-            ids = list(self.registry.entries)
-            if len(ids) != 1:
-                raise BadRequest(f"name the model: this server has {len(ids)}", param="model")
-            model = ids[0]
-        return await self._entry(model)
-
     # ------------------------------------------------------------- chat
 
     async def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
+        """The request's prompt and settings, its job queued on the model's worker."""
         refuse_unsupported(req)
-        entry = await self._entry(req.model)
+        return await self._prepared(req.model, req.keep_alive, lambda entry: self._prepare_chat(entry, req))
+
+    async def count_chat(self, req: ChatCompletionRequest) -> int:
+        """The prompt tokens of a chat request (as it would be prepared), generating nothing."""
+        refuse_unsupported(req)
+        async with self.holding(req.model, req.keep_alive) as entry:
+            return len((await self._prepare_chat(entry, req)).prompt_ids)
+
+    async def _prepare_chat(self, entry, req: ChatCompletionRequest) -> Prepared:
         lm = entry.lm
         messages, images = [], []
         for i, m in enumerate(req.messages):
@@ -132,6 +170,8 @@ class Service:
         except ImageError as e:  # the template placed the images otherwise than given
             raise BadRequest(str(e), param="messages") from None
         max_tokens = req.max_completion_tokens or req.max_tokens
+        if req._fit_max_tokens and max_tokens is not None:  # a cap, as llama-server takes Anthropic's max_tokens
+            max_tokens = max(1, min(max_tokens, self._context(entry) - len(ids)))
         self._check_length(entry, len(ids), max_tokens, "messages")
         if max_tokens is None:  # the server's cap for requests that set none, within the context left
             max_tokens = min(self.settings.max_tokens, self._context(entry) - len(ids))
@@ -199,23 +239,12 @@ class Service:
             parts.append({"type": "image"})
         return parts
 
-    def _submit(self, prep: Prepared) -> Job:
-        job = Job(prep.prompt_ids, prep.params, asyncio.get_running_loop(), asyncio.Queue(), media=prep.media)
-        prep.entry.worker.submit(job)  # Overloaded (429) when the queue is full
-        return job
-
-    def queue_first(self, prep: Prepared) -> Prepared:
-        """Queue the request now, so that a refusal (429) is the response's status and
-        not an event inside a stream that already answered 200."""
-        prep.job = self._submit(prep)
-        return prep
-
     async def pieces(self, prep: Prepared, tally: Tally) -> AsyncIterator[Piece]:
         """The choices' pieces as the scheduler makes them (one prefill, the choices
         decoded side by side); cancels generation if abandoned."""
         tally.prompt_tokens = len(prep.prompt_ids)
         m, name = self.metrics, prep.entry.id
-        job = prep.job or self._submit(prep)
+        job = prep.job
         breaks = (prep.family.open,) if prep.tools else ()  # a call ends an unclosed reasoning block
         splitters = [harmony.HarmonySplitter() if prep.splitter_args.get("harmony")
                      else ReasoningSplitter(**prep.splitter_args, breaks=breaks) for _ in prep.params]
@@ -265,14 +294,15 @@ class Service:
                     if finish == "stop" and called[i]:
                         finish = "tool_calls"
                 if reasoning or content or finish or calls or deltas:
-                    yield Piece(i, content, reasoning, finish, pending[i], calls, deltas)
+                    yield Piece(i, content, reasoning, finish, pending[i], calls, deltas,
+                                step.stop_sequence if finish == "stop" else None)
                     pending[i] = []
         finally:
             job.cancel.set()
 
     async def chat_stream(self, req: ChatCompletionRequest) -> tuple[AsyncIterator[str], threading.Event]:
         """The SSE lines, and the job's cancel flag (for the response to set on hang-up)."""
-        prep = self.queue_first(await self.prepare_chat(req))
+        prep = await self.prepare_chat(req)  # queued now: a refusal (429) is the response's status
         return self._chat_sse(req, prep), prep.job.cancel
 
     async def _chat_sse(self, req, prep) -> AsyncIterator[str]:
@@ -288,7 +318,7 @@ class Service:
                 ch.setdefault("finish_reason", None)
             return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
-        tok = prep.entry.lm.tokenizer
+        tok = prep.tokenizer
         for i in range(len(prep.params)):
             yield chunk([ChunkChoice(index=i, delta=Delta(role="assistant", content=""))])
         async for p in self.pieces(prep, tally):
@@ -316,7 +346,7 @@ class Service:
             t["reasoning"].append(p.reasoning)
             t["finish"] = p.finish_reason or t["finish"]
             t["logprobs"] += p.logprobs
-        tok = prep.entry.lm.tokenizer
+        tok = prep.tokenizer
         choices = [Choice(index=i, message=ResponseMessage(content=reply_content(t),
                                                            reasoning_content="".join(t["reasoning"]) or None,
                                                            tool_calls=[c.openai() for c in t["calls"]] or None),
@@ -335,7 +365,9 @@ class Service:
             prompt = req.prompt[0]
         else:
             prompt = req.prompt
-        entry = await self._entry(req.model)
+        return await self._prepared(req.model, req.keep_alive, lambda entry: self._prepare_completion(entry, req, prompt))
+
+    async def _prepare_completion(self, entry, req: CompletionRequest, prompt: str) -> Prepared:
         await self._measure(entry, prompt, "prompt")
         ids = await asyncio.to_thread(encode, entry.lm.tokenizer, prompt)
         self._check_length(entry, len(ids), req.max_tokens, "prompt")
@@ -343,12 +375,12 @@ class Service:
         return Prepared(entry, ids, params, {"in_reasoning": False, "enabled": False})
 
     async def completion_stream(self, req: CompletionRequest) -> tuple[AsyncIterator[str], threading.Event]:
-        prep = self.queue_first(await self.prepare_completion(req))
+        prep = await self.prepare_completion(req)
         return self._completion_sse(req, prep), prep.job.cancel
 
     async def _completion_sse(self, req, prep) -> AsyncIterator[str]:
         cid, created, tally = new_id("cmpl"), now(), Tally()
-        tok, offsets = prep.entry.lm.tokenizer, [0] * len(prep.params)
+        tok, offsets = prep.tokenizer, [0] * len(prep.params)
         async for p in self.pieces(prep, tally):
             lp = None
             if req.logprobs is not None:
@@ -371,7 +403,7 @@ class Service:
             texts[p.index]["text"].append(p.content)
             texts[p.index]["finish"] = p.finish_reason or texts[p.index]["finish"]
             texts[p.index]["logprobs"] += p.logprobs
-        tok = prep.entry.lm.tokenizer
+        tok = prep.tokenizer
         return Completion(id=new_id("cmpl"), created=now(), model=req.model,
                           choices=[CompletionChoice(text="".join(t["text"]), index=i, finish_reason=t["finish"],
                                                     logprobs=completion_logprobs(tok, t["logprobs"])

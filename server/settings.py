@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import ByteSize, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ..engine.config import EngineConfig
@@ -69,8 +69,17 @@ class ServerSettings(BaseSettings):
     max_image_bytes: int = Field(default=20 * 1024 * 1024, ge=1, description="largest image accepted, encoded")
     offline: bool = Field(default=False, description="never touch the network (HF_HUB_OFFLINE)")
     max_queue: int = Field(default=16, ge=1, description="requests that may wait per model before 429")
-    max_loaded: int = Field(default=2, ge=1, description=(
-        "models kept loaded at once; the least recently used goes"))
+    max_loaded: int = Field(default=2, ge=1, json_schema_extra={"flags": ["--models-max"]}, description=(
+        "models loaded at once; to load another, the least recently used idle one is unloaded (also --models-max)"))
+    memory_budget: Optional[ByteSize] = Field(default=None, description=(
+        "memory the loaded models may hold together (files and KV caches; e.g. 12GiB); to load another, idle "
+        "ones are unloaded until it fits (default: the memory available at startup less 1 GiB)"))
+    load_wait: float = Field(default=120.0, gt=0, description=(
+        "seconds a request waits for its model to load, or for the models in use to free room, before a 503 "
+        "with Retry-After"))
+    idle_unload: Optional[float] = Field(default=None, ge=0, description=(
+        "unload a model after this many seconds without requests (default: never; a request's keep_alive "
+        "overrides it for its model)"))
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1, description="largest request body accepted")
 
     def model_post_init(self, __context) -> None:

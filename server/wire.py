@@ -26,6 +26,7 @@ class Piece:
     logprobs: list = field(default_factory=list)  # (token id, logprob, [(id, logprob)...]) of its tokens
     tool_calls: list = field(default_factory=list)  # ToolCall, whole
     tool_deltas: list = field(default_factory=list)  # the calls as OpenAI stream deltas, as they form
+    stop_sequence: str | None = None  # with finish_reason "stop": the stop string that ended it, if one did
 
 
 @dataclass

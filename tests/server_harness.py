@@ -15,6 +15,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 OUTPUTS: dict[str, object] = {}  # base URL -> function returning the server's output so far
+PIDS: dict[str, int] = {}  # base URL -> the server's process id
 
 THINKING_TEMPLATE = (
     "{%- for m in messages %}"
@@ -122,6 +123,7 @@ def server(*args: str, env: dict | None = None):
                 raise RuntimeError(f"server did not start:\n{output()}")
             time.sleep(0.2)
         OUTPUTS[base] = output
+        PIDS[base] = proc.pid
         yield base
     finally:
         proc.terminate()
@@ -130,6 +132,12 @@ def server(*args: str, env: dict | None = None):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def rss_mib(base: str) -> float:
+    """The resident memory of the server at `base` (started by `server`), in MiB."""
+    with open(f"/proc/{PIDS[base]}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
 
 
 def ids(tiny_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import threading
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable
@@ -42,25 +43,30 @@ class Architecture:
 
 _REGISTRY: dict[str, Architecture] = {}
 _PROJECTORS: dict[str, ModuleType] = {}  # vision towers by clip.projector_type: PROJECTOR, Params, build
+_FINDING = threading.Lock()
 
 
 def architectures() -> dict[str, Architecture]:
-    """Every architecture file of this package, by `general.architecture`."""
-    if not _REGISTRY:
-        for info in pkgutil.iter_modules(__path__):
-            if info.name in SHARED_MODULES or info.name.startswith("_"):
-                continue
-            mod = importlib.import_module(f"{__name__}.{info.name}")
-            name = getattr(mod, "ARCHITECTURE", None)
-            if name is None:
-                if getattr(mod, "PROJECTOR", None) is not None:
-                    _PROJECTORS[mod.PROJECTOR] = mod
-                continue
-            if name in _REGISTRY:
-                raise RuntimeError(f"architecture {name!r} is defined by both {_REGISTRY[name].module.__name__} "
-                                   f"and {mod.__name__}")
-            _REGISTRY[name] = Architecture(name, mod.Params, mod.build, getattr(mod, "CHAT_TEMPLATE_FALLBACK", None),
+    """Every architecture file of this package, by `general.architecture` (found once;
+    two threads loading models at once both get the whole table)."""
+    with _FINDING:
+        if not _REGISTRY:
+            found: dict[str, Architecture] = {}
+            for info in pkgutil.iter_modules(__path__):
+                if info.name in SHARED_MODULES or info.name.startswith("_"):
+                    continue
+                mod = importlib.import_module(f"{__name__}.{info.name}")
+                name = getattr(mod, "ARCHITECTURE", None)
+                if name is None:
+                    if getattr(mod, "PROJECTOR", None) is not None:
+                        _PROJECTORS[mod.PROJECTOR] = mod
+                    continue
+                if name in found:
+                    raise RuntimeError(f"architecture {name!r} is defined by both {found[name].module.__name__} "
+                                       f"and {mod.__name__}")
+                found[name] = Architecture(name, mod.Params, mod.build, getattr(mod, "CHAT_TEMPLATE_FALLBACK", None),
                                            mod)
+            _REGISTRY.update(found)
     return _REGISTRY
 
 

@@ -35,11 +35,11 @@ def test_no_422_and_every_error_in_the_envelope(srv):
     for path, ops in doc["paths"].items():
         for method, op in ops.items():
             assert "422" not in op["responses"], (method, path)
-            if path.startswith("/v1/chat") or path in ("/v1/completions", "/v1/responses"):
-                assert set(op["responses"]) == {"200", "400", "401", "404", "413", "429", "500"}
+            if path.startswith("/v1/chat") or path in ("/v1/completions", "/v1/responses", "/v1/messages"):
+                assert set(op["responses"]) == {"200", "400", "401", "404", "413", "429", "500", "503"}
                 assert set(op["responses"]["200"]["content"]) == {"application/json", "text/event-stream"}
-                assert op["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith(
-                    "/ErrorResponse")
+                envelope = "/AnthropicError" if path == "/v1/messages" else "/ErrorResponse"
+                assert op["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith(envelope)
     assert "HTTPValidationError" not in doc["components"]["schemas"]
 
 
@@ -58,6 +58,9 @@ FIELDS = {  # request fields by endpoint, for bodies that name the served model
                         "logprobs", "echo", "stream_options"],
     "/v1/responses": ["input", "instructions", "max_output_tokens", "tools", "tool_choice", "text", "reasoning",
                       "stream", "include", "top_logprobs"],
+    "/v1/messages": ["messages", "max_tokens", "system", "temperature", "top_p", "top_k", "stop_sequences",
+                     "stream", "tools", "tool_choice", "thinking", "metadata", "output_config"],
+    "/v1/messages/count_tokens": ["messages", "system", "tools", "tool_choice", "thinking"],
     "/tokenize": ["content", "add_special", "with_pieces"],
     "/detokenize": ["tokens"],
 }
@@ -94,8 +97,13 @@ def test_random_requests_never_reach_a_5xx(srv, tiny_path):
         seen["answers"] += 1
         assert r.status_code < 500, (path, payload, r.text[:300])
         if r.status_code >= 400:
-            err = r.json()["error"]
-            assert isinstance(err["message"], str) and isinstance(err["type"], str) and "param" in err
+            body = r.json()
+            err = body["error"]
+            assert isinstance(err["message"], str) and isinstance(err["type"], str)
+            if path.startswith("/v1/messages"):  # Anthropic's envelope
+                assert body["type"] == "error" and set(err) == {"type", "message"}
+            else:
+                assert "param" in err
 
     probe()
     assert seen["answers"] >= 150
@@ -108,6 +116,7 @@ STREAMS = {  # a streamed request per generating path
     "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0},
     "/v1/completions": {"prompt": "hi", "max_tokens": 3, "temperature": 0},
     "/v1/responses": {"input": "hi", "max_output_tokens": 3, "temperature": 0},
+    "/v1/messages": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0},
 }
 
 

@@ -50,6 +50,7 @@ class Batch:
     media: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)  # (rows, embeddings)
     media_spans: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # slot -> image positions [lo, hi)
     mrope: torch.Tensor | None = None  # (T, 3) multi-section rotary positions (time, row, column), with images
+    both_ways: bool = False  # each sequence's tokens see each other both ways (an encoder: EmbeddingGemma)
 
     @property
     def n_tokens(self) -> int:
@@ -139,6 +140,9 @@ class Batch:
         if self.media is not None:
             raise ValueError(f"batch: {self.n_tokens} tokens with images do not fit {max_tokens} per forward "
                              "(an image goes in one forward)")
+        if self.both_ways:
+            raise ValueError(f"batch: {self.n_tokens} tokens attending both ways do not fit {max_tokens} per forward "
+                             "(such a batch goes in one forward)")
         out = []
         rows = self.rows.tolist()
         for lo in range(0, self.n_tokens, max_tokens):

@@ -20,6 +20,7 @@ from . import kernels
 from .config import MAX_BATCH, EngineConfig  # noqa: F401 (MAX_BATCH: callers know it here)
 from .batch import Batch
 from .cache import KVCache, bytes_per_token, checkpoint_bytes, fixed_bytes
+from .embed import PoolingHead
 from .models import Architecture, Model, TextParams, architecture_for
 from .modules import Weights
 from .threads import ThreadPolicy
@@ -71,6 +72,11 @@ class LoadedModel:
     def n_ctx(self) -> int:
         """Tokens a sequence can hold (prompt and completion)."""
         return self.cache.n_ctx
+
+    @property
+    def pooling(self) -> str | None:
+        """"mean", "cls", "last" (an embedding file), "rank" (a reranker), None (generative)."""
+        return self.model.pool.pooling if self.model.pool is not None else None
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """The batch forward: tokens of several sequences (slots of `cache`) at their
@@ -216,6 +222,7 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     native = dev.type == "cpu" and kernels.native_cpu_in_use()
     weights = Weights(reader, dev, dtype, native_cpu=native)
     model = arch.build(params, weights, ops)
+    model.pool = PoolingHead.build(reader, weights, params.hidden)  # None but for embedding and reranking files
     weights.release_copies()
     specs = model.cache_specs()
     ctx, seqs, why = cache_size(specs, params.context_length, cfg.n_ctx, cfg.n_seq, dtype, cfg.max_batch)

@@ -220,6 +220,10 @@ class Keys:
     EMBEDDING_LENGTH = "{arch}.embedding_length"
     BLOCK_COUNT = "{arch}.block_count"
     NEXTN_PREDICT_LAYERS = "{arch}.nextn_predict_layers"  # multi-token-prediction layers counted in block_count
+    POOLING_TYPE = "{arch}.pooling_type"  # embedding and reranking files: 1 mean, 2 CLS, 3 last token, 4 rank
+    DENSE_FEAT_IN = "{arch}.{dense}_feat_in"  # EmbeddingGemma's projections after pooling (dense_2, dense_3)
+    DENSE_FEAT_OUT = "{arch}.{dense}_feat_out"
+    CLASSIFIER_OUTPUT_LABELS = "{arch}.classifier.output_labels"
     FEED_FORWARD_LENGTH = "{arch}.feed_forward_length"
     EXPERT_COUNT = "{arch}.expert_count"
     EXPERT_USED_COUNT = "{arch}.expert_used_count"

@@ -19,11 +19,12 @@ from fastapi.responses import Response
 
 from .errors import APIError, BadRequest, HTTPStatus, InternalError, PayloadTooLarge, Unauthorized, anthropic_path
 from .metrics import Metrics
-from .openapi import (API_ERRORS, AnthropicMessage, ResponseObject, TokenCount, anthropic_errors, errors, generating,
+from .openapi import (API_ERRORS, AnthropicMessage, EmbeddingList, RerankList, ResponseObject, TokenCount, anthropic_errors, errors, generating,
                       install, ref, sse_event)
 from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Completion, CompletionRequest, DetokenizeRequest, Model,
-                       CountTokensRequest, MessagesRequest, ModelAction, ModelActionResult, ModelList, ResponsesRequest,
+                       CountTokensRequest, EmbeddingRequest, MessagesRequest, RerankRequest, ModelAction, ModelActionResult, ModelList, ResponsesRequest,
                        TokenizeRequest)
+from .embeddings import Embeddings
 from .messages import Messages
 from .registry import Registry
 from .responses import Responses
@@ -171,6 +172,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     service = Service(registry, settings, metrics)
     responses = Responses(service)
     messages = Messages(service)
+    embeddings = Embeddings(service)
     state = {"ready": False, "error": None, "failed": {}, "fatal": False}
 
     def startup() -> None:
@@ -354,6 +356,17 @@ def create_app(settings: ServerSettings) -> FastAPI:
         if req.stream:
             return await stream(await responses.stream(req))
         return await unless_disconnected(request, responses.create(req)) or gone()
+
+    @app.post("/v1/embeddings", responses=errors(*API_ERRORS))
+    async def create_embeddings(req: EmbeddingRequest) -> EmbeddingList:
+        """OpenAI's embeddings, for embedding files (a pooling type in the file)."""
+        return EmbeddingList(**await embeddings.embeddings(req))
+
+    @app.post("/v1/rerank", responses=errors(*API_ERRORS))
+    @app.post("/rerank", include_in_schema=False)
+    async def rerank(req: RerankRequest) -> RerankList:
+        """llama-server's and Jina's rerank, for reranking files (Qwen3-Reranker's)."""
+        return RerankList(**await embeddings.rerank(req))
 
     @app.post("/v1/messages", responses={**generating(
         AnthropicMessage, "Anthropic's events (`event:` and `data:` lines, from `message_start` to `message_stop`)",

@@ -94,6 +94,25 @@ class AnthropicMessage(BaseModel):
     usage: dict[str, Any]
 
 
+class EmbeddingList(BaseModel):
+    """OpenAI's embeddings reply: `data` of `{object: "embedding", index, embedding}` (floats,
+    or base64 of little-endian float32 with `encoding_format: "base64"`)."""
+
+    object: str = "list"
+    data: list[dict[str, Any]]
+    model: str
+    usage: dict[str, int]
+
+
+class RerankList(BaseModel):
+    """llama-server's rerank reply: `results` of `{index, relevance_score[, document]}`, best first."""
+
+    object: str = "list"
+    model: str
+    results: list[dict[str, Any]]
+    usage: dict[str, int]
+
+
 class TokenCount(BaseModel):
     input_tokens: int
 

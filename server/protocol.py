@@ -425,6 +425,27 @@ class MessagesRequest(CountTokensRequest):
     ignore_eos: Optional[bool] = None
 
 
+# ------------------------------------------------------ embeddings and rerank
+
+
+class EmbeddingRequest(OpenAIRequest):
+    model: str
+    input: Union[str, list[str], list[int], list[list[int]]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Optional[int] = Field(default=None, ge=1)
+    user: Optional[str] = None
+
+
+class RerankRequest(OpenAIRequest):
+    """llama-server's and Jina's /v1/rerank."""
+
+    model: str
+    query: str
+    documents: list[Union[str, dict[str, Any]]] = Field(min_length=1)
+    top_n: Optional[int] = Field(default=None, ge=1)
+    return_documents: bool = False
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
 

@@ -23,7 +23,7 @@ from ..gguf_io.summary import describe
 from . import resolve
 from .default_model import default_model_path
 from .errors import APIError, Conflict, ModelLoadFailed, ModelNotFound, Unavailable
-from .worker import Worker
+from .worker import Worker, worker_for
 
 log = logging.getLogger("gguf_serve.server")
 
@@ -375,7 +375,7 @@ class Registry:
                     self.cond.notify_all()
                 raise
             with self.cond:
-                entry.lm, entry.worker = lm, Worker(entry.id, lm, self.settings.max_queue, self.metrics)
+                entry.lm, entry.worker = lm, worker_for(entry.id, lm, self.settings.max_queue, self.metrics)
                 entry.memory = max(self._footprint(entry, lm), grown)
                 entry.loading = False
                 entry.last_used = time.monotonic()
@@ -435,7 +435,7 @@ class Registry:
         size += lm.cache.nbytes + lm.cache.checkpoint_budget
         draft = getattr(lm, "draft", None)
         if draft is not None:
-            size += os.path.getsize(draft.reader.path) + draft.cache.nbytes
+            size += os.path.getsize(draft.gguf.path) + draft.cache.nbytes
         return size
 
     def _held_memory(self) -> int:

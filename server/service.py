@@ -19,6 +19,7 @@ from ..engine.vision import ImageError
 from ..engine.grammar import GrammarError, ThinkingBudget, schema_of
 from ..engine.tokenizer import encode
 from . import harmony
+from .embeddings import refuse_kind
 from .errors import BadRequest, ContextLengthExceeded
 from .images import bad_image, load_image
 from .prepare import (Prepared, constrain, per_choice, refuse_parts, refuse_unsupported, render_chat, template_tool_calls,
@@ -75,6 +76,7 @@ class Service:
         its job; the hold ends with the job (or here, if anything fails first)."""
         entry = await self._acquire(model, keep_alive)
         try:
+            refuse_kind(entry, "generate")
             prep = await prepare(entry)
             job = Job(prep.prompt_ids, prep.params, asyncio.get_running_loop(), asyncio.Queue(), media=prep.media)
             job.done_callbacks.append(lambda: self.registry.release(entry))
@@ -131,6 +133,7 @@ class Service:
         """The prompt tokens of a chat request (as it would be prepared), generating nothing."""
         refuse_unsupported(req)
         async with self.holding(req.model, req.keep_alive) as entry:
+            refuse_kind(entry, "generate")
             return len((await self._prepare_chat(entry, req)).prompt_ids)
 
     async def _prepare_chat(self, entry, req: ChatCompletionRequest) -> Prepared:

@@ -153,3 +153,80 @@ class Worker:
             self.jobs.put_nowait(None)  # wakes a worker waiting for work (its queue is then empty)
         except queue.Full:
             pass  # a full queue means the worker is busy: it sees `stopping` at its next step
+
+
+@dataclass(eq=False)
+class EmbedJob:
+    """Token id lists to embed ("embed") or score ("rank") on an embedding model's worker;
+    the result (a float32 tensor) or the exception is set on `future` on the event loop."""
+
+    kind: str
+    inputs: list[list[int]]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    done_callbacks: list = field(default_factory=list)
+
+    def finish(self, result=None, error: Exception | None = None) -> None:
+        def settle():
+            if not self.future.done():
+                self.future.set_exception(error) if error is not None else self.future.set_result(result)
+        self.loop.call_soon_threadsafe(settle)
+        for f in self.done_callbacks:
+            f()
+
+
+class EmbedWorker:
+    """An embedding or reranking model's thread: requests wait in a bounded queue (429
+    beyond it) and run one after another, each one's inputs several to a forward
+    (engine.embed). The same face as Worker to the registry."""
+
+    def __init__(self, name: str, lm, max_queue: int, metrics=None):
+        self.name, self.lm, self.metrics = name, lm, metrics
+        self.scheduler = None
+        self.jobs: queue.Queue[EmbedJob | None] = queue.Queue(maxsize=max_queue)
+        self.live: set[EmbedJob] = set()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"embed-{name}", daemon=True)
+        self.thread.start()
+
+    def submit(self, job: EmbedJob) -> None:
+        self.live.add(job)
+        job.done_callbacks.append(lambda: self.live.discard(job))
+        try:
+            self.jobs.put_nowait(job)
+        except queue.Full:
+            self.live.discard(job)
+            raise Overloaded("the model's request queue is full; retry shortly",
+                             headers={"Retry-After": "1"}) from None
+
+    def cancel_all(self) -> None:
+        pass  # each request is one forward or a few: they finish
+
+    def _run(self) -> None:
+        from ..engine.embed import embed, rank
+
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            try:
+                job.finish(embed(self.lm, job.inputs) if job.kind == "embed" else rank(self.lm, job.inputs))
+            except Exception as e:  # this request only
+                if not isinstance(e, ValueError):
+                    log.exception("embedding failed")
+                job.finish(error=e)
+            if self.metrics:
+                self.metrics.prompt_tokens.labels(self.name).inc(sum(len(x) for x in job.inputs))
+
+    def stop(self) -> None:
+        self.stopping.set()
+        try:
+            self.jobs.put_nowait(None)
+        except queue.Full:
+            pass
+
+
+def worker_for(name: str, lm, max_queue: int, metrics=None):
+    """The worker a loaded model gets: a generation scheduler, or for an embedding or
+    reranking file, an EmbedWorker."""
+    return (EmbedWorker if lm.pooling is not None else Worker)(name, lm, max_queue, metrics)

@@ -53,8 +53,9 @@ def llama_cpp_src() -> str:
 HUB_CONFIG = {"GraniteMoeHybridForCausalLM": {"layer_types": {"linear_attention": "mamba", "full_attention": "attention"}}}
 
 
-def convert(model, folder: Path, outtype: str) -> str:
-    """`model` saved as a checkpoint in folder/hf and converted at `outtype` (f32, f16, q8_0)."""
+def convert(model, folder: Path, outtype: str, extra_args: tuple[str, ...] = ()) -> str:
+    """`model` saved as a checkpoint in folder/hf (unless one is there) and converted at
+    `outtype` (f32, f16, q8_0), with the converter's `extra_args`."""
     src = llama_cpp_src()
     hf = folder / "hf"
     if not hf.exists():
@@ -68,7 +69,8 @@ def convert(model, folder: Path, outtype: str) -> str:
         (hf / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {f"t{i}": i for i in range(n_vocab)}},
                                                        "added_tokens": []}))
     out = folder / f"converted-{outtype}.gguf"
-    run = subprocess.run([sys.executable, "-c", _RUN, src, str(hf), "--outtype", outtype, "--outfile", str(out)],
+    run = subprocess.run([sys.executable, "-c", _RUN, src, str(hf), "--outtype", outtype, "--outfile", str(out),
+                          *extra_args],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     return str(out)

@@ -143,6 +143,9 @@ UNSUFFIXED = {"mlp.gate.e_score_correction_bias": "exp_probs_b.bias", "router.sc
               "mamba.dt_bias": "ssm_dt.bias", "linear_attn.A_log": "ssm_a", "linear_attn.dt_bias": "ssm_dt.bias"}
 
 
+GEMMA3_FAMILY = ("gemma3", "gemma-embedding")  # the same layers and tensor transforms
+
+
 @dataclass
 class Spec:
     arch: str
@@ -177,6 +180,13 @@ def spec(arch: str) -> Spec:
         cfg = Qwen3_5MoeTextConfig(**c, **linear, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=256,
                                    shared_expert_intermediate_size=256)
         return Spec(arch, Qwen3_5MoeForCausalLM, cfg, QWEN35_NAMES)
+    if arch == "gemma-embedding":  # EmbeddingGemma: Gemma 3's layers, attending both ways
+        c = dict(common, num_hidden_layers=7, num_key_value_heads=1, tie_word_embeddings=True)
+        cfg = Gemma3TextConfig(**c, head_dim=64, sliding_window=8, query_pre_attn_scalar=64,
+                               use_bidirectional_attention=True,
+                               rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+        return Spec(arch, Gemma3ForCausalLM, cfg, GEMMA3_NAMES)
     if arch == "gemma3":
         c = dict(common, num_hidden_layers=7, num_key_value_heads=1, tie_word_embeddings=True)
         cfg = Gemma3TextConfig(**c, head_dim=64, sliding_window=8, query_pre_attn_scalar=64,
@@ -263,7 +273,8 @@ def random_model(s: Spec, seed: int = 0) -> torch.nn.Module:
             elif s.arch == "gemma4" and ("norm" in name or name.endswith(("router.scale", "per_expert_scale"))):
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))  # Gemma 4's norms scale by w, not 1 + w
             elif "norm" in name:
-                p.copy_(1.0 + 0.1 * torch.randn_like(p)) if s.arch != "gemma3" else p.copy_(0.1 * torch.randn_like(p))
+                p.copy_(1.0 + 0.1 * torch.randn_like(p)) if s.arch not in GEMMA3_FAMILY else p.copy_(
+                    0.1 * torch.randn_like(p))
             elif name.endswith("bias"):
                 p.copy_(0.05 * torch.randn_like(p))
             else:
@@ -435,7 +446,8 @@ def _gpt_oss_experts(w, mix: str, hf_name: str, value: np.ndarray, new_state: di
 
 def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool = False,
                chat_template: str | None = None, mtp: dict[str, np.ndarray] | None = None,
-               extra_tokens: tuple[str, ...] = (), pre: str = "qwen2", probes: bool = False) -> torch.nn.Module:
+               extra_tokens: tuple[str, ...] = (), pre: str = "qwen2", probes: bool = False,
+               meta: dict | None = None, extra: dict[str, np.ndarray] | None = None) -> torch.nn.Module:
     """Write `model` as llama.cpp would, with matrices in `mix`; returns the dense
     transformers model carrying exactly the dequantized weights the file holds.
 
@@ -557,9 +569,12 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
             w.add(f"{arch}.attention.key_length", head_dim)
             w.add(f"{arch}.attention.value_length", head_dim)
         rope = cfg.rope_parameters
-        if arch in ("gemma3", "gemma4"):
+        if arch in ("gemma3", "gemma4", "gemma-embedding"):
             w.add(f"{arch}.rope.freq_base", float(rope["full_attention"]["rope_theta"]))
-            w.add(f"{arch}.attention.sliding_window", cfg.sliding_window)
+            # EmbeddingGemma: the config's own window, before transformers' halving (conversion/gemma.py)
+            window = (cfg.sliding_window - 1) * 2 if getattr(cfg, "use_bidirectional_attention", False) \
+                else cfg.sliding_window
+            w.add(f"{arch}.attention.sliding_window", window)
         elif "full_attention" in rope:  # OLMo 3: both layer kinds share a base
             w.add(f"{arch}.rope.freq_base", float(rope["full_attention"]["rope_theta"]))
             w.add(f"{arch}.rope.dimension_count", head_dim)
@@ -590,6 +605,14 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
         w.add("tokenizer.ggml.padding_token_id", 0)
         if chat_template is not None:
             w.add("tokenizer.chat_template", chat_template)
+        for key, val in (meta or {}).items():  # more keys, as a converter option writes them
+            w.add(key.format(arch=arch), val)
+        extras = {}
+        for name, value in (extra or {}).items():  # more matrices (EmbeddingGemma's dense_2 / dense_3)
+            qt = _qtype(mix, name, value.shape[1])
+            packed = quantize(value, qt)
+            w.add_tensor(name, packed, ggml_type=qt, shape=value.shape)
+            extras[name] = torch.from_numpy(dequantize(packed, qt, value.shape))
         for hf_name, value in state.items():
             if hf_name == "lm_head.weight" and cfg.tie_word_embeddings:
                 continue
@@ -646,7 +669,7 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                 stored = _permute(value, heads)
             if gname.endswith("shortconv.conv.weight"):
                 stored = value.squeeze(1)  # (hidden, 1, taps) -> (hidden, taps)
-            if arch == "gemma3" and gname.endswith("norm.weight"):
+            if arch in GEMMA3_FAMILY and gname.endswith("norm.weight"):
                 stored = value + 1.0
             if arch in ("qwen35", "qwen35moe"):
                 stored = _qwen35_tensor(cfg, hf_name, value)
@@ -682,6 +705,7 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
         new_state["lm_head.weight"] = new_state["model.embed_tokens.weight"]
     dense.mtp = {k: new_state.pop(k) for k in list(new_state) if k.startswith("mtp.")}
     dense.load_state_dict(new_state, strict=False)
+    dense.extras = extras  # the extra matrices as the file holds them
     return dense
 
 
@@ -697,3 +721,36 @@ def tiny_chat_model(folder, name: str, seed: int, chat_template: str, think: boo
     write_gguf(s, random_model(s, seed=seed), path, "Q8_0", think=think, chat_template=chat_template,
                extra_tokens=extra_tokens)
     return str(path)
+
+
+YES_NO = (100, 101)  # the tiny rerankers' "yes" and "no" token ids
+RERANK_TEMPLATE = "<|im_start|>user\n<Query>: {query}\n<Document>: {document}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def tiny_embedding_model(folder, name: str, kind: str, mix: str = "F32", seed: int = 0):
+    """A tiny embedding or reranking file as llama.cpp's converter writes them, and its dense
+    transformers model (the reference). `kind`: "qwen3-embedding" (last-token pooling, EOS
+    appended), "embeddinggemma" (gemma-embedding: both ways, mean pooling, dense_2 and
+    dense_3 in `dense.extras`), "qwen3-reranker" (rank pooling, cls.output = the head's
+    yes/no rows, the "rerank" template)."""
+    rng = np.random.default_rng(seed)
+    path = folder / name
+    if kind == "embeddinggemma":
+        s = spec("gemma-embedding")
+        h = s.config.hidden_size
+        extra = {"dense_2.weight": (rng.standard_normal((2 * h, h)) / h ** 0.5).astype(np.float32),
+                 "dense_3.weight": (rng.standard_normal((h, 2 * h)) / (2 * h) ** 0.5).astype(np.float32)}
+        meta = {"{arch}.pooling_type": 1, "{arch}.dense_2_feat_in": h, "{arch}.dense_2_feat_out": 2 * h,
+                "{arch}.dense_3_feat_in": 2 * h, "{arch}.dense_3_feat_out": h}
+        return str(path), write_gguf(s, random_model(s, seed), path, mix, meta=meta, extra=extra)
+    s = spec("qwen3")
+    model = random_model(s, seed)
+    if kind == "qwen3-embedding":
+        meta = {"{arch}.pooling_type": 3, "tokenizer.ggml.add_eos_token": True}
+        return str(path), write_gguf(s, model, path, mix, meta=meta)
+    assert kind == "qwen3-reranker"
+    head = model.lm_head.weight.detach().float().numpy()
+    extra = {"cls.output.weight": np.ascontiguousarray(head[list(YES_NO)])}
+    meta = {"{arch}.pooling_type": 4, "{arch}.classifier.output_labels": ["yes", "no"],
+            "tokenizer.chat_templates": ["rerank"], "tokenizer.chat_template.rerank": RERANK_TEMPLATE}
+    return str(path), write_gguf(s, model, path, mix, meta=meta, extra=extra)

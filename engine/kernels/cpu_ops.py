@@ -181,7 +181,8 @@ class CpuOps(TorchOps):
         native = memo.get("native_attention")
         if native is None:  # once per forward: the batch's arrays, and whether to attend natively
             native = memo["native_attention"] = (
-                max(s.n for s in batch.seqs) <= NATIVE_ATTENTION_MAX_TOKENS and not batch.media_spans,
+                max(s.n for s in batch.seqs) <= NATIVE_ATTENTION_MAX_TOKENS and not batch.media_spans
+                and not batch.both_ways,
                 batch.slots.data_ptr(),
                 batch.positions.data_ptr(), _kv_end(batch).data_ptr())
         attend, slots, pos, kv_end = native

@@ -155,6 +155,9 @@ class Model:
         # called (embeddings, batch) once per forward before the first layer, for a family that
         # derives per-batch inputs from the embeddings (Gemma 4's per-layer embeddings)
         self.before_layers = None
+        # embedding and reranking files (engine.embed.PoolingHead, set at load): pooling and what follows it
+        self.pool = None
+        self.both_ways = False  # an encoder: each sequence's tokens attend both ways (EmbeddingGemma)
 
     def cache_specs(self) -> list[LayerCache]:
         specs = [layer.cache_spec() for layer in self.layers]

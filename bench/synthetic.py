@@ -22,6 +22,9 @@ without a download:
   sliding 8 x 256, window 1024; full 2 x 512 with keys as values; a dense MLP of 2112
   beside 128 experts of 704, 8 used). The Gemma 4 shapes are the published configs' as
   NVIDIA's NeMo and mlx-lm's model files state them.
+- qwen3-embedding-0.6b: Qwen3-Embedding-0.6B (28 layers, hidden 1024, ffn 3072, 16 / 8
+  heads x 128, tied 151,669-token vocabulary) as its Q8_0 file: last-token pooling, EOS
+  appended.
 
 Each has a byte-level vocabulary (the 256 bytes, filler tokens up to the model's size,
 <think> and </think>, ChatML's and Qwen's vision specials: text tokenizes one token per
@@ -122,10 +125,10 @@ def _vocab(w: GGUFWriter, n: int) -> None:
     w.add("tokenizer.ggml.add_bos_token", False)
 
 
-def _header(w: GGUFWriter, arch: str, name: str, s: dict) -> None:
+def _header(w: GGUFWriter, arch: str, name: str, s: dict, file_type: int = 15) -> None:
     w.add("general.architecture", arch)
     w.add("general.name", name)
-    w.add("general.file_type", 15)  # MOSTLY_Q4_K_M
+    w.add("general.file_type", file_type)  # 15: MOSTLY_Q4_K_M
     for key, value in {"context_length": s["ctx"], "embedding_length": s["hidden"], "block_count": s["layers"],
                        "feed_forward_length": s["ffn"], "attention.head_count": s["heads"],
                        "attention.head_count_kv": s["kv_heads"], "attention.key_length": s["head_dim"],
@@ -352,7 +355,30 @@ def write_gemma4(path: str, s: dict = GEMMA4_E4B, seed: int = 0) -> None:
                     w.add_tensor(f"{p}{norm}.weight", np.ones(h, np.float32))
 
 
-WRITERS = {"qwen3-4b": write_qwen3, "qwen35-4b": write_qwen35, "qwen3-30b-a3b-12l": write_qwen3moe,
+# Qwen3-Embedding-0.6B: Qwen3 layers, a tied head, last-token pooling, EOS appended (its Q8_0 file)
+QWEN3_EMBEDDING_06B = dict(vocab=151669, hidden=1024, layers=28, heads=16, kv_heads=8, head_dim=128, ffn=3072,
+                           ctx=32768)
+
+
+def write_qwen3_embedding(path: str, s: dict = QWEN3_EMBEDDING_06B, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    h, hd, kv = s["hidden"], s["head_dim"], s["kv_heads"]
+    with GGUFWriter(path) as w:
+        _header(w, "qwen3", "synthetic Qwen3-Embedding-0.6B", s, file_type=7)  # MOSTLY_Q8_0
+        w.add("qwen3.pooling_type", 3, V.UINT32)  # last token
+        w.add("tokenizer.ggml.add_eos_token", True)
+        _mat(w, rng, "token_embd.weight", Q8, (s["vocab"], h))
+        w.add_tensor("output_norm.weight", np.ones(h, np.float32))
+        for i in range(s["layers"]):
+            for name, shape in (("attn_q", (s["heads"] * hd, h)), ("attn_k", (kv * hd, h)), ("attn_v", (kv * hd, h)),
+                                ("attn_output", (h, s["heads"] * hd)), ("ffn_gate", (s["ffn"], h)),
+                                ("ffn_up", (s["ffn"], h)), ("ffn_down", (h, s["ffn"]))):
+                _mat(w, rng, f"blk.{i}.{name}.weight", Q8, shape)
+            for norm, n in (("attn_norm", h), ("ffn_norm", h), ("attn_q_norm", hd), ("attn_k_norm", hd)):
+                w.add_tensor(f"blk.{i}.{norm}.weight", np.ones(n, np.float32))
+
+
+WRITERS = {"qwen3-4b": write_qwen3, "qwen3-embedding-0.6b": write_qwen3_embedding, "qwen35-4b": write_qwen35, "qwen3-30b-a3b-12l": write_qwen3moe,
            "gpt-oss-20b-12l": write_gpt_oss, "gemma4-e4b": write_gemma4,
            "gemma4-26b-a4b-10l": lambda path: write_gemma4(path, GEMMA4_26B_A4B_10L)}
 

@@ -17,14 +17,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fastapi.responses import Response
 
+from .embeddings import Embeddings
 from .errors import APIError, BadRequest, HTTPStatus, InternalError, PayloadTooLarge, Unauthorized, anthropic_path
 from .metrics import Metrics
-from .openapi import (API_ERRORS, AnthropicMessage, EmbeddingList, RerankList, ResponseObject, TokenCount, anthropic_errors, errors, generating,
-                      install, ref, sse_event)
-from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Completion, CompletionRequest, DetokenizeRequest, Model,
-                       CountTokensRequest, EmbeddingRequest, MessagesRequest, RerankRequest, ModelAction, ModelActionResult, ModelList, ResponsesRequest,
-                       TokenizeRequest)
-from .embeddings import Embeddings
+from .openapi import (API_ERRORS, AnthropicMessage, EmbeddingList, RerankList, ResponseObject, TokenCount,
+                      anthropic_errors, errors, generating, install, ref, sse_event)
+from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Completion, CompletionRequest,
+                       CountTokensRequest, DetokenizeRequest, EmbeddingRequest, MessagesRequest, Model, ModelAction,
+                       ModelActionResult, ModelList, RerankRequest, ResponsesRequest, TokenizeRequest)
 from .messages import Messages
 from .registry import Registry
 from .responses import Responses
@@ -213,9 +213,13 @@ def create_app(settings: ServerSettings) -> FastAPI:
     async def lifespan(app: FastAPI):
         threading.Thread(target=startup, name="startup", daemon=True).start()
         reaping = threading.Event()
-        threading.Thread(target=registry.reap, args=(reaping,), name="idle-unload", daemon=True).start()
+        reaper = threading.Thread(target=registry.reap, args=(reaping,), name="idle-unload", daemon=True)
+        reaper.start()
         yield
-        reaping.set()
+        reaping.set()  # and woken, so that it has ended before the interpreter does
+        with registry.cond:
+            registry.cond.notify_all()
+        reaper.join(5)
         for e in registry.entries.values():
             if e.worker is not None:
                 e.worker.stop()

@@ -58,7 +58,8 @@ def _image_part(block: dict, where: str) -> dict:
 def _tool_result(block: dict, where: str) -> dict:
     """A tool_result block as the chat path's tool message (its text; an error flagged)."""
     if not isinstance(block.get("tool_use_id"), str):
-        raise BadRequest(f"{where}.tool_use_id: a tool_result names the tool_use it answers", param=f"{where}.tool_use_id")
+        raise BadRequest(f"{where}.tool_use_id: a tool_result names the tool_use it answers",
+                         param=f"{where}.tool_use_id")
     content = block.get("content", "")
     texts = []
     for k, part in enumerate(_blocks(content) if content else []):

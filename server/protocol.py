@@ -47,6 +47,8 @@ def keep_alive_seconds(value: Any) -> float | None:
             raise ValueError("keep_alive is a number of seconds or a duration such as '5m'")
         return None
     if isinstance(value, (int, float)):
+        if value != value:
+            raise ValueError("keep_alive is not a number (NaN)")
         return float(value)
     text = str(value).strip()
     sign = -1.0 if text.startswith("-") else 1.0

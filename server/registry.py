@@ -77,6 +77,9 @@ class Registry:
         self.cond = threading.Condition(self.lock)
         self.load_lock = threading.Lock()  # one load at a time (see _load)
         self.budget = settings.memory_budget if settings.memory_budget is not None else default_budget()
+        log.info("models: at most %d loaded, holding at most %.1f GiB together (%s)", settings.max_loaded,
+                 self.budget / 2**30, "--memory-budget" if settings.memory_budget is not None
+                 else "the memory available less 1 GiB; raise with --memory-budget")
         self.aliases: dict[str, str] = {}
         self._reach: tuple[bool, float] | None = None  # (the Hub answers, when probed)
 

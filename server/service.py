@@ -368,7 +368,8 @@ class Service:
             prompt = req.prompt[0]
         else:
             prompt = req.prompt
-        return await self._prepared(req.model, req.keep_alive, lambda entry: self._prepare_completion(entry, req, prompt))
+        return await self._prepared(req.model, req.keep_alive,
+                                    lambda entry: self._prepare_completion(entry, req, prompt))
 
     async def _prepare_completion(self, entry, req: CompletionRequest, prompt: str) -> Prepared:
         await self._measure(entry, prompt, "prompt")

@@ -255,7 +255,7 @@ def test_a_body_that_is_not_json_says_so_and_where(srv):
     assert err["message"].startswith("the request body is not valid JSON: ") and "line 2, column 15" in err["message"]
 
 
-@pytest.mark.parametrize("method,path,status", [("POST", "/v1/embeddings", 404), ("GET", "/v1/nothing/here", 404),
+@pytest.mark.parametrize("method,path,status", [("POST", "/v1/audio/speech", 404), ("GET", "/v1/nothing/here", 404),
                                                 ("DELETE", "/v1/models", 405)])
 def test_paths_not_served_answer_in_openais_envelope_naming_them(srv, method, path, status):
     r = httpx.request(method, f"{srv}{path}", json={})
@@ -539,7 +539,8 @@ def test_ctrl_c_during_a_generation_ends_it_and_exits(gemma_path):
         t0 = time.perf_counter()
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
-        assert time.perf_counter() - t0 < 10 and proc.returncode == 0
+        took = time.perf_counter() - t0
+        assert took < 10 and proc.returncode == 0, (took, proc.returncode, proc.stdout.read()[-3000:])
         t.join(10)
         assert len(chunks) < 1000 and chunks[-1]["choices"][0]["finish_reason"] == "length"
     finally:

@@ -148,6 +148,12 @@ def test_hub_failures_keep_their_meaning(tiny_path, tmp_path):
             err = r.json()["error"]
             assert r.status_code == 403 and "gated" in err["message"] and "HF_TOKEN" in err["message"], r.text
             assert err["type"] == "permission_error" and err["param"] == "model"
+            import anthropic  # the Messages API says it in Anthropic's envelope, for its SDK's class
+
+            with pytest.raises(anthropic.PermissionDeniedError) as denied:
+                anthropic.Anthropic(base_url=base, api_key="x", max_retries=0).messages.create(
+                    model="org/locked-GGUF:locked-Q8_0.gguf", max_tokens=1, messages=[{"role": "user", "content": "x"}])
+            assert denied.value.body["error"]["type"] == "permission_error" and "HF_TOKEN" in denied.value.message
             r = httpx.post(f"{base}/v1/completions", json={**body, "model": "org/missing-GGUF:m-Q8_0.gguf"})
             assert r.status_code == 404 and "no such repository" in r.json()["error"]["message"], r.text
             r = httpx.post(f"{base}/v1/completions", json={**body, "model": "tiny-qwen3.gguf"})

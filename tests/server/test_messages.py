@@ -158,7 +158,8 @@ def test_forced_tool_round_trip(claude, gpt):
         streamed = s.get_final_message()
     assert len(deltas) > 2 and streamed.content[0].input == call.input  # the input came as generated
     history = [{"role": "user", "content": "1 + 2"},
-               {"role": "assistant", "content": [{"type": "tool_use", "id": call.id, "name": "add", "input": call.input}]},
+               {"role": "assistant",
+                "content": [{"type": "tool_use", "id": call.id, "name": "add", "input": call.input}]},
                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "3"},
                                             {"type": "text", "text": "thanks"}]}]
     second = claude.messages.create(model="tools.gguf", max_tokens=8, extra_body=GREEDY, tools=CLAUDE_TOOLS,
@@ -258,7 +259,8 @@ def test_every_error_in_anthropics_envelope(base, claude, folder):
                    json={"model": "think.gguf", "messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 400 and "max_tokens" in r.json()["error"]["message"]  # required, as Anthropic has it
     with pytest.raises(anthropic.BadRequestError) as e:
-        claude.messages.create(**{**ok, "messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]})
+        claude.messages.create(**{**ok, "messages": [{"role": "user",
+                                                      "content": [{"type": "document", "source": {}}]}]})
     assert "messages.0.content.0" in e.value.message
     with pytest.raises(anthropic.BadRequestError) as e:
         claude.messages.create(**ok, tools=[{"type": "web_search_20250305", "name": "web_search"}])
@@ -317,7 +319,8 @@ def test_what_claude_code_sends(base, gpt):
     body = {"model": "think.gguf", "max_tokens": 32000, "thinking": {"type": "adaptive"},
             "output_config": {"effort": "high"}, "context_management": {"edits": [{"type": "clear_thinking_20251015"}]},
             "system": [{"type": "text", "text": "You are a CLI.", "cache_control": {"type": "ephemeral"}}],
-            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]},
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi",
+                                                        "cache_control": {"type": "ephemeral"}}]},
                          {"role": "system", "content": "Agents: none."}],
             "metadata": {"user_id": '{"session_id": "x"}'}, "temperature": 0}
     r = httpx.post(f"{base}/v1/messages?beta=true", json=body, timeout=60,

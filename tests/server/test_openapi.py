@@ -61,6 +61,9 @@ FIELDS = {  # request fields by endpoint, for bodies that name the served model
     "/v1/messages": ["messages", "max_tokens", "system", "temperature", "top_p", "top_k", "stop_sequences",
                      "stream", "tools", "tool_choice", "thinking", "metadata", "output_config"],
     "/v1/messages/count_tokens": ["messages", "system", "tools", "tool_choice", "thinking"],
+    "/v1/embeddings": ["input", "encoding_format", "dimensions"],
+    "/v1/rerank": ["query", "documents", "top_n", "return_documents"],
+    "/models/load": ["keep_alive"],
     "/tokenize": ["content", "add_special", "with_pieces"],
     "/detokenize": ["tokens"],
 }

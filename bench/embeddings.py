@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_speed import free_port, wait_ready  # noqa: E402
+from server_speed import free_port, llama_server, wait_ready  # noqa: E402
 from synthetic import write_qwen3_embedding  # noqa: E402
 
 FILE = "/tmp/gguf-serve-synthetic-qwen3-embedding-0.6b.gguf"
@@ -62,8 +61,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--llama-server", help="path of llama.cpp's llama-server (else $LLAMA_SERVER or PATH)")
     args = ap.parse_args()
-    server = next((p for p in (args.llama_server, os.environ.get("LLAMA_SERVER"), shutil.which("llama-server"))
-                   if p and os.path.exists(p)), None)
+    server = llama_server(args.llama_server)
     if not os.path.exists(FILE):
         write_qwen3_embedding(FILE)
     inputs = texts(args.inputs, args.tokens)

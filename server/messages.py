@@ -246,16 +246,9 @@ def to_chat(req: CountTokensRequest) -> ChatCompletionRequest:
     return chat
 
 
-def _param(param: str | None, origins: list[str] | None) -> str | None:
-    """A chat path error's param in the Messages request's terms."""
-    if param is None:
-        return None
-    parts = param.split(".")
-    if origins and parts[0] == "messages" and len(parts) > 1 and parts[1].isdigit() and int(parts[1]) < len(origins):
-        return ".".join([origins[int(parts[1])]] + parts[2:])
-    renamed = {"max_completion_tokens": "max_tokens", "stop": "stop_sequences", "response_format": "output_config",
-               "thinking_budget_tokens": "thinking.budget_tokens", "reasoning_effort": "output_config.effort"}
-    return renamed.get(parts[0], param)
+# the chat fields an error may name, as the Messages fields they came from
+RENAMED = {"max_completion_tokens": "max_tokens", "stop": "stop_sequences", "response_format": "output_config",
+           "thinking_budget_tokens": "thinking.budget_tokens", "reasoning_effort": "output_config.effort"}
 
 
 class _Blocks:
@@ -343,22 +336,10 @@ class Messages:
         self.service = service
 
     async def _prepare(self, req: MessagesRequest):
-        chat = None
-        try:
-            chat = to_chat(req)
-            return await self.service.prepare_chat(chat)
-        except APIError as e:
-            e.param = _param(e.param, getattr(chat, "_origins", None))
-            raise
+        return await self.service.through_chat(to_chat, req, RENAMED)
 
     async def count_tokens(self, req: CountTokensRequest) -> dict:
-        chat = None
-        try:
-            chat = to_chat(req)
-            return {"input_tokens": await self.service.count_chat(chat)}
-        except APIError as e:
-            e.param = _param(e.param, getattr(chat, "_origins", None))
-            raise
+        return {"input_tokens": await self.service.through_chat(to_chat, req, RENAMED, use=self.service.count_chat)}
 
     @staticmethod
     def _usage(tally: Tally) -> dict:

@@ -137,6 +137,18 @@ class Prepared:
         self._tokenizer = self.entry.lm.tokenizer
 
 
+def origin_param(param: str | None, origins: list[str] | None, renamed: dict[str, str]) -> str | None:
+    """A chat path error's `param` in the terms of the request it was made from (the
+    Responses or Messages API): `messages.K...` as the part message K came from, other
+    fields by `renamed`."""
+    if param is None:
+        return None
+    parts = param.split(".")
+    if origins and parts[0] == "messages" and len(parts) > 1 and parts[1].isdigit() and int(parts[1]) < len(origins):
+        return ".".join([origins[int(parts[1])]] + parts[2:])
+    return renamed.get(parts[0], param)
+
+
 def tools_for(req, lm, messages: list[dict], kwargs: dict) -> tuple[list[dict], str | None, Family]:
     """The tools the reply may call (empty: none), for `tool_choice` required or a named
     function the grammar its reply must follow, and the family its calls are written

@@ -266,13 +266,12 @@ class Registry:
         """Hold `entry` for a request and have it loaded: waits for its load (or does it),
         or for room; the caller calls `release` once its request has ended. `keep_alive`:
         seconds it stays loaded once idle (a negative number: until evicted; 0: unloaded
-        at once), from now on, as Ollama's keep_alive."""
+        at once; None: --idle-unload), as Ollama's: each request sets it anew."""
         if entry.error is not None:
             raise copy.copy(entry.failure) if entry.failure is not None else ModelLoadFailed(entry.error)
         with self.cond:
             entry.users += 1
-            if keep_alive is not None:
-                entry.keep_alive = keep_alive
+            entry.keep_alive = keep_alive
             self._gauge(entry)
         try:
             self._load(entry, time.monotonic() + (self.settings.load_wait if wait is None else wait))

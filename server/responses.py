@@ -189,17 +189,9 @@ def to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
     return chat
 
 
-def _param(param: str | None, origins: list[str] | None = None) -> str | None:
-    """A chat field named in an error, as the Responses field it came from (`origins`: each
-    message's input item, so that messages.1.content.0 is named as input.0.content.0)."""
-    if param is None:
-        return None
-    parts = param.split(".")
-    if origins and parts[0] == "messages" and len(parts) > 1 and parts[1].isdigit() and int(parts[1]) < len(origins):
-        return ".".join([origins[int(parts[1])]] + parts[2:])
-    renamed = {"messages": "input", "response_format": "text.format", "max_completion_tokens": "max_output_tokens",
-               "reasoning_effort": "reasoning.effort", "thinking_budget_tokens": "reasoning.max_tokens"}
-    return renamed.get(param.split(".")[0], param)
+# the chat fields an error may name, as the Responses fields they came from
+RENAMED = {"messages": "input", "response_format": "text.format", "max_completion_tokens": "max_output_tokens",
+           "reasoning_effort": "reasoning.effort", "thinking_budget_tokens": "reasoning.max_tokens"}
 
 
 class _Items:
@@ -337,13 +329,7 @@ class Responses:
         self.service = service
 
     async def _prepare(self, req: ResponsesRequest):
-        chat = None
-        try:
-            chat = to_chat(req)
-            return await self.service.prepare_chat(chat)
-        except APIError as e:
-            e.param = _param(e.param, getattr(chat, "_origins", None))
-            raise
+        return await self.service.through_chat(to_chat, req, RENAMED)
 
     def _shell(self, req: ResponsesRequest, rid: str, created: float) -> dict:
         """The response object without its output, as the stream's first events carry it."""

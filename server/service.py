@@ -20,10 +20,10 @@ from ..engine.grammar import GrammarError, ThinkingBudget, schema_of
 from ..engine.tokenizer import encode
 from . import harmony
 from .embeddings import refuse_kind
-from .errors import BadRequest, ContextLengthExceeded
+from .errors import APIError, BadRequest, ContextLengthExceeded
 from .images import bad_image, load_image
-from .prepare import (Prepared, constrain, per_choice, refuse_parts, refuse_unsupported, render_chat, template_tool_calls,
-                      tools_for)
+from .prepare import (Prepared, constrain, origin_param, per_choice, refuse_parts, refuse_unsupported, render_chat,
+                      template_tool_calls, tools_for)
 from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Completion,
                        CompletionChoice, CompletionRequest, Delta, ResponseMessage, new_id, now)
 from .reasoning import (ReasoningSplitter, enable_thinking, reasoning_markers, starts_in_reasoning,
@@ -128,6 +128,17 @@ class Service:
         """The request's prompt and settings, its job queued on the model's worker."""
         refuse_unsupported(req)
         return await self._prepared(req.model, req.keep_alive, lambda entry: self._prepare_chat(entry, req))
+
+    async def through_chat(self, to_chat, req, renamed: dict[str, str], use=None):
+        """`use` (default: prepare_chat) on the chat request `to_chat(req)` makes from another
+        API's request (Responses, Messages); an error names its field in that request's terms."""
+        chat = None
+        try:
+            chat = to_chat(req)
+            return await (use or self.prepare_chat)(chat)
+        except APIError as e:
+            e.param = origin_param(e.param, getattr(chat, "_origins", None), renamed)
+            raise
 
     async def count_chat(self, req: ChatCompletionRequest) -> int:
         """The prompt tokens of a chat request (as it would be prepared), generating nothing."""

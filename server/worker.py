@@ -41,7 +41,35 @@ class Job:
         return Request(self.prompt_ids, self.params, self.emit, self.cancel, media=self.media)
 
 
-class Worker:
+class _Queued:
+    """A model's bounded request queue (429 beyond it), its requests not yet ended
+    (`live`), and the stop that ends its thread."""
+
+    jobs: queue.Queue
+    live: set
+    stopping: threading.Event
+
+    def _enqueue(self, job) -> None:
+        self.live.add(job)
+        job.done_callbacks.append(lambda: self.live.discard(job))
+        try:
+            self.jobs.put_nowait(job)
+        except queue.Full:
+            self.live.discard(job)
+            raise Overloaded("the model's request queue is full; retry shortly",
+                             headers={"Retry-After": "1"}) from None
+
+    def stop(self) -> None:
+        """Finish what runs (and, for a scheduler, what waits in it), then end the thread;
+        what is still queued is refused (retry). Never blocks: the caller may be the event loop."""
+        self.stopping.set()
+        try:
+            self.jobs.put_nowait(None)  # wakes a worker waiting for work (its queue is then empty)
+        except queue.Full:
+            pass  # a full queue means the worker is busy: it sees `stopping` at its next step
+
+
+class Worker(_Queued):
     """One thread per loaded model, running its scheduler (engine.scheduler): requests
     wait in a bounded queue (429 beyond it) and join the running batch, first come first
     served, as sequence slots free up; each step is one forward over all of them."""
@@ -67,14 +95,7 @@ class Worker:
             job.cancel.set()
 
     def submit(self, job: Job) -> None:
-        self.live.add(job)
-        job.done_callbacks.append(lambda: self.live.discard(job))
-        try:
-            self.jobs.put_nowait(job)
-        except queue.Full:
-            self.live.discard(job)
-            raise Overloaded("the model's request queue is full; retry shortly",
-                             headers={"Retry-After": "1"}) from None
+        self._enqueue(job)
         if self.metrics:
             self.metrics.queue_depth.labels(self.name).set(self.jobs.qsize() + len(self.scheduler.waiting))
 
@@ -145,15 +166,6 @@ class Worker:
         for state, count in s.slots().items():
             m.kv_slots.labels(self.name, state).set(count)
 
-    def stop(self) -> None:
-        """Finish what runs and waits in the scheduler, then end the thread; what is still
-        queued is refused (retry). Never blocks: the caller may be the event loop."""
-        self.stopping.set()
-        try:
-            self.jobs.put_nowait(None)  # wakes a worker waiting for work (its queue is then empty)
-        except queue.Full:
-            pass  # a full queue means the worker is busy: it sees `stopping` at its next step
-
 
 @dataclass(eq=False)
 class EmbedJob:
@@ -175,7 +187,7 @@ class EmbedJob:
             f()
 
 
-class EmbedWorker:
+class EmbedWorker(_Queued):
     """An embedding or reranking model's thread: requests wait in a bounded queue (429
     beyond it) and run one after another, each one's inputs several to a forward
     (engine.embed). The same face as Worker to the registry."""
@@ -190,14 +202,7 @@ class EmbedWorker:
         self.thread.start()
 
     def submit(self, job: EmbedJob) -> None:
-        self.live.add(job)
-        job.done_callbacks.append(lambda: self.live.discard(job))
-        try:
-            self.jobs.put_nowait(job)
-        except queue.Full:
-            self.live.discard(job)
-            raise Overloaded("the model's request queue is full; retry shortly",
-                             headers={"Retry-After": "1"}) from None
+        self._enqueue(job)
 
     def cancel_all(self) -> None:
         pass  # each request is one forward or a few: they finish
@@ -217,13 +222,6 @@ class EmbedWorker:
                 job.finish(error=e)
             if self.metrics:
                 self.metrics.prompt_tokens.labels(self.name).inc(sum(len(x) for x in job.inputs))
-
-    def stop(self) -> None:
-        self.stopping.set()
-        try:
-            self.jobs.put_nowait(None)
-        except queue.Full:
-            pass
 
 
 def worker_for(name: str, lm, max_queue: int, metrics=None):

@@ -376,7 +376,7 @@ def test_measuring_in_pieces_refuses_only_what_is_over(gemma_path):
             assert refused
 
 
-def test_disconnect_cancels_and_full_queue_is_429(srv, tiny_path):
+def test_disconnect_cancels_and_full_queue_is_429(srv, tiny_path, gemma_path):
     body = {"model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 200, "stream": True,
             "logit_bias": no_end(tiny_path)}
     with httpx.stream("POST", f"{srv}/v1/chat/completions", json=body, timeout=60) as r:
@@ -388,31 +388,30 @@ def test_disconnect_cancels_and_full_queue_is_429(srv, tiny_path):
     short = httpx.post(f"{srv}/v1/chat/completions", timeout=60, json={
         "model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 1})
     assert short.status_code == 200 and time.perf_counter() - t < 10
-    # --parallel 2, --max-queue 2: two running, two waiting, the next is refused with Retry-After
+    # --parallel 2, --max-queue 2: two running, two waiting, the next is refused with Retry-After. On the
+    # Gemma file (300 tokens take seconds) so that none has ended before the last arrives, however fast the
+    # machine (the tiny model's 200 tokens took less than the 250 ms the six requests take to arrive)
     results = []
+    long = {"model": gemma_path, "prompt": "Once upon a time", "max_tokens": 300, "ignore_eos": True}
+    with server(gemma_path, "--max-queue", "2", "--parallel", "2", "--ctx-size", "512") as busy:
+        def req():
+            results.append(httpx.post(f"{busy}/v1/completions", timeout=120, json=long))
 
-    def req():
-        results.append(httpx.post(f"{srv}/v1/chat/completions", timeout=120, json={
-            "model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 200,
-            "logit_bias": no_end(tiny_path)}))
+        streams = []
 
-    streams = []
+        def streamed():  # refused streams get the 429 as their status, not as an event after a 200
+            with httpx.stream("POST", f"{busy}/v1/completions", timeout=120, json={**long, "stream": True}) as r:
+                r.read()
+                results.append(r), streams.append(r)
 
-    def streamed():  # refused streams get the 429 as their status, not as an event after a 200
-        with httpx.stream("POST", f"{srv}/v1/chat/completions", timeout=120, json={
-                "model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 200,
-                "logit_bias": no_end(tiny_path), "stream": True}) as r:
-            r.read()
-            results.append(r), streams.append(r)
-
-    threads = [threading.Thread(target=f) for f in (req, req, req, streamed, streamed, streamed)]
-    for th in threads:
-        th.start()
-        time.sleep(0.05)
-    for th in threads:
-        th.join(120)
+        threads = [threading.Thread(target=f) for f in (req, req, req, streamed, streamed, streamed)]
+        for th in threads:
+            th.start()
+            time.sleep(0.05)
+        for th in threads:
+            th.join(120)
     codes = sorted(r.status_code for r in results)
-    assert 429 in codes and 200 in codes
+    assert codes == [200] * 4 + [429] * 2
     for r in results:
         if r.status_code == 429:
             assert r.headers["retry-after"] == "1" and r.json()["error"]["type"] == "rate_limit_error"

@@ -174,7 +174,8 @@ def test_a_wait_past_the_bound_is_a_503_and_the_generating_model_is_never_unload
 
 def test_idle_unload_and_keep_alive(folder):
     """--idle-unload frees a quiet model; a request's keep_alive (Ollama's: seconds or a
-    duration, negative for ever, 0 at once) overrides it for its model."""
+    duration, negative for ever, 0 at once) overrides it for its model until the next
+    request, which sets its own or the default."""
     with server(str(folder), "--idle-unload", "1", "--ctx-size", "256", "--parallel", "1") as base:
         c = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
         c.completions.create(model="a.gguf", prompt="hi", max_tokens=1)
@@ -188,7 +189,9 @@ def test_idle_unload_and_keep_alive(folder):
         c.completions.create(model="a.gguf", prompt="hi", max_tokens=1, extra_body={"keep_alive": "1h"})
         time.sleep(2)
         assert statuses(base)["a.gguf"] == "loaded"
-        assert value(scrape(base), "gguf_serve_model_unloads_total", reason="idle") == 2
+        c.completions.create(model="a.gguf", prompt="hi", max_tokens=1)  # each request sets it: the default again
+        assert until(lambda: statuses(base)["a.gguf"] == "unloaded", 10)
+        assert value(scrape(base), "gguf_serve_model_unloads_total", reason="idle") == 3
         with pytest.raises(openai.BadRequestError) as bad:
             c.completions.create(model="a.gguf", prompt="hi", max_tokens=1, extra_body={"keep_alive": "5 minutes"})
         assert bad.value.body["param"] == "keep_alive"

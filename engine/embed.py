@@ -42,10 +42,6 @@ class PoolingHead:
     classifier: object = None  # rerankers: cls.output (labels x hidden)
     softmax: bool = False  # the classifier's outputs as probabilities (Qwen3-Reranker)
 
-    @property
-    def dims(self) -> int | None:
-        return self.dense[-1].out_features if self.dense else None
-
     @classmethod
     def build(cls, reader: GGUFReader, w, hidden: int) -> "PoolingHead | None":
         """The head of a file with a pooling type (its tensors checked), else None."""

@@ -167,6 +167,11 @@ async def _json_error(request: Request, error: dict) -> str:
     return f"the request body is not valid JSON: {reason} at line {line}, column {col} (character {pos})"
 
 
+def reply(error: APIError, request: Request):
+    """`error` as the response, in the envelope of the API the request went to."""
+    return error.response(anthropic_path(request.url.path))
+
+
 def create_app(settings: ServerSettings) -> FastAPI:
     metrics = Metrics()
     registry = Registry(settings, metrics)
@@ -237,36 +242,35 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError):
-        return exc.response(anthropic_path(request.url.path))
+        return reply(exc, request)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {}
         if first.get("type") == "json_invalid":  # loc holds a character offset, not a field
-            return BadRequest(await _json_error(request, first)).response(anthropic_path(request.url.path))
+            return reply(BadRequest(await _json_error(request, first)), request)
         ctx = first.get("ctx") or {}
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         param = ctx.get("field") or ".".join(loc) or None
         msg = first.get("msg", "invalid request")
-        return BadRequest(f"{param}: {msg}" if param else msg, param=param).response(anthropic_path(request.url.path))
+        return reply(BadRequest(f"{param}: {msg}" if param else msg, param=param), request)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
         where = f"{request.method} {request.url.path}"
         if exc.status_code == 404:
-            return HTTPStatus(404, f"Invalid URL ({where}): this server does not serve that path",
-                              code="unknown_url").response(anthropic_path(request.url.path))
+            return reply(HTTPStatus(404, f"Invalid URL ({where}): this server does not serve that path",
+                                    code="unknown_url"), request)
         if exc.status_code == 405:
             allowed = (exc.headers or {}).get("Allow")  # Starlette's router names the methods it serves
-            return HTTPStatus(405, f"{where}: method not allowed" + (f" (allowed: {allowed})" if allowed else ""),
-                              headers=dict(exc.headers or {})).response(anthropic_path(request.url.path))
-        return HTTPStatus(exc.status_code, f"{where}: {exc.detail}",
-                          headers=dict(exc.headers or {})).response(anthropic_path(request.url.path))
+            return reply(HTTPStatus(405, f"{where}: method not allowed" + (f" (allowed: {allowed})" if allowed else ""),
+                                    headers=dict(exc.headers or {})), request)
+        return reply(HTTPStatus(exc.status_code, f"{where}: {exc.detail}", headers=dict(exc.headers or {})), request)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
         log.exception("unexpected error")
-        return InternalError(f"internal error: {type(exc).__name__}: {exc}").response(anthropic_path(request.url.path))
+        return reply(InternalError(f"internal error: {type(exc).__name__}: {exc}"), request)
 
     @app.get("/metrics", response_class=PlainTextResponse, responses={
         200: {"description": "Prometheus text format", "content": {"text/plain": {}}}, **errors(401)})
@@ -297,9 +301,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     @app.post("/models/load", responses=errors(*API_ERRORS))
     async def load_route(req: ModelAction) -> ModelActionResult:
         """Load a model now (llama-server's router), making room as a request would."""
-        entry = registry.get(req.model)
-        await asyncio.to_thread(registry.acquire, entry, req.keep_alive)
-        registry.release(entry)
+        entry = await asyncio.to_thread(registry.ensure_loaded, registry.get(req.model), req.keep_alive)
         return ModelActionResult(model=entry.id, status=registry.state(entry))
 
     @app.post("/models/unload", responses=errors(*API_ERRORS, 409))

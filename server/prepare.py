@@ -127,14 +127,12 @@ class Prepared:
     family: Family = HERMES  # how the model writes them
     media: dict = field(default_factory=dict)  # the prompt's images by content key
 
-    @property
-    def tokenizer(self):
-        """The model's tokenizer, kept from the request's start: the model may be unloaded
-        as soon as its generation has ended, before the reply is put together."""
-        return self._tokenizer
+    # the model's tokenizer, kept from the request's start: the model may be unloaded as soon
+    # as its generation has ended, before the reply is put together
+    tokenizer: object = field(init=False)
 
     def __post_init__(self):
-        self._tokenizer = self.entry.lm.tokenizer
+        self.tokenizer = self.entry.lm.tokenizer
 
 
 def origin_param(param: str | None, origins: list[str] | None, renamed: dict[str, str]) -> str | None:

@@ -42,10 +42,10 @@ _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m":
 def keep_alive_seconds(value: Any) -> float | None:
     """Ollama's keep_alive: seconds as a number, or a duration as Go writes it ("5m",
     "1h30m", "-1"); negative: stay loaded. Raises ValueError for anything else."""
-    if value is None or isinstance(value, bool):
-        if isinstance(value, bool):
-            raise ValueError("keep_alive is a number of seconds or a duration such as '5m'")
+    if value is None:
         return None
+    if isinstance(value, bool):
+        raise ValueError("keep_alive is a number of seconds or a duration such as '5m'")
     if isinstance(value, (int, float)):
         if value != value:
             raise ValueError("keep_alive is not a number (NaN)")

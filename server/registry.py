@@ -266,9 +266,8 @@ class Registry:
         """Hold `entry` for a request and have it loaded: waits for its load (or does it),
         or for room; the caller calls `release` once its request has ended. `keep_alive`:
         seconds it stays loaded once idle (a negative number: until evicted; 0: unloaded
-        at once; None: --idle-unload), as Ollama's: each request sets it anew."""
-        if entry.error is not None:
-            raise copy.copy(entry.failure) if entry.failure is not None else ModelLoadFailed(entry.error)
+        at once; None: --idle-unload), as Ollama's: each request sets it anew. A model that
+        failed to load raises its failure (`_ready`)."""
         with self.cond:
             entry.users += 1
             entry.keep_alive = keep_alive
@@ -288,9 +287,9 @@ class Registry:
             self._gauge(entry)
             self.cond.notify_all()
 
-    def ensure_loaded(self, entry: Entry) -> Entry:
+    def ensure_loaded(self, entry: Entry, keep_alive: float | None = None) -> Entry:
         """Load `entry` (startup's named models, /models/load) without holding it."""
-        self.acquire(entry)
+        self.acquire(entry, keep_alive)
         self.release(entry)
         return entry
 
@@ -307,8 +306,11 @@ class Registry:
         """Bytes `entry` takes loaded: what it took last time (its files, its caches, or
         what the process grew by, whichever is more), else its files (the rest is counted
         once the load has sized it, and more models go then if need be)."""
-        if entry.memory:
-            return entry.memory
+        return entry.memory or self._files_bytes(entry)
+
+    @staticmethod
+    def _files_bytes(entry: Entry) -> int:
+        """The model's file and its vision file (mapped whole once loaded)."""
         size = entry.info.get("size_bytes") or 0
         if entry.mmproj and os.path.exists(entry.mmproj):
             size += os.path.getsize(entry.mmproj)
@@ -428,13 +430,9 @@ class Registry:
         log.info("loaded %s in %.1f s", entry.id, elapsed)
         return lm
 
-    @staticmethod
-    def _footprint(entry: Entry, lm) -> int:
+    def _footprint(self, entry: Entry, lm) -> int:
         """The bytes a loaded model holds: its files' (mapped) and its caches'."""
-        size = entry.info.get("size_bytes") or 0
-        if entry.mmproj and os.path.exists(entry.mmproj):
-            size += os.path.getsize(entry.mmproj)
-        size += lm.cache.nbytes + lm.cache.checkpoint_budget
+        size = self._files_bytes(entry) + lm.cache.nbytes + lm.cache.checkpoint_budget
         draft = getattr(lm, "draft", None)
         if draft is not None:
             size += os.path.getsize(draft.gguf.path) + draft.cache.nbytes

@@ -145,21 +145,19 @@ class TorchOps:
     @staticmethod
     def _mask(batch: Batch, s, n_cells: int, window: int, spans=None) -> torch.Tensor | None:
         key = ("mask", s.slot, n_cells, window, bool(spans))
-        if key not in batch.memo and batch.both_ways:  # an encoder: every token of the sequence, a window
-            cell_pos = ring_positions(n_cells, s.end)  # symmetric about the query (|q - k| <= window / 2,
-            q_pos = torch.arange(s.pos, s.end)[:, None]  # llama.cpp's LLAMA_SWA_TYPE_SYMMETRIC)
-            ok = (cell_pos[None, :] >= 0).expand(q_pos.shape[0], -1)
-            if window:
-                ok = ok & ((q_pos - cell_pos[None, :]).abs() <= window // 2)
-            batch.memo[key] = None if bool(ok.all()) else ok.to(batch.tokens.device)
         if key not in batch.memo:
-            cell_pos = ring_positions(n_cells, s.end)
+            cell_pos = ring_positions(n_cells, s.end)[None, :]
             q_pos = torch.arange(s.pos, s.end)[:, None]
-            ok = cell_pos[None, :] <= q_pos
-            for lo, hi in spans or ():
-                ok |= (q_pos >= lo) & (q_pos < hi) & (cell_pos[None, :] >= lo) & (cell_pos[None, :] < hi)
-            if window:
-                ok &= q_pos - cell_pos[None, :] < window
+            if batch.both_ways:  # an encoder: every token of the sequence, within a window symmetric about
+                ok = torch.ones(q_pos.shape[0], cell_pos.shape[1], dtype=torch.bool)  # the query (llama.cpp's
+                if window:  # LLAMA_SWA_TYPE_SYMMETRIC: |q - k| <= window / 2)
+                    ok &= (q_pos - cell_pos).abs() <= window // 2
+            else:
+                ok = cell_pos <= q_pos
+                for lo, hi in spans or ():
+                    ok |= (q_pos >= lo) & (q_pos < hi) & (cell_pos >= lo) & (cell_pos < hi)
+                if window:
+                    ok &= q_pos - cell_pos < window
             batch.memo[key] = None if bool(ok.all()) else ok.to(batch.tokens.device)
         return batch.memo[key]
 

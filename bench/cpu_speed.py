@@ -60,8 +60,8 @@ cpu.set_threads(threads)
 lm = load_model(path, device="cpu")
 from gguf_serve.engine.cache import bytes_per_token, fixed_bytes
 used = max(prefills) + n_decode + 8  # the most positions a sequence reaches here
-kv = bytes_per_token(lm.cache.layers, lm.cache.dtype) * used
-kv += fixed_bytes(lm.cache.layers, lm.cache.n_ctx, lm.cache.max_batch, lm.cache.dtype)
+kv = bytes_per_token(lm.cache.layers, lm.cache.types) * used
+kv += fixed_bytes(lm.cache.layers, lm.cache.n_ctx, lm.cache.max_batch, lm.cache.types)
 out = {"load_s": time.perf_counter() - t, "kv_cache_mb": kv / 1e6, "kv_alloc_mb": lm.cache.nbytes / 1e6}
 ids = list(range(1000, 1000 + max(prefills)))
 greedy = lambda n: SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, speculative="off")  # as llama-bench: no drafts

@@ -66,35 +66,88 @@ def linear(conv_dim: int, conv_kernel: int, n_heads: int, key_dim: int, value_di
                       value_dim=value_dim)
 
 
-def _elsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+@dataclass(frozen=True)
+class KVType:
+    """How a cache row (one head's values at one position) is stored: `name` as
+    llama-server's --cache-type-k/-v take it, GGML's type id (the native kernels'), the
+    torch dtype of the buffer, and `block` values in `block_bytes` bytes. The quantized
+    types (blocks of 32: an fp16 scale and 8- or 4-bit values) are uint8 buffers whose
+    last dimension is the row's bytes."""
+
+    name: str
+    ggml: int
+    dtype: torch.dtype
+    block: int = 1
+    block_bytes: int = 4
+
+    def row_bytes(self, head_dim: int) -> int:
+        return head_dim // self.block * self.block_bytes
+
+    def row_elements(self, head_dim: int) -> int:
+        """The buffer's last dimension."""
+        return head_dim if self.block == 1 else self.row_bytes(head_dim)
+
+    @property
+    def quantized(self) -> bool:
+        return self.block > 1
 
 
-def bytes_per_token(layers: list[LayerCache], dtype: torch.dtype) -> int:
-    """Bytes a sequence's cache grows by per token of context (full-attention layers)."""
-    return sum(2 * lc.n_kv_heads * lc.head_dim * _elsize(dtype) for lc in layers
-               if lc.kind == "attention" and lc.window == 0)
+KV_TYPES = {t.name: t for t in (
+    KVType("f32", 0, torch.float32, 1, 4), KVType("f16", 1, torch.float16, 1, 2),
+    KVType("bf16", 30, torch.bfloat16, 1, 2), KVType("q8_0", 8, torch.uint8, 32, 34),
+    KVType("q4_0", 2, torch.uint8, 32, 18))}
+_BY_DTYPE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
-def fixed_bytes(layers: list[LayerCache], n_ctx: int, max_batch: int, dtype: torch.dtype) -> int:
+def kv_types(dtype: torch.dtype, k: str | None = None, v: str | None = None) -> tuple[KVType, KVType]:
+    """The cache's (key, value) row types: as named, else the compute dtype's."""
+    default = _BY_DTYPE.get(dtype, "f32")
+    out = []
+    for what, name in (("k", k), ("v", v)):
+        name = (name or default).lower()
+        if name not in KV_TYPES:
+            raise ValueError(f"cache type {what}={name!r}: expected one of {', '.join(KV_TYPES)}")
+        out.append(KV_TYPES[name])
+    return out[0], out[1]
+
+
+def _types(types) -> tuple[KVType, KVType]:
+    return kv_types(types) if isinstance(types, torch.dtype) else types
+
+
+def _row(lc: LayerCache, types) -> int:
+    """Bytes of one position's keys and values in an attention layer."""
+    k, v = _types(types)
+    return lc.n_kv_heads * (k.row_bytes(lc.head_dim) + v.row_bytes(lc.head_dim))
+
+
+def bytes_per_token(layers: list[LayerCache], types: tuple[KVType, KVType] | torch.dtype) -> int:
+    """Bytes a sequence's cache grows by per token of context (full-attention layers);
+    `types` the (key, value) KVTypes, or a dtype for both."""
+    return sum(_row(lc, types) for lc in layers if lc.kind == "attention" and lc.window == 0)
+
+
+def fixed_bytes(layers: list[LayerCache], n_ctx: int, max_batch: int,
+                types: tuple[KVType, KVType] | torch.dtype) -> int:
     """Bytes per sequence that do not grow with the context: sliding windows, linear states."""
     n = 0
     for lc in layers:
         if lc.kind == "attention" and lc.window:
-            n += 2 * lc.n_kv_heads * lc.head_dim * min(n_ctx, lc.window + max_batch) * _elsize(dtype)
+            n += _row(lc, types) * min(n_ctx, lc.window + max_batch)
         elif lc.kind == "linear":
             n += 4 * (lc.conv_dim * (lc.conv_kernel - 1) + lc.n_heads * lc.key_dim * lc.value_dim)
     return n
 
 
-def checkpoint_bytes(layers: list[LayerCache], n_ctx: int, max_batch: int, dtype: torch.dtype) -> int:
+def checkpoint_bytes(layers: list[LayerCache], n_ctx: int, max_batch: int,
+                     types: tuple[KVType, KVType] | torch.dtype) -> int:
     """Bytes of one state checkpoint: the recurrent and conv states, and what a sliding
     window sees before a position (window - 1 cells) where its ring is shorter than the
     context."""
     n = 0
     for lc in layers:
         if lc.kind == "attention" and lc.window and lc.window + max_batch < n_ctx:
-            n += 2 * lc.n_kv_heads * lc.head_dim * (lc.window - 1) * _elsize(dtype)
+            n += _row(lc, types) * (lc.window - 1)
         elif lc.kind == "linear":
             n += 4 * (lc.conv_dim * (lc.conv_kernel - 1) + lc.n_heads * lc.key_dim * lc.value_dim)
     return n
@@ -124,12 +177,18 @@ class CheckpointStats:
 class KVCache:
     def __init__(self, layers: list[LayerCache], n_seq: int, n_ctx: int, max_batch: int,
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
-                 checkpoint_budget: int = 0):
+                 checkpoint_budget: int = 0, types: tuple[KVType, KVType] | None = None):
         if n_seq < 1 or n_ctx < 1 or max_batch < 1:
             raise ValueError(f"KV cache: n_seq, n_ctx and max_batch must be >= 1, got {n_seq}, {n_ctx}, {max_batch}")
         self.layers = list(layers)
         self.n_seq, self.n_ctx, self.max_batch = n_seq, n_ctx, max_batch
         self.dtype, self.device = dtype, torch.device(device)
+        self.types = types or kv_types(dtype)  # the (key, value) rows' KVTypes
+        kt, vt = self.types
+        for t in self.types:
+            for lc in self.layers:
+                if lc.kind == "attention" and lc.head_dim % t.block:
+                    raise ValueError(f"KV cache type {t.name}: head size {lc.head_dim} is not a multiple of {t.block}")
         self.k: list[torch.Tensor | None] = []
         self.v: list[torch.Tensor | None] = []
         self.n_cells: list[int] = []
@@ -140,9 +199,14 @@ class KVCache:
             cells = 0
             if lc.kind == "attention":
                 cells = n_ctx if not lc.window else min(n_ctx, lc.window + max_batch)
-                # empty, not zeros: untouched pages cost no memory until a sequence reaches them
-                k = torch.empty(n_seq, lc.n_kv_heads, cells, lc.head_dim, dtype=dtype, device=self.device)
-                v = torch.empty_like(k)
+                # full attention: empty, not zeros (untouched pages cost no memory until a sequence
+                # reaches them; its cells are written in order before they are read). Rings: zeros,
+                # since a slot restored from a checkpoint holds only its window, and torch's attention
+                # reads the ring's other cells masked: a NaN there (uninitialized half or quantized
+                # bits often are one) would survive the mask
+                alloc = torch.zeros if lc.window else torch.empty
+                k = alloc(n_seq, lc.n_kv_heads, cells, kt.row_elements(lc.head_dim), dtype=kt.dtype, device=self.device)
+                v = alloc(n_seq, lc.n_kv_heads, cells, vt.row_elements(lc.head_dim), dtype=vt.dtype, device=self.device)
             elif lc.kind == "shared":
                 if not 0 <= lc.source < len(self.layers) or self.layers[lc.source].kind != "attention":
                     raise ValueError(f"KV cache: a shared layer's source {lc.source} is not an attention layer")
@@ -168,7 +232,7 @@ class KVCache:
         self.min_ring = min((c for c, _ in rings), default=0)
         self.windows = (min(w for _, w in rings), max(w for _, w in rings)) if rings else (0, 0)
         self.lost = [0] * n_seq
-        self.checkpoint_size = checkpoint_bytes(self.layers, n_ctx, max_batch, dtype)
+        self.checkpoint_size = checkpoint_bytes(self.layers, n_ctx, max_batch, self.types)
         self.checkpoint_budget = checkpoint_budget if self.checkpoint_size else 0
         self._checkpoints: OrderedDict[tuple[int, int], Checkpoint] = OrderedDict()  # (slot, pos), least recent first
         self.checkpoint_stats = CheckpointStats()
@@ -181,9 +245,11 @@ class KVCache:
                    if t is not None)
 
     def describe(self) -> str:
-        per_token = bytes_per_token(self.layers, self.dtype)
-        fixed = fixed_bytes(self.layers, self.n_ctx, self.max_batch, self.dtype)
+        per_token = bytes_per_token(self.layers, self.types)
+        fixed = fixed_bytes(self.layers, self.n_ctx, self.max_batch, self.types)
+        kt, vt = self.types
         line = (f"KV cache: {self.n_seq} sequence(s) x {self.n_ctx} tokens, {per_token / 1024:.1f} KiB per token"
+                f" (k {kt.name}, v {vt.name})"
                 f" + {fixed / 2**20:.1f} MiB fixed per sequence, {self.nbytes / 2**20:.0f} MiB in all")
         if self.checkpoint_size:
             line += (f"; state checkpoints {self.checkpoint_size / 2**20:.1f} MiB each, up to "

@@ -32,7 +32,10 @@ ENV = {
     "spec": "GGUF_SERVE_SPEC",
     "draft_model": "GGUF_SERVE_DRAFT_MODEL",
     "mmproj": "GGUF_SERVE_MMPROJ",
+    "cache_type_k": "GGUF_SERVE_CACHE_TYPE_K",
+    "cache_type_v": "GGUF_SERVE_CACHE_TYPE_V",
 }
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
 SPEC_CHOICES = ("auto", "off", "ngram", "mtp", "draft")
 KERNEL_CHOICES = ("reference", "hub", "cpu")
 PREFILL_DTYPES = ("float32", "bfloat16")
@@ -56,6 +59,9 @@ class EngineConfig:
     spec: str = "auto"  # speculative decoding's drafter (SPEC_CHOICES); auto: the best the model has
     draft_model: str | None = None  # a smaller model of the same vocabulary that drafts (spec "draft")
     mmproj: str | None = None  # the model's vision file (llama.cpp's mmproj GGUF): images in chat messages
+    # the KV cache's key and value rows (CACHE_TYPES, llama-server's --cache-type-k/-v); None: the compute dtype's
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
 
     def __post_init__(self) -> None:
         if self.kernels is not None and self.kernels not in KERNEL_CHOICES:
@@ -71,6 +77,10 @@ class EngineConfig:
         if self.spec not in SPEC_CHOICES:
             raise ValueError(f"spec={self.spec!r} ({ENV['spec']}): no such speculative decoding mode; known: "
                              f"{', '.join(SPEC_CHOICES)}")
+        for name in ("cache_type_k", "cache_type_v"):
+            v = getattr(self, name)
+            if v is not None and v not in CACHE_TYPES:
+                raise ValueError(f"{name}={v!r} ({ENV[name]}): no such cache type; known: {', '.join(CACHE_TYPES)}")
         if self.cache_ram is not None and self.cache_ram < 0:
             raise ValueError(f"cache_ram must be >= 0 (MiB), got {self.cache_ram}")
 
@@ -98,4 +108,6 @@ def _parse(name: str, raw: str) -> Any:
         return int(raw)
     if name == "cpu_repack":
         return raw.strip().lower() not in ("0", "false", "no", "off")
+    if name in ("cache_type_k", "cache_type_v"):
+        return raw.strip().lower()
     return raw.strip()

@@ -19,7 +19,7 @@ from ..gguf_io import GGUFReader, Keys
 from . import kernels
 from .config import MAX_BATCH, EngineConfig  # noqa: F401 (MAX_BATCH: callers know it here)
 from .batch import Batch
-from .cache import KVCache, bytes_per_token, checkpoint_bytes, fixed_bytes
+from .cache import KVCache, bytes_per_token, checkpoint_bytes, fixed_bytes, kv_types
 from .embed import PoolingHead
 from .models import Architecture, Model, TextParams, architecture_for
 from .modules import Weights
@@ -42,6 +42,12 @@ def pick_device(device: str | torch.device = "auto") -> torch.device:
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+# the KV cache's rows by default where they are not the compute dtype's: float16 beside
+# float32 compute on CPU (llama.cpp's default: half the memory and the bytes each decode
+# step reads at depth; the native attention converts as it reads)
+DEFAULT_CACHE_TYPE = {torch.float32: "f16"}
 
 
 def default_dtype(device: torch.device) -> torch.dtype:
@@ -122,18 +128,18 @@ def available_memory() -> int:
         return 8 << 30
 
 
-def cache_size(specs, trained_ctx: int, n_ctx: int | None, n_seq: int | None, dtype: torch.dtype,
-               max_batch: int) -> tuple[int, int, str]:
+def cache_size(specs, trained_ctx: int, n_ctx: int | None, n_seq: int | None, types, max_batch: int
+               ) -> tuple[int, int, str]:
     """(n_ctx, n_seq, why): what was asked; by default DEFAULT_PARALLEL sequences with the
     trained context, as far as KV_MEMORY_SHARE of the available memory holds them, fewer
     sequences where each would get less than MIN_DEFAULT_CTX tokens."""
     budget = int(available_memory() * KV_MEMORY_SHARE)
-    per_token = bytes_per_token(specs, dtype)
+    per_token = bytes_per_token(specs, types)
 
     def fits(seqs: int) -> int:  # tokens per sequence that `seqs` sequences can hold in the budget
         if not per_token:
             return trained_ctx
-        return max(0, (budget // seqs - fixed_bytes(specs, trained_ctx, max_batch, dtype)) // per_token)
+        return max(0, (budget // seqs - fixed_bytes(specs, trained_ctx, max_batch, types)) // per_token)
 
     if n_ctx and n_seq:
         return n_ctx, n_seq, "as asked"
@@ -225,9 +231,14 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     model.pool = PoolingHead.build(reader, weights, params.hidden)  # None but for embedding and reranking files
     weights.release_copies()
     specs = model.cache_specs()
-    ctx, seqs, why = cache_size(specs, params.context_length, cfg.n_ctx, cfg.n_seq, dtype, cfg.max_batch)
-    budget = checkpoint_budget(cfg.cache_ram, checkpoint_bytes(specs, ctx, cfg.max_batch, dtype))
-    cache = KVCache(specs, seqs, ctx, cfg.max_batch, dtype, dev, checkpoint_budget=budget)
+    half = DEFAULT_CACHE_TYPE.get(dtype)
+    types = kv_types(dtype, cfg.cache_type_k or half, cfg.cache_type_v or half)
+    if any(t.quantized for t in types) and dev.type != "cpu":
+        raise ValueError(f"cache types {types[0].name}/{types[1].name}: a quantized KV cache runs on CPU only "
+                         f"(device {dev}); use f16, bf16 or f32")
+    ctx, seqs, why = cache_size(specs, params.context_length, cfg.n_ctx, cfg.n_seq, types, cfg.max_batch)
+    budget = checkpoint_budget(cfg.cache_ram, checkpoint_bytes(specs, ctx, cfg.max_batch, types))
+    cache = KVCache(specs, seqs, ctx, cfg.max_batch, dtype, dev, checkpoint_budget=budget, types=types)
     log.info("%s (%s): %s", cache.describe(), dtype, why)
     from .chat import chat_template_for
     from .tokenizer import load_tokenizer

@@ -54,6 +54,12 @@ class ServerSettings(BaseSettings):
     cache_ram: Optional[int] = Field(default=None, ge=0, description=(
         "MiB for state checkpoints that let a new turn reuse a hybrid or sliding-window model's history (default: "
         "a tenth of the memory available, at most 8192; 0: none)"))
+    cache_type_k: Optional[Literal["f32", "f16", "bf16", "q8_0", "q4_0"]] = Field(
+        default=None, json_schema_extra={"flags": ["-ctk"]}, description=(
+            "the KV cache's key rows: f16 (default on CPU), bf16, f32, or q8_0 / q4_0 (CPU only: half or a quarter "
+            "of f16's memory and of the bytes a decode step reads at depth)"))
+    cache_type_v: Optional[Literal["f32", "f16", "bf16", "q8_0", "q4_0"]] = Field(
+        default=None, json_schema_extra={"flags": ["-ctv"]}, description="the KV cache's value rows, as --cache-type-k")
     spec: Literal["auto", "off", "ngram", "mtp", "draft"] = Field(default="auto", description=(
         "speculative decoding: drafts verified in one batch forward, output unchanged (auto: the draft model if one "
         "is given, else the file's multi-token-prediction head where it has one, else n-gram lookup over the prompt "
@@ -92,4 +98,4 @@ class ServerSettings(BaseSettings):
         return EngineConfig(device=self.device, n_ctx=self.ctx_size, n_seq=self.parallel, threads=self.threads,
                             kernels=self.kernels, cpu_isa=self.cpu_isa, cpu_repack=self.cpu_repack,
                             prefill_dtype=self.prefill_dtype, cache_ram=self.cache_ram,
-                            spec=self.spec, draft_model=self.draft_model, mmproj=None if self.no_mmproj else mmproj)
+                            cache_type_k=self.cache_type_k, cache_type_v=self.cache_type_v, spec=self.spec, draft_model=self.draft_model, mmproj=None if self.no_mmproj else mmproj)

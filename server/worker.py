@@ -84,6 +84,7 @@ class Worker(_Queued):
         self._checkpoint_hits = 0
         self._drafted = self._accepted = 0
         self.live: set[Job] = set()  # submitted and not finished
+        self._gauge_lock = threading.Lock()
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"gen-{name}", daemon=True)
         self.thread.start()
@@ -96,8 +97,15 @@ class Worker(_Queued):
 
     def submit(self, job: Job) -> None:
         self._enqueue(job)
+        self._set_queue_depth()
+
+    def _set_queue_depth(self) -> None:
+        """The queue-depth gauge from the state now, set under a lock: from the submitting
+        thread and the worker's, the last value set is the last one computed (a submission's
+        count could otherwise land after the worker's, the job long done)."""
         if self.metrics:
-            self.metrics.queue_depth.labels(self.name).set(self.jobs.qsize() + len(self.scheduler.waiting))
+            with self._gauge_lock:
+                self.metrics.queue_depth.labels(self.name).set(self.jobs.qsize() + len(self.scheduler.waiting))
 
     def _take(self) -> bool:
         """Move queued jobs into the scheduler while it has slots for them (waiting for
@@ -145,7 +153,7 @@ class Worker(_Queued):
         m, s = self.metrics, self.scheduler
         if not m:
             return
-        m.queue_depth.labels(self.name).set(self.jobs.qsize() + len(s.waiting))
+        self._set_queue_depth()
         m.running.labels(self.name).set(len(s.running))
         m.sequences_running.labels(self.name).set(s.n_running)
         if n_tokens:

@@ -1,8 +1,19 @@
-"""Shared fixtures: the real Gemma 3 270M file, and small GGUF files written here."""
+"""Shared fixtures: the real Gemma 3 270M file, and small GGUF files written here.
+
+The suite's models keep float32 KV caches (the engine's CPU default is float16 rows):
+its comparisons with transformers hold logits to 1e-4, which rounding the keys and
+values to half precision does not. The typed caches have tests of their own
+(engine/test_cpu_ops.py, engine/test_kv_types.py), which set their types explicitly."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# inherited by the servers the tests start
+os.environ.setdefault("GGUF_SERVE_CACHE_TYPE_K", "f32")
+os.environ.setdefault("GGUF_SERVE_CACHE_TYPE_V", "f32")
 
 from helpers import write_small_model
 

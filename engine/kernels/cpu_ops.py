@@ -27,7 +27,8 @@ class AttnLayer(ctypes.Structure):
     _fields_ = [("n_head", I64), ("n_kv", I64), ("d", I64), ("q_off", I64), ("q_head", I64), ("k_off", I64),
                 ("v_off", I64), ("gate_off", I64), ("q_norm", P), ("k_norm", P), ("eps", F), ("scale", F),
                 ("softcap", F), ("half", ctypes.c_int32), ("neox", ctypes.c_int32), ("window", ctypes.c_int32),
-                ("kc", P), ("vc", P), ("n_cells", I64), ("sinks", P), ("v_norm", P), ("kv_shared", ctypes.c_int32)]
+                ("kc", P), ("vc", P), ("n_cells", I64), ("sinks", P), ("v_norm", P), ("kv_shared", ctypes.c_int32),
+                ("k_type", ctypes.c_int32), ("v_type", ctypes.c_int32)]
 
 
 def _bind(lib) -> None:
@@ -35,8 +36,10 @@ def _bind(lib) -> None:
     lib.gc_rms_norm.argtypes = [P, I64, P, P, I64, I64, F, P]
     lib.gc_act_mul.restype = None
     lib.gc_act_mul.argtypes = [P, I64, P, I64, P, I64, I64, INT, INT]
-    lib.gc_attention.restype = None
+    lib.gc_attention.restype = INT
     lib.gc_attention.argtypes = [ctypes.POINTER(AttnLayer), P, I64, I64, P, P, P, P, P, P, P, INT, INT]
+    lib.gc_kv_rows.restype = INT
+    lib.gc_kv_rows.argtypes = [INT, P, I64, I64, I64, I64, P, INT]
     lib.gc_moe_route.restype = None
     lib.gc_moe_route.argtypes = [P, I64, I64, INT, INT, P, P]
     lib.gc_moe_combine.restype = None
@@ -81,15 +84,15 @@ def _kv_end(batch: Batch) -> torch.Tensor:
 
 def _native_layer(spec, cache, memo: weakref.WeakKeyDictionary) -> AttnLayer | None:
     """The layer's native description for this cache (built once per spec and cache
-    buffer), or None where the native op does not apply (another dtype, a head count
-    that does not divide)."""
+    buffer), or None where the native op does not apply (a head count that does not
+    divide, weights of another dtype)."""
     key = (id(cache), cache.k[spec.layer].data_ptr())
     got = memo.get(spec)
     if got is not None and got[0] == key:
         return got[1]
     kbuf, vbuf = cache.kv(spec.layer)
     d, h, hkv = spec.head_dim, spec.n_heads, spec.n_kv_heads
-    ok = kbuf.dtype is F32 and kbuf.is_contiguous() and vbuf.is_contiguous() and h % hkv == 0 and all(
+    ok = kbuf.device.type == "cpu" and kbuf.is_contiguous() and vbuf.is_contiguous() and h % hkv == 0 and all(
         w is None or (w.dtype is F32 and w.is_contiguous()) for w in (spec.sinks, spec.v_norm, spec.q_norm, spec.k_norm))
     qw = spec.q_width
     layer = None
@@ -98,7 +101,7 @@ def _native_layer(spec, cache, memo: weakref.WeakKeyDictionary) -> AttnLayer | N
                           _ptr(spec.q_norm), _ptr(spec.k_norm), spec.eps, spec.scale, spec.softcap or 0.0,
                           spec.rope.inv_freq.shape[0], int(spec.rope.neox), spec.window, kbuf.data_ptr(),
                           vbuf.data_ptr(), cache.n_cells[spec.layer], _ptr(spec.sinks), _ptr(spec.v_norm),
-                          int(spec.kv_shared))
+                          int(spec.kv_shared), cache.types[0].ggml, cache.types[1].ggml)
         layer._keep = (spec.q_norm, spec.k_norm, kbuf, vbuf, spec.sinks, spec.v_norm)  # the pointers' owners
     memo[spec] = (key, layer)
     return layer
@@ -189,8 +192,10 @@ class CpuOps(TorchOps):
         t, hd = qkv.shape[0], spec.n_heads * spec.head_dim
         cos, sin = spec.rope.tables(batch)
         out = qkv.new_empty(t, hd)
-        self._attn(layer, qkv.data_ptr(), qkv.stride(0), t, cos.data_ptr(), sin.data_ptr(), slots,
-              cache.cells(spec.layer, batch).data_ptr(), pos, kv_end, out.data_ptr(), int(attend), cpu.threads())
+        rc = self._attn(layer, qkv.data_ptr(), qkv.stride(0), t, cos.data_ptr(), sin.data_ptr(), slots,
+                        cache.cells(spec.layer, batch).data_ptr(), pos, kv_end, out.data_ptr(), int(attend),
+                        cpu.threads())
+        cpu.check(rc, "gc_attention", f"{t} tokens, {spec.n_heads} heads of {spec.head_dim}")
         if attend:
             return out
         # prompt chunks: q/k normalized and rotated, k/v cached by the native op; torch attends
@@ -198,10 +203,21 @@ class CpuOps(TorchOps):
         q = qkv[:, :layer.k_off].reshape(t, h, -1)[..., :d]
         kbuf, vbuf = cache.kv(spec.layer)
         o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[spec.layer], spec.window, spec.scale,
-                           spec.softcap, spec.media_both_ways, spec.sinks).reshape(t, hd)
+                           spec.softcap, spec.media_both_ways, spec.sinks, cache.types).reshape(t, hd)
         if spec.gated:
             o = o * torch.sigmoid(qkv[:, :layer.k_off].reshape(t, h, 2 * d)[..., d:].reshape(t, hd))
         return o
+
+    def from_rows(self, rows, t, head_dim, dtype):
+        if (not t.quantized or dtype is not F32 or rows.dim() != 3 or rows.device.type != "cpu"
+                or rows.stride(2) != 1 or rows.stride(1) != rows.shape[2]):
+            return super().from_rows(rows, t, head_dim, dtype)
+        # (kv heads, cells, row bytes) of one slot: each head's cells are contiguous rows
+        out = torch.empty(*rows.shape[:-1], head_dim, dtype=torch.float32)
+        rc = self._lib.gc_kv_rows(t.ggml, rows.data_ptr(), rows.shape[0], rows.stride(0), rows.shape[1], head_dim,
+                                  out.data_ptr(), cpu.threads())
+        cpu.check(rc, "gc_kv_rows", f"{t.name} rows of {head_dim}")
+        return out
 
     def causal_conv(self, x, conv_state, weight, batch, silu: bool = True):
         if not (_f32(x, conv_state, weight) and _rows(x) and conv_state.is_contiguous() and weight.is_contiguous()):

@@ -13,7 +13,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ...gguf_io.quants import dequantize, quantize
 from ..batch import Batch
+from ..cache import KVType
 
 SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT = 1.702, 7.0  # gpt-oss's clamped SwiGLU (llama.cpp's swiglu_oai)
 
@@ -80,10 +82,25 @@ class TorchOps:
     # --------------------------------------------------------- attention
 
     def kv_write(self, kbuf: torch.Tensor, vbuf: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 slots: torch.Tensor, cells: torch.Tensor) -> None:
-        """Keys and values (T, kv_heads, head_dim) into their slots' cells."""
-        kbuf[slots, :, cells] = k.to(kbuf.dtype)
-        vbuf[slots, :, cells] = v.to(vbuf.dtype)
+                 slots: torch.Tensor, cells: torch.Tensor, types: tuple[KVType, KVType]) -> None:
+        """Keys and values (T, kv_heads, head_dim) into their slots' cells, as rows of
+        the cache's (key, value) types."""
+        kbuf[slots, :, cells] = self.to_rows(k, types[0])
+        vbuf[slots, :, cells] = self.to_rows(v, types[1])
+
+    @staticmethod
+    def to_rows(x: torch.Tensor, t: KVType) -> torch.Tensor:
+        """(..., head_dim) values as cache rows of type `t` (the quantized ones through
+        gguf_io's quantizers, on CPU tensors)."""
+        if not t.quantized:
+            return x.to(t.dtype)
+        return torch.from_numpy(quantize(x.detach().float().numpy(), t.ggml))
+
+    def from_rows(self, rows: torch.Tensor, t: KVType, head_dim: int, dtype: torch.dtype) -> torch.Tensor:
+        """Cache rows (..., row) of type `t` as (..., head_dim) values in `dtype`."""
+        if not t.quantized:
+            return rows.to(dtype)
+        return torch.from_numpy(dequantize(rows.numpy(), t.ggml, (*rows.shape[:-1], head_dim))).to(dtype)
 
     def self_attention(self, qkv: torch.Tensor, spec, batch: Batch, cache) -> torch.Tensor:
         """A layer's attention between its projections. `qkv` (T, q + k + v) is the fused
@@ -113,17 +130,18 @@ class TorchOps:
             if spec.v_norm is not None:
                 v = self.rms_norm(v, spec.v_norm, spec.eps)
             k = self.rope(k, cos, sin, spec.rope.neox)
-            self.kv_write(kbuf, vbuf, k, v, batch.slots, cache.cells(spec.layer, batch))
+            self.kv_write(kbuf, vbuf, k, v, batch.slots, cache.cells(spec.layer, batch), cache.types)
         o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[spec.layer], spec.window, spec.scale, spec.softcap,
-                           spec.media_both_ways, spec.sinks)
+                           spec.media_both_ways, spec.sinks, cache.types)
         o = o.reshape(t, h * d)
         return o if gate is None else o * torch.sigmoid(gate.reshape(t, h * d))
 
     def attention(self, q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, batch: Batch, n_cells: int,
                   window: int, scale: float, softcap: float | None = None, media_both_ways: bool = False,
-                  sinks: torch.Tensor | None = None) -> torch.Tensor:
+                  sinks: torch.Tensor | None = None, types: tuple[KVType, KVType] | None = None) -> torch.Tensor:
         """Causal attention of q (T, heads, head_dim) over each sequence's cached keys
-        and values (already written), grouped-query, optionally within a window of
+        and values (already written; rows of `types`, by default the buffers' dtypes),
+        grouped-query, optionally within a window of
         `window` positions (the query's own included) and with tanh soft-capping. With
         `media_both_ways`, an image's tokens (batch.media_spans) also see each other's
         later ones (Gemma 3). `sinks` (heads,): per head a logit that joins each softmax
@@ -132,7 +150,11 @@ class TorchOps:
         for s in batch.seqs:
             qs = q[s.start:s.start + s.n].transpose(0, 1)[None]  # (1, H, n, D)
             used = min(s.end, n_cells)
-            ks, vs = kbuf[s.slot, :, :used][None], vbuf[s.slot, :, :used][None]
+            ks, vs = kbuf[s.slot, :, :used], vbuf[s.slot, :, :used]
+            if types is not None:
+                d = q.shape[-1]
+                ks, vs = self.from_rows(ks, types[0], d, q.dtype), self.from_rows(vs, types[1], d, q.dtype)
+            ks, vs = ks[None], vs[None]
             mask = self._mask(batch, s, n_cells, window, batch.media_spans.get(s.slot) if media_both_ways else None)
             if softcap or sinks is not None:
                 o = self._explicit(qs, ks, vs, mask, scale, softcap, sinks)

@@ -148,13 +148,15 @@ def test_sequences_batched_together_equal_each_alone(tiny, arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_bfloat16_forward_stays_close(tiny, arch):
+def test_bfloat16_forward_stays_close(tiny, arch, monkeypatch):
     """The path other devices take (CUDA runs bfloat16): the torch ops and reference
     kernels in bfloat16, KV cache included, stay within bfloat16's rounding of the
     float32 logits (relative to their scale). With random routers a rounding can flip an
     expert choice, so for the MoE models only a finite, same-shaped result is required."""
     path, dense = tiny(arch, "Q8_0")
     ids = torch.randint(0, 250, (12,), generator=torch.Generator().manual_seed(6)).tolist()
+    monkeypatch.delenv("GGUF_SERVE_CACHE_TYPE_K")  # the suite's float32 caches (conftest): the dtype's here
+    monkeypatch.delenv("GGUF_SERVE_CACHE_TYPE_V")
     lm = load_model(path, device="cpu", dtype=torch.bfloat16)
     assert all(k.dtype == torch.bfloat16 for k in lm.cache.k if k is not None)  # attention layers' caches
     slot = lm.cache.allocate()

@@ -31,6 +31,13 @@ def restore():
         cpu.configure()
 
 
+@pytest.fixture(autouse=True)
+def _defaults_only(monkeypatch):
+    """These tests compare with the defaults: without the suite's float32 cache types (conftest)."""
+    for name in ("cache_type_k", "cache_type_v"):
+        monkeypatch.delenv(ENV[name], raising=False)
+
+
 def test_arguments_win_over_the_environment_which_wins_over_the_defaults(monkeypatch):
     assert EngineConfig.resolve() == EngineConfig()
     monkeypatch.setenv(ENV["threads"], "3")

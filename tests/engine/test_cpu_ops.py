@@ -70,22 +70,24 @@ def test_expert_routing_and_combine(isa, norm):
     close(CPU_OPS.moe_combine(y, w), TORCH_OPS.moe_combine(y, w), tol=1e-5)
 
 
-def _attention_case(n_kv, n_heads, d, window, gated, seqs, n_cells, n_slots=3, seed=2, sinks=False):
+def _attention_case(n_kv, n_heads, d, window, gated, seqs, n_cells, n_slots=3, seed=2, sinks=False, types="f32"):
     """A layer's fused q/k/v projection for a batch of `seqs` (slot, new tokens, position),
-    over a cache whose slots already hold random earlier positions: fresh, identical
-    inputs on every call (the native op works in place)."""
-    from gguf_serve.engine.cache import KVCache, attention
+    over a cache (rows of `types`, "k/v" or one for both) whose slots already hold random
+    earlier positions: fresh, identical inputs on every call (the native op works in
+    place)."""
+    from gguf_serve.engine.cache import KVCache, attention, kv_types
     from gguf_serve.engine.models.layers import AttentionSpec, Rope
 
     g = torch.Generator().manual_seed(seed)
     batch = Batch.of([(slot, list(range(n)), pos) for slot, n, pos in seqs])
     t = batch.n_tokens
     qkv = torch.randn(t, n_heads * d * (2 if gated else 1) + 2 * n_kv * d, generator=g)
-    cache = KVCache([attention(n_kv, d, window)], n_seq=n_slots, n_ctx=n_cells if not window else 200,
-                    max_batch=n_cells - window if window else 64)
+    kt, vt = (types.split("/") * 2)[:2]
+    cache = KVCache([attention(n_kv, d, window)], n_seq=n_slots, n_ctx=n_cells if not window else 200 * n_cells,
+                    max_batch=n_cells - window if window else 64, types=kv_types(torch.float32, kt, vt))
     assert cache.n_cells[0] == n_cells
-    cache.k[0].copy_(torch.randn(cache.k[0].shape, generator=g))
-    cache.v[0].copy_(torch.randn(cache.v[0].shape, generator=g))
+    for buf, ty in zip((cache.k[0], cache.v[0]), cache.types):
+        buf.copy_(TORCH_OPS.to_rows(torch.randn(*buf.shape[:-1], d, generator=g), ty))
     rope = Rope(1.0 / 10000 ** (torch.arange(d // 4).float() / (d // 4)), 1.0, True)
     spec = AttentionSpec(layer=0, n_heads=n_heads, n_kv_heads=n_kv, head_dim=d, rope=rope, scale=d ** -0.5,
                          eps=1e-6, window=window, gated=gated, q_norm=torch.randn(d, generator=g),
@@ -148,6 +150,81 @@ def test_attention_equals_torch(isa, layout, neox):
     close(ours, ref, tol=5e-5)
     close(c1.k[0], c2.k[0])
     close(c1.v[0], c2.v[0])
+
+
+@pytest.mark.parametrize("types", ["f16", "bf16", "q8_0", "q4_0", "q8_0/f16"])
+@pytest.mark.parametrize("layout", ["gqa", "ring", "sinks", "long", "long-window", "prefill"])
+def test_typed_caches_equal_torch(isa, layout, types):
+    """Caches of half and quantized rows: the native op writes each new key and value as
+    gguf_io's quantizers (numpy) do, and attends over the rows as torch does over the
+    same rows dequantized; long caches split into blocks across threads (flash-decoding)
+    and merged equal one pass."""
+    cases = {
+        "gqa": (2, 8, 64, 0, False, [(0, 1, 40), (2, 1, 5), (1, 3, 17)], 64),
+        "ring": (1, 4, 32, 8, False, [(0, 1, 100), (2, 5, 61)], 24),
+        "sinks": (2, 8, 64, 8, False, [(0, 1, 100), (2, 3, 61)], 24, 3, 2, True),
+        "long": (1, 4, 64, 0, False, [(0, 1, 1500), (1, 3, 999), (2, 1, 64)], 1536),  # several blocks each
+        "long-window": (2, 4, 64, 300, False, [(0, 1, 2000), (1, 2, 700)], 364),  # a ring of blocks, wrapped
+        "prefill": (2, 4, 32, 0, False, [(0, 40, 0), (1, 1, 7)], 64),  # torch over the native rows, dequantized
+    }
+    case = cases[layout] + (() if len(cases[layout]) > 7 else (3, 2, False))
+    spec, qkv, batch, cache = _attention_case(*case, types=types)
+    q_in = qkv.clone()
+    ours = CPU_OPS.self_attention(qkv, spec, batch, cache)
+    spec2, qkv2, batch2, ref_cache = _attention_case(*case, types=types)
+    TORCH_OPS.self_attention(qkv2, spec2, batch2, ref_cache)
+    d = spec.head_dim
+    for a, b, ty in zip((cache.k[0], cache.v[0]), (ref_cache.k[0], ref_cache.v[0]), cache.types):
+        # the rows written: as numpy's quantizer (the inputs' last-bit differences in the
+        # normed, rotated keys may move a value by one step, rarely)
+        fa, fb = TORCH_OPS.from_rows(a, ty, d, torch.float32), TORCH_OPS.from_rows(b, ty, d, torch.float32)
+        step = fb.abs().amax(-1, keepdim=True) / (127 if ty.name == "q8_0" else 7 if ty.name == "q4_0" else 256)
+        assert ((fa - fb).abs() <= step * 1.01 + 1e-6).all()
+        assert (a == b).float().mean() > 0.99
+    # the attention over the rows the native op wrote: torch over the same rows, dequantized
+    t, h = q_in.shape[0], spec.n_heads
+    q = qkv[:, :spec.q_width].reshape(t, h, -1)[..., :d]  # normed and rotated in place by the native op
+    ref = TORCH_OPS.attention(q, cache.k[0], cache.v[0], batch, cache.n_cells[0], spec.window, spec.scale,
+                              spec.softcap, False, spec.sinks, cache.types).reshape(t, h * d)
+    close(ours, ref, tol=5e-5)
+
+
+@pytest.mark.parametrize("types", ["f32", "f16", "q8_0"])
+def test_batched_attention_equals_each_sequence_alone(isa, types):
+    """Sequences of very different lengths (1 to 1500 cells: one block to many) in one
+    call give, bit for bit, what each gives alone: a sequence's blocks do not depend on
+    the batch."""
+    seqs = [(0, 1, 1500), (1, 1, 3), (2, 2, 700), (3, 1, 0), (4, 3, 90)]
+    case = (2, 8, 64, 0, False)
+    spec, qkv, batch, cache = _attention_case(*case, seqs, 1536, n_slots=5, types=types)
+    together = CPU_OPS.self_attention(qkv, spec, batch, cache)
+    for i, one in enumerate(seqs):
+        spec, qkv, batch, cache = _attention_case(*case, seqs, 1536, n_slots=5, types=types)  # the same inputs
+        start = sum(n for _, n, _ in seqs[:i])
+        sub = Batch.of([(one[0], list(range(one[1])), one[2])])
+        alone = CPU_OPS.self_attention(qkv[start:start + one[1]].contiguous(), spec, sub, cache)
+        assert torch.equal(alone, together[start:start + one[1]])
+
+
+def test_quantized_caches_stay_near_float():
+    """The same attention over a q8_0 / q4_0 / f16 cache and a float32 one: outputs differ
+    by what the rows' rounding allows."""
+    outs = {}
+    for types in ("f32", "f16", "q8_0", "q4_0"):
+        spec, qkv, batch, cache = _attention_case(2, 8, 128, 0, False, [(0, 1, 700), (1, 2, 300)], 1024, seed=5,
+                                                  types="f32")
+        if types != "f32":  # the same random history, rounded to the type
+            from gguf_serve.engine.cache import KVCache, kv_types
+            typed = KVCache([cache.layers[0]], n_seq=3, n_ctx=1024, max_batch=64,
+                            types=kv_types(torch.float32, types, types))
+            for src, dst, ty in zip((cache.k[0], cache.v[0]), (typed.k[0], typed.v[0]), typed.types):
+                dst.copy_(TORCH_OPS.to_rows(src, ty))
+            cache = typed
+        outs[types] = CPU_OPS.self_attention(qkv, spec, batch, cache)
+    scale = outs["f32"].abs().mean()
+    err = {k: ((v - outs["f32"]).abs().mean() / scale).item() for k, v in outs.items()}
+    assert err["f16"] < 1e-3 and err["q8_0"] < 2e-2 and err["q4_0"] < 0.2, err  # 3e-4, 7e-3, 0.12 measured
+    assert err["f16"] < err["q8_0"] < err["q4_0"], err
 
 
 def test_ring_positions():

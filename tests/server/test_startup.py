@@ -80,3 +80,19 @@ def test_a_drafter_the_model_cannot_have_stops_the_start_with_the_reason(tiny_pa
                            text=True, timeout=120, env=env)
         line = [x for x in p.stderr.splitlines() if x.startswith("gguf-serve: no model could be served")]
         assert p.returncode == 1 and len(line) == 1 and says in line[0], p.stderr[-2000:]
+
+
+def test_cache_types_from_the_command_line(gemma_path):
+    """llama-server's -ctk/-ctv: the model loads with those rows, says so in its load line,
+    and answers; a type there is none of is refused before anything loads."""
+    from server_harness import OUTPUTS
+
+    with server(gemma_path, "-ctk", "q8_0", "--cache-type-v", "q4_0", "--ctx-size", "2048", "--parallel", "2") as base:
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+        r = c.completions.create(model=os.path.basename(gemma_path), prompt="The capital of France is",
+                                 max_tokens=8, temperature=0)
+        assert r.usage.completion_tokens == 8 and r.choices[0].text.strip()
+        assert "KiB per token (k q8_0, v q4_0)" in OUTPUTS[base]()
+    p = subprocess.run(serve_command(gemma_path, "-ctk", "q5_1", "--port", str(free_port())), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and "q5_1" in p.stderr and "cache-type-k" in p.stderr

@@ -6,8 +6,11 @@
  * run time, and a portable one written so that the compiler can vectorize it. */
 
 #include "gc.h"
+#include "quants.h"
 
 /* ------------------------------------------------------------ primitives */
+
+#define MAX_HEAD_DIM 512
 
 enum { ACT_SILU = 0, ACT_GELU_TANH = 1, ACT_SWIGLU_OAI = 2 };
 
@@ -308,6 +311,229 @@ void gc_mask_logits(float *logits, int64_t n, const uint32_t *allowed, int64_t n
 
 /* ------------------------------------------------------------- attention */
 
+/* KV cache rows by type (GGML's type ids): float32, float16, bfloat16, or 32-value blocks
+ * of Q8_0 or Q4_0 (llama-server's --cache-type-k/-v). A row is one head's d values. */
+enum { KV_F32 = 0, KV_F16 = 1, KV_Q4_0 = 2, KV_Q8_0 = 8, KV_BF16 = 30 };
+
+static int64_t kv_row_bytes(int type, int64_t d) {
+    switch (type) {
+    case KV_F32: return 4 * d;
+    case KV_F16: case KV_BF16: return 2 * d;
+    case KV_Q8_0: return d / 32 * (int64_t)sizeof(blk_q8_0);
+    case KV_Q4_0: return d / 32 * (int64_t)sizeof(blk_q4_0);
+    default: return -1;
+    }
+}
+
+/* float32 -> float16 bits, rounded to nearest even (numpy's astype, bit for bit) */
+static inline uint16_t f2h(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* 65520 and up: inf */
+    if (ax < 0x38800000u) {                                    /* below 2^-14: a half subnormal (or 0) */
+        float a;
+        memcpy(&a, &ax, 4);
+        return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.f));
+    }
+    return (uint16_t)(sign | ((ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13));
+}
+
+static inline uint16_t f2bf(float f) { /* round to nearest even; NaNs kept quiet */
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 64u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/* one head's d floats into a cache row of `type` (ggml's reference quantizers, as
+ * gguf_io's: Q8_0 d = amax / 127, q = round(x / d); Q4_0 d = -max / 8 for the value of
+ * largest magnitude, q = trunc(x / d + 8.5) up to 15) */
+static void kv_store(int type, const float *x, uint8_t *dst, int64_t d) {
+    switch (type) {
+    case KV_F32: memcpy(dst, x, sizeof(float) * (size_t)d); break;
+    case KV_F16: for (int64_t i = 0; i < d; i++) ((uint16_t *)dst)[i] = f2h(x[i]); break;
+    case KV_BF16: for (int64_t i = 0; i < d; i++) ((uint16_t *)dst)[i] = f2bf(x[i]); break;
+    case KV_Q8_0:
+        for (int64_t b = 0; b < d / 32; b++) {
+            const float *xb = x + 32 * b;
+            blk_q8_0 blk;
+            float amax = 0.f;
+            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+            const float dd = amax / 127.f, id = dd != 0.f ? 1.f / dd : 0.f;
+            blk.d = f2h(dd);
+            for (int j = 0; j < 32; j++) blk.qs[j] = (int8_t)roundf(xb[j] * id);
+            memcpy(dst + b * sizeof(blk_q8_0), &blk, sizeof blk);
+        }
+        break;
+    case KV_Q4_0:
+        for (int64_t b = 0; b < d / 32; b++) {
+            const float *xb = x + 32 * b;
+            blk_q4_0 blk;
+            float amax = 0.f, mx = 0.f;
+            for (int j = 0; j < 32; j++)
+                if (fabsf(xb[j]) > amax) { amax = fabsf(xb[j]); mx = xb[j]; }
+            const float dd = mx / -8.f, id = dd != 0.f ? 1.f / dd : 0.f;
+            blk.d = f2h(dd);
+            for (int j = 0; j < 16; j++) {
+                const int lo = (int)(xb[j] * id + 8.5f), hi = (int)(xb[j + 16] * id + 8.5f);
+                blk.qs[j] = (uint8_t)((lo < 15 ? (lo < 0 ? 0 : lo) : 15) | ((hi < 15 ? (hi < 0 ? 0 : hi) : 15) << 4));
+            }
+            memcpy(dst + b * sizeof(blk_q4_0), &blk, sizeof blk);
+        }
+        break;
+    }
+}
+
+/* a cache row of `type` as d floats */
+static void kv_load_s(int type, const uint8_t *src, float *y, int d) {
+    switch (type) {
+    case KV_F32: memcpy(y, src, sizeof(float) * (size_t)d); break;
+    case KV_F16: for (int i = 0; i < d; i++) y[i] = h2f(((const uint16_t *)src)[i]); break;
+    case KV_BF16:
+        for (int i = 0; i < d; i++) {
+            const uint32_t bits = (uint32_t)((const uint16_t *)src)[i] << 16;
+            memcpy(y + i, &bits, 4);
+        }
+        break;
+    case KV_Q8_0:
+        for (int b = 0; b < d / 32; b++) {
+            const blk_q8_0 *blk = (const blk_q8_0 *)src + b;
+            const float s = h2f(blk->d);
+            for (int j = 0; j < 32; j++) y[32 * b + j] = s * (float)blk->qs[j];
+        }
+        break;
+    case KV_Q4_0:
+        for (int b = 0; b < d / 32; b++) {
+            const blk_q4_0 *blk = (const blk_q4_0 *)src + b;
+            const float s = h2f(blk->d);
+            for (int j = 0; j < 16; j++) {
+                y[32 * b + j] = s * (float)((blk->qs[j] & 15) - 8);
+                y[32 * b + j + 16] = s * (float)((blk->qs[j] >> 4) - 8);
+            }
+        }
+        break;
+    }
+}
+
+#ifdef GC_X86
+#define AVX2H __attribute__((target("avx2,fma,f16c")))
+#define AVX512H __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+
+AVX2H static void kv_load_avx2(int type, const uint8_t *src, float *y, int d) {
+    int i = 0;
+    switch (type) {
+    case KV_F16:
+        for (; i + 8 <= d; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 2 * i))));
+        break;
+    case KV_BF16:
+        for (; i + 8 <= d; i += 8)
+            _mm256_storeu_ps(y + i, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + 2 * i))), 16)));
+        break;
+    case KV_Q8_0:
+        for (int b = 0; b < d / 32; b++) {
+            const blk_q8_0 *blk = (const blk_q8_0 *)src + b;
+            const __m256 s = _mm256_set1_ps(_cvtsh_ss(blk->d));
+            for (int j = 0; j < 32; j += 8)
+                _mm256_storeu_ps(y + 32 * b + j, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                                                     _mm_loadl_epi64((const __m128i *)(blk->qs + j))))));
+        }
+        return;
+    case KV_Q4_0:
+        for (int b = 0; b < d / 32; b++) {
+            const blk_q4_0 *blk = (const blk_q4_0 *)src + b;
+            const __m256 s = _mm256_set1_ps(_cvtsh_ss(blk->d));
+            const __m128i q = _mm_loadu_si128((const __m128i *)blk->qs), m4 = _mm_set1_epi8(15), e8 = _mm_set1_epi8(8);
+            const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), e8);
+            const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), e8);
+            float *yb = y + 32 * b;
+            _mm256_storeu_ps(yb, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
+            _mm256_storeu_ps(yb + 8, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+            _mm256_storeu_ps(yb + 16, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
+            _mm256_storeu_ps(yb + 24, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+        }
+        return;
+    }
+    if (i < d) kv_load_s(type, src + (type == KV_F32 ? 4 : 2) * i, y + i, d - i);
+}
+
+AVX512H static void kv_load_avx512(int type, const uint8_t *src, float *y, int d) {
+    int i = 0;
+    switch (type) {
+    case KV_F16:
+        for (; i + 16 <= d; i += 16)
+            _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + 2 * i))));
+        break;
+    case KV_BF16:
+        for (; i + 16 <= d; i += 16)
+            _mm512_storeu_ps(y + i, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + 2 * i))), 16)));
+        break;
+    case KV_Q8_0:
+        for (int b = 0; b < d / 32; b++) {
+            const blk_q8_0 *blk = (const blk_q8_0 *)src + b;
+            const __m512 s = _mm512_set1_ps(_cvtsh_ss(blk->d));
+            _mm512_storeu_ps(y + 32 * b, _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                           _mm_loadu_si128((const __m128i *)blk->qs)))));
+            _mm512_storeu_ps(y + 32 * b + 16, _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                                _mm_loadu_si128((const __m128i *)(blk->qs + 16))))));
+        }
+        return;
+    case KV_Q4_0:
+        for (int b = 0; b < d / 32; b++) {
+            const blk_q4_0 *blk = (const blk_q4_0 *)src + b;
+            const __m512 s = _mm512_set1_ps(_cvtsh_ss(blk->d));
+            const __m128i q = _mm_loadu_si128((const __m128i *)blk->qs), m4 = _mm_set1_epi8(15), e8 = _mm_set1_epi8(8);
+            const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), e8);
+            const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), e8);
+            _mm512_storeu_ps(y + 32 * b, _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo))));
+            _mm512_storeu_ps(y + 32 * b + 16, _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi))));
+        }
+        return;
+    }
+    if (i < d) kv_load_s(type, src + (type == KV_F32 ? 4 : 2) * i, y + i, d - i);
+}
+
+AVX512H static float dot_avx512(const float *a, const float *b, int n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+AVX512H static void axpy_avx512(float a, const float *x, float *y, int n) {
+    const __m512 va = _mm512_set1_ps(a);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+#endif
+
+typedef struct {
+    float (*dot)(const float *, const float *, int);
+    void (*axpy)(float, const float *, float *, int);
+    void (*load)(int, const uint8_t *, float *, int);
+} attn_vec_t;
+
+static const attn_vec_t *attn_vec(void) {
+    static const attn_vec_t S = {dot_s, axpy_s, kv_load_s};
+#ifdef GC_X86
+    static const attn_vec_t A2 = {dot_avx2, axpy_avx2, kv_load_avx2};
+    static const attn_vec_t A5 = {dot_avx512, axpy_avx512, kv_load_avx512};
+    if (gc_isa() >= ISA_AVX512) return &A5;
+    if (gc_isa() >= ISA_AVX2) return &A2;
+#endif
+    return &S;
+}
+
 /* A layer's attention, fixed at load (the Python side builds it once per layer and
  * cache): offsets are in floats from the start of a row of the fused q/k/v projection
  * output; q heads are `q_head` floats apart (2 d when a gate follows each, Qwen3.5). */
@@ -317,12 +543,20 @@ typedef struct {
     const float *q_norm, *k_norm;                 /* NULL: no q/k RMSNorm */
     float eps, scale, softcap;                    /* softcap 0: none */
     int32_t half, neox, window;                   /* rotary dims / 2, NeoX pairing, window (0: none) */
-    float *kc, *vc;                               /* cache (slots, n_kv, n_cells, d) */
+    uint8_t *kc, *vc;                             /* cache rows (slots, n_kv, n_cells) of k_type / v_type */
     int64_t n_cells;
     const float *sinks;                           /* per head a logit in the softmax with no value (gpt-oss); NULL: none */
     const float *v_norm;                          /* RMSNorm weight of the v heads (Gemma 4); NULL: none */
     int32_t kv_shared;                            /* q only: k/v are an earlier layer's, in kc/vc (Gemma 4) */
+    int32_t k_type, v_type;                       /* KV_*: the cache rows' types */
 } gc_attn_layer;
+
+/* a batch's sequence: its tokens [t0, t0 + n) (contiguous), slot, the cells it sees
+ * (min(end, n_cells)), their blocks (of blk cells), its first work item and where its
+ * partial results start */
+typedef struct {
+    int64_t t0, n, slot, len, cells, blk, n_blocks, item0, part0;
+} attn_seq;
 
 typedef struct {
     const gc_attn_layer *L;
@@ -331,6 +565,11 @@ typedef struct {
     const float *cos, *sin;
     const int64_t *slots, *cells, *pos, *kv_end;
     float *out;
+    /* the attention's work: items (sequence, kv head, block of `blk` cells) */
+    const attn_seq *seqs;
+    const int64_t *seq_of; /* per token, its sequence */
+    int64_t n_seqs;
+    float *part; /* per item, per row (token x head of its group): d floats of sum p v, then max, sum p */
 } attn_ctx;
 
 static void rope_row(float *x, const float *cs, const float *sn, int half, int neox) {
@@ -355,6 +594,8 @@ static void attn_prep_task(void *vctx, int64_t start, int64_t end) {
     const gc_attn_layer *L = c->L;
     const vec_t *V = vec();
     const int64_t per = L->n_head + (L->kv_shared ? 0 : L->n_kv), d = L->d;
+    const int64_t kb = kv_row_bytes(L->k_type, d), vb = kv_row_bytes(L->v_type, d);
+    float vn[MAX_HEAD_DIM];
     for (int64_t it = start; it < end; it++) {
         const int64_t t = it / per, j = it % per;
         float *row = c->qkv + t * c->row;
@@ -369,80 +610,239 @@ static void attn_prep_task(void *vctx, int64_t start, int64_t end) {
         float *x = row + L->k_off + h * d;
         if (L->k_norm) norm_row(V, x, L->k_norm, x, NULL, (int)d, L->eps);
         rope_row(x, cs, sn, L->half, L->neox);
-        const int64_t at = ((c->slots[t] * L->n_kv + h) * L->n_cells + c->cells[t]) * d;
-        memcpy(L->kc + at, x, sizeof(float) * (size_t)d);
-        memcpy(L->vc + at, row + L->v_off + h * d, sizeof(float) * (size_t)d);
-        if (L->v_norm) norm_row(V, L->vc + at, L->v_norm, L->vc + at, NULL, (int)d, L->eps);
+        const int64_t at = (c->slots[t] * L->n_kv + h) * L->n_cells + c->cells[t];
+        kv_store(L->k_type, x, L->kc + at * kb, d);
+        const float *v = row + L->v_off + h * d;
+        if (L->v_norm) {
+            norm_row(V, v, L->v_norm, vn, NULL, (int)d, L->eps);
+            v = vn;
+        }
+        kv_store(L->v_type, v, L->vc + at * vb, d);
     }
 }
 
-#define STACK_SCORES 4096
+/* grow-only per-thread scratch (a decode step's attention runs hundreds of times) */
+static float *scratch(float **buf, size_t *cap, size_t n) {
+    if (n > *cap) {
+        free(*buf);
+        *buf = malloc(sizeof(float) * n);
+        *cap = *buf ? n : 0;
+    }
+    return *buf;
+}
 
-/* per (token, query head): softmax(q·K * scale) · V over the cells the token sees */
-static void attn_task(void *vctx, int64_t start, int64_t end) {
+/* One work item: a sequence's tokens, the query heads of one kv head (a group of G), over
+ * one block of cells: per row (token, head) the block's scores' max m, sum of e^(s - m)
+ * and sum of e^(s - m) v, written to the item's partial results. The block's keys and
+ * values are read once for all the rows (flash-decoding: the blocks of a long cache are
+ * split across threads, and attn_reduce_task merges them). */
+static void attn_block_task(void *vctx, int64_t start, int64_t end) {
+    static _Thread_local float *buf;
+    static _Thread_local size_t cap;
     const attn_ctx *c = vctx;
     const gc_attn_layer *L = c->L;
+    const attn_vec_t *A = attn_vec();
     const vec_t *V = vec();
-    const int64_t d = L->d, n_cells = L->n_cells;
-    float stack[STACK_SCORES];
+    const int64_t d = L->d, G = L->n_head / L->n_kv, n_cells = L->n_cells;
+    const int64_t kb = kv_row_bytes(L->k_type, d), vb = kv_row_bytes(L->v_type, d);
     for (int64_t it = start; it < end; it++) {
-        const int64_t t = it / L->n_head, h = it % L->n_head, kvh = h / (L->n_head / L->n_kv);
-        const float *row = c->qkv + t * c->row;
-        const float *q = row + L->q_off + h * L->q_head;
-        const int64_t len = c->kv_end[t], p = c->pos[t];
-        const int64_t n = len < n_cells ? len : n_cells;
-        const int64_t base = (c->slots[t] * L->n_kv + kvh) * n_cells * d;
-        const float *K = L->kc + base, *Vv = L->vc + base;
-        float *s = n <= STACK_SCORES ? stack : malloc(sizeof(float) * (size_t)n);
-        float *o = c->out + (t * L->n_head + h) * d;
-        if (!s) { /* out of memory: NaNs rather than a silent wrong answer */
-            for (int64_t i = 0; i < d; i++) o[i] = NAN;
+        int64_t si = 0;
+        while (si + 1 < c->n_seqs && c->seqs[si + 1].item0 <= it) si++;
+        const attn_seq *S = &c->seqs[si];
+        const int64_t local = it - S->item0, kvh = local / S->n_blocks, b = local % S->n_blocks;
+        const int64_t blk = S->blk, c0 = b * blk, c1 = c0 + blk < S->cells ? c0 + blk : S->cells, nc = c1 - c0;
+        const int64_t R = S->n * G, pw = d + 2;
+        float *part = c->part + S->part0 + local * R * pw;
+        float *kf = scratch(&buf, &cap, (size_t)(2 * d + R * blk));
+        if (!kf) { /* out of memory: NaNs rather than a silent wrong answer */
+            for (int64_t r = 0; r < R * pw; r++) part[r] = NAN;
             continue;
         }
-        float m = -INFINITY;
-        for (int64_t cell = 0; cell < n; cell++) {
-            const int64_t cp = n_cells >= len ? cell : cell + n_cells * ((len - 1 - cell) / n_cells);
-            float sc = -INFINITY;
-            if (cp <= p && (!L->window || p - cp < L->window)) {
-                sc = V->dot(q, K + cell * d, (int)d) * L->scale;
-                if (L->softcap > 0.f) sc = L->softcap * tanhf(sc / L->softcap);
+        float *vf = kf + d, *s = vf + d;
+        const int64_t base = (S->slot * L->n_kv + kvh) * n_cells;
+        for (int64_t j = 0; j < nc; j++) {
+            const int64_t cell = c0 + j;
+            const int64_t cp = n_cells >= S->len ? cell : cell + n_cells * ((S->len - 1 - cell) / n_cells);
+            const uint8_t *kr = L->kc + (base + cell) * kb;
+            const float *k = (const float *)kr;
+            int loaded = L->k_type == KV_F32;
+            for (int64_t tt = 0; tt < S->n; tt++) {
+                const int64_t p = c->pos[S->t0 + tt];
+                const int ok = cp <= p && (!L->window || p - cp < L->window);
+                if (ok && !loaded) {
+                    A->load(L->k_type, kr, kf, (int)d);
+                    k = kf;
+                    loaded = 1;
+                }
+                const float *qrow = c->qkv + (S->t0 + tt) * c->row + L->q_off;
+                for (int64_t g = 0; g < G; g++) {
+                    float sc = -INFINITY;
+                    if (ok) {
+                        sc = A->dot(qrow + (kvh * G + g) * L->q_head, k, (int)d) * L->scale;
+                        if (L->softcap > 0.f) sc = L->softcap * tanhf(sc / L->softcap);
+                    }
+                    s[(tt * G + g) * blk + j] = sc;
+                }
             }
-            s[cell] = sc;
-            if (sc > m) m = sc;
         }
-        float sink = 0.f; /* a sink takes its share of the softmax and adds nothing */
-        if (L->sinks) {
-            if (L->sinks[h] > m) m = L->sinks[h];
-            sink = expf(L->sinks[h] - m);
+        for (int64_t r = 0; r < R; r++) {
+            float *sr = s + r * blk, *o = part + r * pw;
+            float m = -INFINITY;
+            for (int64_t j = 0; j < nc; j++) m = sr[j] > m ? sr[j] : m;
+            memset(o, 0, sizeof(float) * (size_t)d);
+            o[d] = m;
+            if (m == -INFINITY) {
+                o[d + 1] = 0.f;
+                for (int64_t j = 0; j < nc; j++) sr[j] = 0.f;
+            } else {
+                o[d + 1] = V->exp_sum(sr, (int)nc, m);
+            }
         }
-        const float inv = 1.f / (V->exp_sum(s, (int)n, m) + sink);
-        memset(o, 0, sizeof(float) * (size_t)d);
-        for (int64_t cell = 0; cell < n; cell++)
-            if (s[cell] != 0.f) V->axpy(s[cell] * inv, Vv + cell * d, o, (int)d);
-        if (L->gate_off >= 0) {
-            const float *g = row + L->gate_off + h * L->q_head;
-            for (int64_t i = 0; i < d; i++) o[i] *= 1.f / (1.f + expf(-g[i]));
+        for (int64_t j = 0; j < nc; j++) {
+            const uint8_t *vr = L->vc + (base + c0 + j) * vb;
+            const float *v = L->v_type == KV_F32 ? (const float *)vr : NULL;
+            for (int64_t r = 0; r < R; r++) {
+                const float w = s[r * blk + j];
+                if (w == 0.f) continue;
+                if (!v) {
+                    A->load(L->v_type, vr, vf, (int)d);
+                    v = vf;
+                }
+                A->axpy(w, v, part + r * pw, (int)d);
+            }
         }
-        if (s != stack) free(s);
     }
+}
+
+/* per (token, head): the blocks' partial results merged (each scaled by e^(m_b - M)),
+ * the sink's share added, divided by the sum, times sigmoid(gate) if the layer has one */
+static void attn_reduce_task(void *vctx, int64_t start, int64_t end) {
+    const attn_ctx *c = vctx;
+    const gc_attn_layer *L = c->L;
+    const attn_vec_t *A = attn_vec();
+    const int64_t d = L->d, G = L->n_head / L->n_kv, pw = d + 2;
+    for (int64_t it = start; it < end; it++) {
+        const int64_t t = it / L->n_head, h = it % L->n_head, kvh = h / G, g = h % G;
+        const attn_seq *S = &c->seqs[c->seq_of[t]];
+        const int64_t R = S->n * G, r = (t - S->t0) * G + g;
+        const float *first = c->part + S->part0 + kvh * S->n_blocks * R * pw + r * pw;
+        float M = L->sinks ? L->sinks[h] : -INFINITY;
+        for (int64_t b = 0; b < S->n_blocks; b++) M = first[b * R * pw + d] > M ? first[b * R * pw + d] : M;
+        float *o = c->out + (t * L->n_head + h) * d;
+        memset(o, 0, sizeof(float) * (size_t)d);
+        float sum = L->sinks ? expf(L->sinks[h] - M) : 0.f;
+        for (int64_t b = 0; b < S->n_blocks; b++) {
+            const float *pb = first + b * R * pw;
+            if (pb[d] == -INFINITY) continue;
+            const float w = expf(pb[d] - M);
+            sum += w * pb[d + 1];
+            A->axpy(w, pb, o, (int)d);
+        }
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        for (int64_t i = 0; i < d; i++) o[i] *= inv;
+        if (L->gate_off >= 0) {
+            const float *gt = c->qkv + t * c->row + L->gate_off + h * L->q_head;
+            for (int64_t i = 0; i < d; i++) o[i] *= 1.f / (1.f + expf(-gt[i]));
+        }
+    }
+}
+
+/* cells per block of a sequence: as many blocks as keep every thread busy (about four
+ * items each) with this sequence alone, blocks of at least 64 cells and at most 512 (the
+ * scores of a block stay in L1/L2). It depends on nothing else in the batch, so that a
+ * sequence's sums run in the same order whichever sequences share its step. */
+static int64_t attn_block(int64_t n_kv, int64_t cells, int n_threads) {
+    const int64_t want = 4 * (int64_t)(n_threads > 0 ? n_threads : 1);
+    int64_t blk = n_kv >= want ? 512 : (cells * n_kv / want + 31) / 32 * 32;
+    return blk < 64 ? 64 : blk > 512 ? 512 : blk;
 }
 
 /* A layer's attention over the rows of its fused q/k/v projection (n_tok rows `row`
  * floats apart; see gc_attn_layer): q/k heads RMS-normalized when weights are given,
  * rotary over the first 2 * half dims with cos/sin tables (n_tok, half), k and v
- * written into the cache at each token's slot and cell. With `attend`, then, per token
- * and head, softmax over the cells of its slot whose positions it sees (p <= its
- * position, within the window if any; cell positions from the sequence's end kv_end and
- * the ring size) into out (n_tok, n_head * d), times sigmoid(gate) if the layer has one;
- * a head's sink logit, where the layer has them, joins the softmax's denominator.
- * The q and k parts of qkv are modified in place. */
-void gc_attention(const gc_attn_layer *L, float *qkv, int64_t row, int64_t n_tok, const float *cos, const float *sin,
-                  const int64_t *slots, const int64_t *cells, const int64_t *pos, const int64_t *kv_end, float *out,
-                  int attend, int n_threads) {
-    attn_ctx c = {L, qkv, row, n_tok, cos, sin, slots, cells, pos, kv_end, out};
+ * written into the cache at each token's slot and cell (in the cache's row types). With
+ * `attend`, then, per token and head, softmax over the cells of its slot whose positions
+ * it sees (p <= its position, within the window if any; cell positions from the
+ * sequence's end kv_end and the ring size) into out (n_tok, n_head * d), times
+ * sigmoid(gate) if the layer has one; a head's sink logit, where the layer has them,
+ * joins the softmax's denominator. A sequence's tokens are contiguous and share a slot.
+ * The q and k parts of qkv are modified in place. Returns GC_NO_MEMORY if scratch
+ * memory could not be had (nothing attended), else GC_OK. */
+int gc_attention(const gc_attn_layer *L, float *qkv, int64_t row, int64_t n_tok, const float *cos, const float *sin,
+                 const int64_t *slots, const int64_t *cells, const int64_t *pos, const int64_t *kv_end, float *out,
+                 int attend, int n_threads) {
+    static _Thread_local float *part_buf;
+    static _Thread_local size_t part_cap;
+    attn_ctx c = {L, qkv, row, n_tok, cos, sin, slots, cells, pos, kv_end, out, NULL, NULL, 0, NULL};
     const int64_t prep = n_tok * (L->n_head + (L->kv_shared ? 0 : L->n_kv));
     gc_parallel_for(prep >= 64 ? n_threads : 1, prep, chunk_of(prep, n_threads, 8), attn_prep_task, &c);
-    if (attend) gc_parallel_for(n_threads, n_tok * L->n_head, 1, attn_task, &c);
+    if (!attend || n_tok == 0) return GC_OK;
+    int64_t n_seqs = 1;
+    for (int64_t t = 1; t < n_tok; t++) n_seqs += slots[t] != slots[t - 1];
+    attn_seq *seqs = malloc(sizeof(attn_seq) * (size_t)n_seqs + sizeof(int64_t) * (size_t)n_tok);
+    if (!seqs) return GC_NO_MEMORY;
+    int64_t *seq_of = (int64_t *)(seqs + n_seqs), si = -1;
+    for (int64_t t = 0; t < n_tok; t++) {
+        if (t == 0 || slots[t] != slots[t - 1]) {
+            const int64_t len = kv_end[t], cl = len < L->n_cells ? len : L->n_cells;
+            seqs[++si] = (attn_seq){t, 0, slots[t], len, cl, attn_block(L->n_kv, cl, n_threads), 0, 0, 0};
+        }
+        seqs[si].n++;
+        seq_of[t] = si;
+    }
+    const int64_t G = L->n_head / L->n_kv;
+    int64_t items = 0, floats = 0;
+    for (int64_t s = 0; s < n_seqs; s++) {
+        seqs[s].n_blocks = (seqs[s].cells + seqs[s].blk - 1) / seqs[s].blk;
+        if (seqs[s].n_blocks < 1) seqs[s].n_blocks = 1;
+        seqs[s].item0 = items;
+        seqs[s].part0 = floats;
+        items += L->n_kv * seqs[s].n_blocks;
+        floats += L->n_kv * seqs[s].n_blocks * seqs[s].n * G * (L->d + 2);
+    }
+    c.seqs = seqs;
+    c.seq_of = seq_of;
+    c.n_seqs = n_seqs;
+    c.part = scratch(&part_buf, &part_cap, (size_t)floats);
+    if (!c.part) {
+        free(seqs);
+        return GC_NO_MEMORY;
+    }
+    gc_parallel_for(n_threads, items, 1, attn_block_task, &c);
+    const int64_t rows = n_tok * L->n_head;
+    gc_parallel_for(rows >= 16 ? n_threads : 1, rows, chunk_of(rows, n_threads, 4), attn_reduce_task, &c);
+    free(seqs);
+    return GC_OK;
+}
+
+typedef struct {
+    int type;
+    const uint8_t *src;
+    int64_t group_stride, n, d;
+    float *dst;
+} kv_rows_ctx;
+
+static void kv_rows_task(void *vctx, int64_t start, int64_t end) {
+    const kv_rows_ctx *c = vctx;
+    const attn_vec_t *A = attn_vec();
+    const int64_t rb = kv_row_bytes(c->type, c->d);
+    for (int64_t i = start; i < end; i++) {
+        const int64_t g = i / c->n, r = i % c->n;
+        A->load(c->type, c->src + g * c->group_stride + r * rb, c->dst + i * c->d, (int)c->d);
+    }
+}
+
+/* Cache rows of `type` as floats: `groups` runs of n rows each (a slot's kv heads, their
+ * cells; runs `group_stride` bytes apart, rows back to back) into dst (groups, n, d), for
+ * the attention of long prompt chunks over a quantized cache. */
+int gc_kv_rows(int type, const uint8_t *src, int64_t groups, int64_t group_stride, int64_t n, int64_t d, float *dst,
+               int n_threads) {
+    if (kv_row_bytes(type, d) < 0 || (type != KV_F32 && type != KV_F16 && type != KV_BF16 && d % 32))
+        return GC_UNSUPPORTED;
+    kv_rows_ctx c = {type, src, group_stride, n, d, dst};
+    const int64_t rows = groups * n;
+    gc_parallel_for(rows >= 256 ? n_threads : 1, rows, chunk_of(rows, n_threads, 64), kv_rows_task, &c);
+    return GC_OK;
 }
 
 /* ------------------------------------ Qwen3.5, LFM2: causal conv */
@@ -506,7 +906,6 @@ typedef struct {
     const int64_t *slot, *start, *len;
 } delta_ctx;
 
-#define MAX_HEAD_DIM 512
 
 static void l2_unit(const vec_t *V, const float *x, float *y, int n, float mul) {
     const float r = mul / sqrtf(V->dot(x, x, n) + 1e-6f);

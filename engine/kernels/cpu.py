@@ -110,6 +110,8 @@ def load() -> ctypes.CDLL | None:
     lib.gc_isa_name.argtypes = [ctypes.c_int]
     lib.gc_set_tiles.restype = ctypes.c_int
     lib.gc_set_tiles.argtypes = [ctypes.c_int]
+    lib.gc_set_x8.restype = ctypes.c_int
+    lib.gc_set_x8.argtypes = [ctypes.c_int]
     lib.gc_linear_f32.restype = None
     lib.gc_linear_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                                   ctypes.c_void_p, ctypes.c_int]
@@ -158,6 +160,13 @@ def set_tiles(on: bool) -> None:
     """Q4_K matmuls of 8 or more activation rows through the repacked tiles (the default)
     or the row-wise dots only (for tests and comparisons)."""
     load().gc_set_tiles(int(bool(on)))
+
+
+def set_x8(on: bool) -> None:
+    """32-block matmuls of 8 or more activation rows (that take no tiles) through the
+    AVX-512 VNNI eight-row dots (the default, where the CPU has them) or the four-row and
+    one-row dots only (for tests and comparisons)."""
+    load().gc_set_x8(int(bool(on)))
 
 
 def set_ftz(on: bool) -> None:

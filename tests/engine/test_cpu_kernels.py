@@ -356,6 +356,35 @@ def test_a_group_of_matrices_is_one_call_equal_to_its_members(gemma_path):
     assert torch.equal(group(x), torch.cat([m(x) for m in members], dim=-1))
 
 
+X8 = [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.IQ4_NL, GGMLType.MXFP4]
+
+
+@pytest.mark.parametrize("n", [8, 13, 16, 23])
+@pytest.mark.parametrize("gtype", X8, ids=lambda t: t.name)
+def test_eight_row_dots_equal_the_four_row_ones(gtype, n):
+    """With AVX-512 VNNI, 8 to 23 activation rows against the 32-block types (untiled there:
+    Q8_0, IQ4_NL, MXFP4; the others' rows past their last whole tile) go eight at a time
+    through one vpdpbusd per row pair, the rest four or one at a time: the same integer
+    sums, so equal to the four-row and one-row dots up to float rounding."""
+    if "avx512" not in cpu.isas():
+        pytest.skip("the eight-row dots are AVX-512 VNNI code; this CPU has no AVX-512")
+    rng = np.random.default_rng(14)
+    rows, cols = 43, 640
+    packed = torch.from_numpy(_weights(rng, gtype, rows, cols))
+    x = torch.randn(n, cols)
+    try:
+        cpu.set_tiles(False)
+        cpu.set_x8(False)
+        rowwise = cpu.mul_mat(packed, x, gtype, rows)
+        cpu.set_x8(True)
+        eights = cpu.mul_mat(packed, x, gtype, rows)
+    finally:
+        cpu.set_tiles(True)
+        cpu.set_x8(True)
+    torch.testing.assert_close(eights, rowwise, rtol=1e-5, atol=1e-6 * float(rowwise.abs().max()))
+    assert not torch.equal(eights, rowwise)  # another order of float sums: the eight-row path ran
+
+
 TILED = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
          GGMLType.Q8_0, GGMLType.IQ4_NL, GGMLType.MXFP4]
 

@@ -17,6 +17,8 @@ typedef struct {
     int64_t y_stride; /* floats between output rows (activation b's outputs start at y + b * y_stride) */
     const void *dot4; /* four activation rows at a time, or NULL */
     dot8_fn dot8;     /* a repacked type's eight-row dot (then dot is NULL) */
+    dotx8_fn dotx8;   /* eight activation rows at a time (AVX-512 VNNI, 32-block types), or NULL */
+    const act32x8 *x8; /* the activation rows in groups of eight for dotx8: n_x / 8 groups of nb blocks */
 } mm_ctx;
 
 /* Row streams a thread walks at once: one sequential stream leaves the memory system
@@ -52,8 +54,8 @@ static void rows_streamed(dot_fn dot, const uint8_t *w, int64_t row_bytes, const
 
 /* Per-thread scratch (the quantized activations in two formats, Q4_K tiles), kept between calls (decode makes
  * hundreds of calls a token; a malloc/free pair each is measurable). */
-static _Thread_local uint8_t *t_scratch[3];
-static _Thread_local size_t t_scratch_cap[3];
+static _Thread_local uint8_t *t_scratch[4];
+static _Thread_local size_t t_scratch_cap[4];
 
 static uint8_t *scratch(int i, size_t n) {
     if (t_scratch_cap[i] < n) {
@@ -67,16 +69,24 @@ static uint8_t *scratch(int i, size_t n) {
 /* Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and MXFP4 weight rows go through the repacked tiles from this
  * many activation rows up (gc_set_tiles(0): never, for tests and comparisons) */
 #define TILE_MIN_ROWS 8
-/* ...except signed 32-blocks (Q8_0, IQ4_NL, MXFP4) where AVX-512 VNNI's four-row dots run: their tiles
- * take the AVX2 sign trick, slower there up to 16 rows (Q8_0 32768 x 2560, 2 threads, Zen 5:
- * 8 rows 11.0 ms tiled vs 6.7 row-wise, 16 rows 14.9 vs 13.2, 24 rows 18.8 vs 21.2) */
-#define TILE_MIN_ROWS_SIGNED_VNNI 24
+/* ...except signed 32-blocks (Q8_0, IQ4_NL, MXFP4) where AVX-512 VNNI's eight- and four-row dots run:
+ * their tiles take the AVX2 sign trick, slower there up to ~48 rows (Gemma 3 270M's Q8_0 head,
+ * 262144 x 640, 2 threads, Zen 5: 24 rows 44.2 ms tiled vs 20.1 by the eight-row dots, 32 rows
+ * 55.9 vs 36.4, 64 rows 97.5 vs 110.9) */
+#define TILE_MIN_ROWS_SIGNED_VNNI 48
 static int g_tiles = 1;
+static int g_x8 = 1;
 
 /* use the tiles (1, the default) or the row-wise dots only (0); returns the setting */
 int gc_set_tiles(int on) {
     if (on >= 0) g_tiles = on != 0;
     return g_tiles;
+}
+
+/* use the eight-row dots where they exist (1, the default) or not (0); returns the setting */
+int gc_set_x8(int on) {
+    if (on >= 0) g_x8 = on != 0;
+    return g_x8;
 }
 
 
@@ -159,6 +169,12 @@ static void mm_task(void *vctx, int64_t start, int64_t end) {
     for (int64_t r = start; r < end; r++) {
         const uint8_t *wr = c->w + r * c->row_bytes;
         int64_t b = 0;
+        if (c->dotx8)
+            for (; b + 8 <= c->n_x; b += 8) {
+                float o[8];
+                c->dotx8(wr, c->x8 + (b / 8) * nb, nb, o);
+                for (int j = 0; j < 8; j++) c->y[(b + j) * c->y_stride + r] = o[j];
+            }
         if (dot4)
             for (; b + 4 <= c->n_x; b += 4) {
                 float o[4];
@@ -262,12 +278,28 @@ int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64
         q_ctx qc = {x, n_cols, xq[f], xq_bytes[f], f};
         gc_parallel_for(n_threads, n_x, 1, quant_task, &qc);
     }
+    /* eight rows at a time where AVX-512 VNNI has a dot for it: the act32 rows regrouped once */
+    const act32x8 *x8 = NULL;
+#ifdef GC_X86
+    if (g_x8 && xq[0] && n_x >= 8 && gc_isa() >= ISA_AVX512) {
+        const int nb = (int)(n_cols / 32);
+        act32x8 *p = (act32x8 *)scratch(3, sizeof(act32x8) * (size_t)nb * (size_t)(n_x / 8) + 64);
+        if (!p) return GC_NO_MEMORY;
+        p = (act32x8 *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+        for (int64_t g = 0; g < n_x / 8; g++) pack_x8(xq[0] + 8 * g * xq_bytes[0], xq_bytes[0], nb, p + g * nb);
+        x8 = p;
+    }
+#endif
     mm_ctx mats[MAX_MULTI];
     for (int m = 0; m < n; m++) {
         const kernel_t *k = ks[m];
         const int64_t nb = n_cols / k->block;
+        dotx8_fn dx8 = NULL;
+#ifdef GC_X86
+        if (x8 && !k->rows8 && !k->act256) dx8 = dotx8_for(k->type);
+#endif
         mats[m] = (mm_ctx){k, pick(k), ws[m], (int64_t)(nb * k->bytes), n_rows[m], n_cols, n_x, xq[k->act256],
-                           xq_bytes[k->act256], y + first[m], total, pick4(k), pick8(k)};
+                           xq_bytes[k->act256], y + first[m], total, pick4(k), pick8(k), dx8, x8};
     }
     multi_ctx mc = {n, mats, first};
     int64_t chunk = total / (8 * (n_threads > 0 ? n_threads : 1));

@@ -36,6 +36,9 @@ typedef struct { uint8_t e; uint8_t qs[16]; } blk_mxfp4; /* OCP MX: a power-of-t
 /* activations */
 typedef struct { float d; float s; int8_t qs[32]; } act32;           /* s = d * sum(qs) */
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[16]; } act256;
+/* eight act32 rows' block i together (the eight-row dots): each row pair's scales
+ * spread over 16 lanes (rows 2j, 2j + 1: eight lanes each), the block sums, the values */
+typedef struct { float dx[4][16]; float s[8]; int8_t qs[8][32]; } act32x8;
 
 static const int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 /* the E2M1 values doubled (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives, times 2), so
@@ -110,6 +113,8 @@ typedef void (*deq8_fn)(const void *w, float *y, int nb, int64_t n_cols);
 typedef float (*dot_fn)(const void *, const void *, int);
 /* four activation rows against one weight row: out[0..3] */
 typedef void (*dot4_fn)(const void *w, const void *const *x, int nb, float *out);
+/* eight activation rows (act32x8 blocks) against one weight row: out[0..7] */
+typedef void (*dotx8_fn)(const void *w, const act32x8 *x, int nb, float *out);
 
 /* ---------------------------------------- Q5_0 repacked in groups of eight rows
  * gc_repack turns the file's Q5_0 rows, eight at a time, into blk_q5_0x8: per 32-weight
@@ -179,6 +184,9 @@ GC_FOUR_ROW_TYPES(GC_DOT4)
 GC_FOUR_ROW_VNNI_TYPES(GC_DOT4_512)
 #undef GC_DOT4_512
 GC_HIDDEN void dot8_q5_0x8_avx2(const void *vw, const void *vx, int nb, float *out);
+/* the AVX-512 VNNI eight-row dots of the 32-block types, and their activation layout */
+GC_HIDDEN dotx8_fn dotx8_for(int type);
+GC_HIDDEN void pack_x8(const uint8_t *x, size_t row_bytes, int nb, act32x8 *out);
 GC_HIDDEN void dot8_mxfp4x8_avx2(const void *vw, const void *vx, int nb, float *out);
 GC_HIDDEN void quantize_act32_avx2(const float *x, act32 *y, int64_t k);
 GC_HIDDEN void quantize_act256_avx2(const float *x, act256 *y, int64_t k);

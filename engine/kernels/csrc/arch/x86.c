@@ -348,6 +348,76 @@ DEFINE_DOT32_X4_VNNI(dot4_q5_1_avx512, blk_q5_1, X4_Q5_1)
 DEFINE_DOT32_X4_VNNI(dot4_iq4_nl_avx512, blk_iq4_nl, U_IQ4_NL)
 DEFINE_DOT32_X4_VNNI(dot4_mxfp4_avx512, blk_mxfp4, U_MXFP4)
 
+/* Eight activation rows against one weight row (batched decode: eight sequences' rows
+ * against the output head), from act32x8 blocks (gc_pack_x8): per block the weight bytes
+ * are unpacked once and broadcast to both halves of a 512-bit register, and one vpdpbusd
+ * takes two rows (their 64 bytes lie together); the rows' scales times the weight's
+ * scale go in per lane, and the lanes are summed once per weight row, not per block.
+ * Gemma 3 270M's Q8_0 head (262144 x 640), 8 rows, 2 threads, Zen 5: 14.6 ms with the
+ * four-row dots twice. */
+#define DEFINE_DOT32_X8_VNNI(NAME, BLK, BODY)                                                       \
+    AVX512 void NAME(const void *vw, const act32x8 *x, int nb, float *out) {                         \
+        const BLK *w = vw;                                                                          \
+        const __m512i zero = _mm512_setzero_si512();                                                \
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                 \
+        __m256 ea = _mm256_setzero_ps();                                                            \
+        for (int i = 0; i < nb; i++) {                                                              \
+            prefetch_ahead(&w[i], (int)sizeof(BLK));                                                \
+            __m256i q; float d, e; BODY;                                                            \
+            const __m512i qq = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);                \
+            const __m512 dv = _mm512_set1_ps(d);                                                    \
+            const act32x8 *b = &x[i];                                                               \
+            X8_PAIR(0, a0) X8_PAIR(1, a1) X8_PAIR(2, a2) X8_PAIR(3, a3)                             \
+            ea = _mm256_fmadd_ps(_mm256_set1_ps(e), _mm256_loadu_ps(b->s), ea);                     \
+        }                                                                                           \
+        float lo[8];                                                                                \
+        _mm256_storeu_ps(lo, ea);                                                                   \
+        X8_OUT(0, a0) X8_OUT(1, a1) X8_OUT(2, a2) X8_OUT(3, a3)                                     \
+    }
+#define X8_PAIR(J, A)                                                                               \
+    {                                                                                               \
+        const __m512i p = _mm512_dpbusd_epi32(zero, qq, _mm512_loadu_si512((const void *)b->qs[2 * (J)])); \
+        A = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dv, _mm512_loadu_ps(b->dx[J])), A); \
+    }
+#define X8_OUT(J, A)                                                                                \
+    out[2 * (J)] = hsum8(_mm512_castps512_ps256(A)) + lo[2 * (J)];                                  \
+    out[2 * (J) + 1] = hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(A), 1))) + lo[2 * (J) + 1];
+
+DEFINE_DOT32_X8_VNNI(dotx8_q8_0_avx512, blk_q8_0, U_Q8_0)
+DEFINE_DOT32_X8_VNNI(dotx8_q4_0_avx512, blk_q4_0, X4_Q4_0)
+DEFINE_DOT32_X8_VNNI(dotx8_q5_0_avx512, blk_q5_0, X4_Q5_0)
+DEFINE_DOT32_X8_VNNI(dotx8_q4_1_avx512, blk_q4_1, X4_Q4_1)
+DEFINE_DOT32_X8_VNNI(dotx8_q5_1_avx512, blk_q5_1, X4_Q5_1)
+DEFINE_DOT32_X8_VNNI(dotx8_iq4_nl_avx512, blk_iq4_nl, U_IQ4_NL)
+DEFINE_DOT32_X8_VNNI(dotx8_mxfp4_avx512, blk_mxfp4, U_MXFP4)
+
+/* the eight-row dot for a 32-block type, or NULL */
+dotx8_fn dotx8_for(int type) {
+    switch (type) {
+    case T_Q8_0: return dotx8_q8_0_avx512;
+    case T_Q4_0: return dotx8_q4_0_avx512;
+    case T_Q5_0: return dotx8_q5_0_avx512;
+    case T_Q4_1: return dotx8_q4_1_avx512;
+    case T_Q5_1: return dotx8_q5_1_avx512;
+    case T_IQ4_NL: return dotx8_iq4_nl_avx512;
+    case T_MXFP4: return dotx8_mxfp4_avx512;
+    default: return NULL;
+    }
+}
+
+/* eight act32 rows (xs[r] at x + r * row_bytes, nb blocks each) as act32x8 blocks */
+void pack_x8(const uint8_t *x, size_t row_bytes, int nb, act32x8 *out) {
+    for (int i = 0; i < nb; i++) {
+        act32x8 *o = &out[i];
+        for (int r = 0; r < 8; r++) {
+            const act32 *a = (const act32 *)(x + r * row_bytes) + i;
+            for (int l = 0; l < 8; l++) o->dx[r / 2][(r % 2) * 8 + l] = a->d;
+            o->s[r] = a->s;
+            memcpy(o->qs[r], a->qs, 32);
+        }
+    }
+}
+
 #define DEFINE_Q45K_X4(NAME, BLK, HIGH)                                                             \
     AVX2 void NAME(const void *vw, const void *const *vx, int nb, float *out) {         \
         const BLK *w = vw; X4_ROWS(act256);                                                        \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -94,26 +95,66 @@ def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
     return logits.masked_fill(probs < min_p * probs.max(), float("-inf"))
 
 
+# top-p draws from the best tokens first: this many (then 16 times as many, then all) are
+# sorted until their mass reaches p; top-k and min-p take only the candidates they keep
+CANDIDATES = 256
+
+
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
     """One token id from processed logits. Speculative decoding verifies a draft (a token a
     drafter proposed deterministically) against this very draw: it holds where the draw
     is the draft, which happens with probability p(draft), and otherwise the draw comes
     from p without the draft, renormalized: speculative sampling's rule. So a seeded
-    sequence draws the same tokens with drafts as without, however many are drafted."""
+    sequence draws the same tokens with drafts as without, however many are drafted.
+
+    The filters keep what top_k_filter, top_p_filter and min_p_filter keep, in that order,
+    without a softmax and sort over the whole vocabulary: top-k and top-p work on the best
+    candidates (torch.topk), min-p is a threshold on the scaled logits (p >= min_p p_max
+    is z >= log(min_p) with the best at 0), and the draw is one uniform number against the
+    kept tokens' cumulative mass (a 262k vocabulary: 0.7 ms, not multinomial's 5 ms, or
+    26 ms with top-p's full sort)."""
     if params.greedy:
         if logits.device.type == "cpu":  # numpy's argmax: ~10x torch's over a 262k vocabulary here
             return int(logits.numpy().argmax())
         return int(torch.argmax(logits))
-    logits = logits.float()
+    z = logits.float()
     # shifted so that the largest is 0 before dividing, and the temperature kept a
     # float32 number: a vanishing one then gives -inf for all but the best tokens, not
     # inf - inf or 0 / 0 (NaN)
-    logits = (logits - logits.max()) / max(params.temperature, MIN_TEMPERATURE)
-    logits = top_k_filter(logits, params.top_k)
-    logits = top_p_filter(logits, params.top_p)
-    logits = min_p_filter(logits, params.min_p)
-    probs = torch.softmax(logits, dim=-1)
-    return int(torch.multinomial(probs, 1, generator=generator))
+    z = (z - z.max()) / max(params.temperature, MIN_TEMPERATURE)
+    n = z.shape[0]
+    top_k = params.top_k if 0 < params.top_k < n else 0
+    floor = math.log(params.min_p) if 0.0 < params.min_p <= 1.0 else -math.inf
+    ids = None  # the kept tokens, best first (None: the whole vocabulary, z as it is)
+    if top_k:
+        z, ids = torch.topk(z, top_k)
+    if params.top_p < 1.0:
+        # the mass of each candidate in the distribution top-p sees (the top-k's, or all)
+        log_total = torch.logsumexp(z, dim=0)
+        m = CANDIDATES
+        while True:
+            vals, order = torch.topk(z, min(m, z.shape[0]))
+            probs = torch.exp(vals - log_total)
+            cum = torch.cumsum(probs, dim=0)
+            if cum[-1] >= params.top_p or vals.shape[0] == z.shape[0]:
+                break
+            m *= 16
+        keep = int((cum - probs <= params.top_p).sum())  # the smallest prefix whose mass reaches p
+        z, order = vals[:keep], order[:keep]
+        ids = order if ids is None else ids[order]
+    if floor > -math.inf:
+        if ids is None:  # keep z >= floor over the whole vocabulary: the rest to -inf
+            z = z.masked_fill(z < floor, -math.inf)
+        else:  # sorted: a prefix
+            n_keep = max(1, int((z >= floor).sum()))
+            z, ids = z[:n_keep], ids[:n_keep]
+    probs = torch.exp(z)
+    cum = torch.cumsum(probs, dim=0)
+    u = float(torch.rand((), generator=generator)) * float(cum[-1])
+    i = min(int(torch.searchsorted(cum, torch.tensor([u]), right=True)[0]), cum.shape[0] - 1)
+    while float(probs[i]) == 0.0 and i > 0:  # u on a zero-mass token's edge (rounding): the one before
+        i -= 1
+    return int(ids[i]) if ids is not None else i
 
 
 def token_logprobs(logits: torch.Tensor, token: int, k: int) -> tuple[float, list[tuple[int, float]]]:

@@ -126,6 +126,32 @@ def test_eos_stops_generation(tiny):
     assert len(steps) == 1 and steps[0].finish_reason == "stop" and steps[0].text == ""
 
 
+@pytest.mark.parametrize("kw", [dict(temperature=0.7), dict(temperature=1.0, top_p=0.9), dict(temperature=2.0, top_p=0.97),
+                                dict(temperature=1.0, top_k=50), dict(temperature=1.0, top_k=400, top_p=0.8),
+                                dict(temperature=1.0, min_p=0.1), dict(temperature=1.3, top_p=0.95, min_p=0.02)],
+                         ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_draws_follow_what_the_filters_keep(kw):
+    """The sampler works on candidates (top-k, the best tokens top-p needs, min-p as a
+    threshold), not a softmax and sort of the whole vocabulary: its draws keep to the
+    tokens top_k_filter -> top_p_filter -> min_p_filter keep, at their renormalized
+    probabilities (8,000 draws: each of the likeliest tokens within 5 standard errors).
+    A flat distribution at temperature 2 needs more than the first 256 candidates."""
+    g = torch.Generator().manual_seed(11)
+    logits = torch.randn(5000, generator=g) * 2.5
+    params = SamplingParams(**kw)
+    z = (logits - logits.max()) / params.temperature
+    z = min_p_filter(top_p_filter(top_k_filter(z, params.top_k), params.top_p), params.min_p)
+    ref = torch.softmax(z, 0)
+    n = 8000
+    draws = torch.tensor([sample(logits, params, g) for _ in range(n)])
+    assert bool((ref[draws] > 0).all())  # nothing the filters drop
+    freq = torch.bincount(draws, minlength=5000).double() / n
+    for t in ref.argsort(descending=True)[:5]:
+        p = float(ref[t])
+        assert abs(float(freq[t]) - p) <= 5 * (p * (1 - p) / n) ** 0.5 + 1e-9, (int(t), float(freq[t]), p)
+    assert len(set(draws.tolist())) > 1
+
+
 def test_sampling_functions():
     logits = torch.tensor([1.0, 3.0, 2.0, -1.0])
     assert torch.isinf(top_k_filter(logits, 2)).tolist() == [True, False, False, True]

@@ -206,7 +206,9 @@ def test_sampling_keeps_its_distribution(models):
     spec_, accepted = draws("ngram")
     assert accepted > 50  # drafts decided many tokens...
     assert spec_ == plain and same_distribution(plain, spec_)  # ...each the draw it would have been
-    skewed = [(x, pat[0]) if i % 3 == 0 else (x, y) for i, (x, y) in enumerate(plain)]  # a draft kept too often
+    # a draft kept too often: every third second token made 113, the rarer of the two here (a skew towards
+    # the likelier one moves its share less, within the 240 draws' noise for some seeds)
+    skewed = [(x, pat[1]) if i % 3 == 0 else (x, y) for i, (x, y) in enumerate(plain)]
     assert not same_distribution(plain, skewed)
 
 

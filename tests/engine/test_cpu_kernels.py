@@ -356,6 +356,7 @@ def test_a_group_of_matrices_is_one_call_equal_to_its_members(gemma_path):
     assert torch.equal(group(x), torch.cat([m(x) for m in members], dim=-1))
 
 
+SIGNED32 = [GGMLType.Q8_0, GGMLType.IQ4_NL, GGMLType.MXFP4]
 X8 = [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.IQ4_NL, GGMLType.MXFP4]
 
 
@@ -365,7 +366,8 @@ def test_eight_row_dots_equal_the_four_row_ones(gtype, n):
     """With AVX-512 VNNI, 8 to 23 activation rows against the 32-block types (untiled there:
     Q8_0, IQ4_NL, MXFP4; the others' rows past their last whole tile) go eight at a time
     through one vpdpbusd per row pair, the rest four or one at a time: the same integer
-    sums, so equal to the four-row and one-row dots up to float rounding."""
+    sums, so equal to the four-row and one-row dots up to float rounding (for the signed
+    types bit for bit)."""
     if "avx512" not in cpu.isas():
         pytest.skip("the eight-row dots are AVX-512 VNNI code; this CPU has no AVX-512")
     rng = np.random.default_rng(14)
@@ -381,8 +383,35 @@ def test_eight_row_dots_equal_the_four_row_ones(gtype, n):
     finally:
         cpu.set_tiles(True)
         cpu.set_x8(True)
-    torch.testing.assert_close(eights, rowwise, rtol=1e-5, atol=1e-6 * float(rowwise.abs().max()))
-    assert not torch.equal(eights, rowwise)  # another order of float sums: the eight-row path ran
+    if gtype in SIGNED32:  # exact integer sums and the same float steps per lane: the same bits
+        assert torch.equal(eights, rowwise)
+    else:
+        torch.testing.assert_close(eights, rowwise, rtol=1e-5, atol=1e-6 * float(rowwise.abs().max()))
+        assert not torch.equal(eights, rowwise)  # another order of float sums: the eight-row path ran
+
+
+@pytest.mark.parametrize("n", [1, 4, 8, 13])
+@pytest.mark.parametrize("gtype", SIGNED32, ids=lambda t: t.name)
+def test_signed_blocks_against_activations_of_one_sign(gtype, n):
+    """Activations all positive (after a ReLU-like gate, or an embedding model's pooled
+    inputs): the AVX-512 VNNI dots of the signed types take the weights' block sums back
+    as integers; offsetting the weights by 128 through the activations' float sums
+    instead cancelled 128 sum(x) against itself and lost up to 1e-3 of the result's
+    scale. Equal to the AVX2 sign trick's exact integers within float rounding."""
+    if "avx512" not in cpu.isas():
+        pytest.skip("the VNNI dots are AVX-512 code; this CPU has no AVX-512")
+    rng = np.random.default_rng(16)
+    rows, cols = 40, 640
+    packed = torch.from_numpy(_weights(rng, gtype, rows, cols))
+    x = torch.randn(n, cols).abs() + 3.0
+    out = {}
+    try:
+        for isa in ("avx2", "avx512"):
+            cpu.set_isa(isa)
+            out[isa] = cpu.mul_mat(packed, x, gtype, rows)
+    finally:
+        cpu.set_isa(None)
+    torch.testing.assert_close(out["avx512"], out["avx2"], rtol=1e-6, atol=1e-6 * float(out["avx2"].abs().max()))
 
 
 TILED = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,

@@ -68,7 +68,7 @@ def test_a_string_input_gives_reasoning_then_a_message(client, tiny_path):
 
 
 def test_the_stream_is_the_reply_event_by_event(client, tiny_path):
-    bias = no_end(tiny_path, **{str(ids(tiny_path)["</think>"]): 4})
+    bias = no_end(tiny_path, **{str(ids(tiny_path)["</think>"]): 6})
     kwargs = dict(model="tiny-qwen3.gguf", input="hi", max_output_tokens=12, extra_body={"logit_bias": bias, "seed": 3})
     with client.responses.stream(**kwargs) as stream:
         events = list(stream)

@@ -300,11 +300,10 @@ DEFINE_DOT32_X4(dot4_q5_1_avx2, blk_q5_1, 0, X4_Q5_1)
 DEFINE_DOT32_X4(dot4_iq4_nl_avx2, blk_iq4_nl, 1, X4_IQ4_NL)
 DEFINE_DOT32_X4(dot4_mxfp4_avx2, blk_mxfp4, 1, X4_MXFP4)
 
-/* AVX-512 VNNI: every 32-block type as unsigned bytes q_u with the offset through the
- * activation block sums (sum(w x) = d sum(q_u x) + e s): one vpdpbusd per row and block
- * instead of the sign trick's vpsignb + vpmaddubsw + vpmaddwd. Signed weights (Q8_0,
- * IQ4_NL) are offset by 128 (q ^ 0x80, e = -128 d). Gemma 3 270M's Q8_0 head (262144 x
- * 640), 2 threads, Zen 5: four rows 8.0 -> 7.0 ms. */
+/* AVX-512 VNNI: the unsigned 32-block types (Q4_0, Q5_0, Q4_1, Q5_1: bytes q_u, their
+ * offset or minimum through the activation block sums, sum(w x) = d sum(q_u x) + e s): one
+ * vpdpbusd per row and block instead of the sign trick's vpsignb + vpmaddubsw + vpmaddwd.
+ * Gemma 3 270M's Q8_0 head (262144 x 640), 2 threads, Zen 5: four rows 8.0 -> 7.0 ms. */
 #define DEFINE_DOT32_X4_VNNI(NAME, BLK, BODY)                                                       \
     AVX512 void NAME(const void *vw, const void *const *vx, int nb, float *out) {                   \
         const BLK *w = vw; X4_ROWS(act32);                                                         \
@@ -324,29 +323,41 @@ DEFINE_DOT32_X4(dot4_mxfp4_avx2, blk_mxfp4, 1, X4_MXFP4)
         A = _mm256_fmadd_ps(_mm256_set1_ps(d * X[i].d), _mm256_cvtepi32_ps(p), A);                \
         E += e * X[i].s;                                                                           \
     }
-#define U_Q8_0                                                                                      \
-    q = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)w[i].qs), _mm256_set1_epi8((char)0x80)); \
-    d = H2F(w[i].d); e = -128.f * d
-#define U_IQ4_NL                                                                                    \
-    q = _mm256_xor_si256(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl)), \
-                                             nibbles32(w[i].qs)), _mm256_set1_epi8((char)0x80));   \
-    d = H2F(w[i].d); e = -128.f * d
 
-DEFINE_DOT32_X4_VNNI(dot4_q8_0_avx512, blk_q8_0, U_Q8_0)
+/* Signed weights (Q8_0, IQ4_NL's and MXFP4's values) the other way round: the activations
+ * made unsigned (x ^ 0x80 = x + 128) and the weights' block sums taken back in the integer
+ * sum (one vpdpbusd against ones per weight block, shared by the rows): exact, where the
+ * offset of 128 on the weights through the activation sums came back as a float, d 128 s,
+ * and cancelled against the float of d sum((q + 128) x): with activations of one sign
+ * (sum(x) near 32 * 127), results were off by up to 1e-3 of their scale (MXFP4's values,
+ * at most 12, by 2 % with that offset, and still by some with an offset of 12). */
+#define DEFINE_DOT32_X4_VNNI_S(NAME, BLK, BODY)                                                     \
+    AVX512 void NAME(const void *vw, const void *const *vx, int nb, float *out) {                   \
+        const BLK *w = vw; X4_ROWS(act32);                                                         \
+        const __m256i zero = _mm256_setzero_si256(), ones = _mm256_set1_epi8(1), flip = _mm256_set1_epi8((char)0x80); \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                \
+        for (int i = 0; i < nb; i++) {                                                             \
+            prefetch_ahead(&w[i], (int)sizeof(BLK));                                               \
+            __m256i q; float d, e; BODY; (void)e;                                                  \
+            const __m256i corr = _mm256_slli_epi32(_mm256_dpbusd_epi32(zero, ones, q), 7);         \
+            VNNI_SROW(X0, a0) VNNI_SROW(X1, a1) VNNI_SROW(X2, a2) VNNI_SROW(X3, a3)                \
+        }                                                                                          \
+        out[0] = hsum8(a0); out[1] = hsum8(a1); out[2] = hsum8(a2); out[3] = hsum8(a3);            \
+    }
+#define VNNI_SROW(X, A)                                                                             \
+    {                                                                                              \
+        const __m256i xu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)X[i].qs), flip);   \
+        const __m256i p = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, xu, q), corr);                \
+        A = _mm256_fmadd_ps(_mm256_set1_ps(d * X[i].d), _mm256_cvtepi32_ps(p), A);                \
+    }
+
+DEFINE_DOT32_X4_VNNI_S(dot4_q8_0_avx512, blk_q8_0, X4_Q8_0)
 DEFINE_DOT32_X4_VNNI(dot4_q4_0_avx512, blk_q4_0, X4_Q4_0)
 DEFINE_DOT32_X4_VNNI(dot4_q5_0_avx512, blk_q5_0, X4_Q5_0)
 DEFINE_DOT32_X4_VNNI(dot4_q4_1_avx512, blk_q4_1, X4_Q4_1)
 DEFINE_DOT32_X4_VNNI(dot4_q5_1_avx512, blk_q5_1, X4_Q5_1)
-/* MXFP4's values lie in [-12, 12]: offset by 12 (kvalues_mxfp4_u), not 128, so that the
- * offset's float sum does not swamp the small signal (with 128 the rows differed from
- * the other paths by 2 % of small results) */
-#define U_MXFP4                                                                                     \
-    q = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_mxfp4_u)), \
-                            nibbles32(w[i].qs));                                                   \
-    d = e8m0_half(w[i].e); e = -12.f * d
-
-DEFINE_DOT32_X4_VNNI(dot4_iq4_nl_avx512, blk_iq4_nl, U_IQ4_NL)
-DEFINE_DOT32_X4_VNNI(dot4_mxfp4_avx512, blk_mxfp4, U_MXFP4)
+DEFINE_DOT32_X4_VNNI_S(dot4_iq4_nl_avx512, blk_iq4_nl, X4_IQ4_NL)
+DEFINE_DOT32_X4_VNNI_S(dot4_mxfp4_avx512, blk_mxfp4, X4_MXFP4)
 
 /* Eight activation rows against one weight row (batched decode: eight sequences' rows
  * against the output head), from act32x8 blocks (gc_pack_x8): per block the weight bytes
@@ -374,6 +385,33 @@ DEFINE_DOT32_X4_VNNI(dot4_mxfp4_avx512, blk_mxfp4, U_MXFP4)
         _mm256_storeu_ps(lo, ea);                                                                   \
         X8_OUT(0, a0) X8_OUT(1, a1) X8_OUT(2, a2) X8_OUT(3, a3)                                     \
     }
+/* signed weights: as the four-row dots above, the activations unsigned and the weights'
+ * block sums taken back in the integer sums */
+#define DEFINE_DOT32_X8_VNNI_S(NAME, BLK, BODY)                                                     \
+    AVX512 void NAME(const void *vw, const act32x8 *x, int nb, float *out) {                         \
+        const BLK *w = vw;                                                                          \
+        const __m512i zero = _mm512_setzero_si512(), flip = _mm512_set1_epi8((char)0x80);           \
+        const __m256i ones = _mm256_set1_epi8(1);                                                   \
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                 \
+        for (int i = 0; i < nb; i++) {                                                              \
+            prefetch_ahead(&w[i], (int)sizeof(BLK));                                                \
+            __m256i q; float d, e; BODY; (void)e;                                                   \
+            const __m256i c = _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q), 7); \
+            const __m512i qq = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);                 \
+            const __m512i corr = _mm512_inserti64x4(_mm512_castsi256_si512(c), c, 1);               \
+            const __m512 dv = _mm512_set1_ps(d);                                                    \
+            const act32x8 *b = &x[i];                                                               \
+            X8_SPAIR(0, a0) X8_SPAIR(1, a1) X8_SPAIR(2, a2) X8_SPAIR(3, a3)                         \
+        }                                                                                           \
+        const float lo[8] = {0};                                                                    \
+        X8_OUT(0, a0) X8_OUT(1, a1) X8_OUT(2, a2) X8_OUT(3, a3)                                     \
+    }
+#define X8_SPAIR(J, A)                                                                              \
+    {                                                                                               \
+        const __m512i xu = _mm512_xor_si512(_mm512_loadu_si512((const void *)b->qs[2 * (J)]), flip); \
+        const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, xu, qq), corr);                \
+        A = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dv, _mm512_loadu_ps(b->dx[J])), A); \
+    }
 #define X8_PAIR(J, A)                                                                               \
     {                                                                                               \
         const __m512i p = _mm512_dpbusd_epi32(zero, qq, _mm512_loadu_si512((const void *)b->qs[2 * (J)])); \
@@ -383,13 +421,13 @@ DEFINE_DOT32_X4_VNNI(dot4_mxfp4_avx512, blk_mxfp4, U_MXFP4)
     out[2 * (J)] = hsum8(_mm512_castps512_ps256(A)) + lo[2 * (J)];                                  \
     out[2 * (J) + 1] = hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(A), 1))) + lo[2 * (J) + 1];
 
-DEFINE_DOT32_X8_VNNI(dotx8_q8_0_avx512, blk_q8_0, U_Q8_0)
+DEFINE_DOT32_X8_VNNI_S(dotx8_q8_0_avx512, blk_q8_0, X4_Q8_0)
 DEFINE_DOT32_X8_VNNI(dotx8_q4_0_avx512, blk_q4_0, X4_Q4_0)
 DEFINE_DOT32_X8_VNNI(dotx8_q5_0_avx512, blk_q5_0, X4_Q5_0)
 DEFINE_DOT32_X8_VNNI(dotx8_q4_1_avx512, blk_q4_1, X4_Q4_1)
 DEFINE_DOT32_X8_VNNI(dotx8_q5_1_avx512, blk_q5_1, X4_Q5_1)
-DEFINE_DOT32_X8_VNNI(dotx8_iq4_nl_avx512, blk_iq4_nl, U_IQ4_NL)
-DEFINE_DOT32_X8_VNNI(dotx8_mxfp4_avx512, blk_mxfp4, U_MXFP4)
+DEFINE_DOT32_X8_VNNI_S(dotx8_iq4_nl_avx512, blk_iq4_nl, X4_IQ4_NL)
+DEFINE_DOT32_X8_VNNI_S(dotx8_mxfp4_avx512, blk_mxfp4, X4_MXFP4)
 
 /* the eight-row dot for a 32-block type, or NULL */
 dotx8_fn dotx8_for(int type) {

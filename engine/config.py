@@ -59,7 +59,8 @@ class EngineConfig:
     spec: str = "auto"  # speculative decoding's drafter (SPEC_CHOICES); auto: the best the model has
     draft_model: str | None = None  # a smaller model of the same vocabulary that drafts (spec "draft")
     mmproj: str | None = None  # the model's vision file (llama.cpp's mmproj GGUF): images in chat messages
-    # the KV cache's key and value rows (CACHE_TYPES, llama-server's --cache-type-k/-v); None: the compute dtype's
+    # the KV cache's key and value rows (CACHE_TYPES, llama-server's --cache-type-k/-v); None: f16 beside
+    # float32 compute (CPU), else the compute dtype's (loader.DEFAULT_CACHE_TYPE)
     cache_type_k: str | None = None
     cache_type_v: str | None = None
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from .cache import KV_TYPES
+
 MAX_BATCH = 512  # tokens per forward pass; longer prompts run in chunks of this size
 
 # environment variables for the settings library users (and the tests) set that way;
@@ -35,7 +37,7 @@ ENV = {
     "cache_type_k": "GGUF_SERVE_CACHE_TYPE_K",
     "cache_type_v": "GGUF_SERVE_CACHE_TYPE_V",
 }
-CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
+CACHE_TYPES = tuple(KV_TYPES)  # the KV cache row types engine.cache has
 SPEC_CHOICES = ("auto", "off", "ngram", "mtp", "draft")
 KERNEL_CHOICES = ("reference", "hub", "cpu")
 PREFILL_DTYPES = ("float32", "bfloat16")

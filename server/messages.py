@@ -162,9 +162,12 @@ def _tools(req: CountTokensRequest) -> tuple[list[dict] | None, Any, bool | None
                                  f"client tools only (name, description, input_schema)", param=f"tools.{j}.type")
             if not isinstance(t.get("name"), str):
                 raise BadRequest(f"tools.{j}.name: a tool needs a name", param=f"tools.{j}.name")
-            fn = {"name": t["name"], "parameters": t.get("input_schema") or {"type": "object", "properties": {}}}
+            # the keys in the order OpenAI's clients send them, so that the same tools render the
+            # same prompt (and share its prefix cache) through either API
+            fn = {"name": t["name"]}
             if t.get("description"):
                 fn["description"] = t["description"]
+            fn["parameters"] = t.get("input_schema") or {"type": "object", "properties": {}}
             tools.append({"type": "function", "function": fn})
     choice, parallel = None, None
     tc = req.tool_choice

@@ -16,9 +16,12 @@ from .ops import DELTA_CHUNK, TorchOps
 
 P, I64, INT, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 ACTS = {"silu": 0, "gelu_tanh": 1, "swiglu_oai": 2}
-# Sequences of at most this many new tokens attend natively; longer ones (prompt
-# chunks) through torch's SDPA, whose blocked kernels win there.
+# Sequences of at most this many new tokens attend natively over blocks of cells split
+# across threads (decode); a batch with a longer one (a prompt chunk) attends natively in
+# tiles of tokens (flash attention), where the head size is a multiple of 16, else
+# through torch's SDPA. Prompts with images seen both ways and encoders take torch's.
 NATIVE_ATTENTION_MAX_TOKENS = 16
+ATTEND_TORCH, ATTEND_BLOCKS, ATTEND_TILES = 0, 1, 2
 
 
 class AttnLayer(ctypes.Structure):
@@ -182,18 +185,20 @@ class CpuOps(TorchOps):
             return super().self_attention(qkv, spec, batch, cache)
         memo = batch.memo
         native = memo.get("native_attention")
-        if native is None:  # once per forward: the batch's arrays, and whether to attend natively
-            native = memo["native_attention"] = (
-                max(s.n for s in batch.seqs) <= NATIVE_ATTENTION_MAX_TOKENS and not batch.media_spans
-                and not batch.both_ways,
-                batch.slots.data_ptr(),
-                batch.positions.data_ptr(), _kv_end(batch).data_ptr())
+        if native is None:  # once per forward: the batch's arrays, and how to attend
+            mode = ATTEND_TORCH
+            if not batch.media_spans and not batch.both_ways:
+                mode = ATTEND_BLOCKS if max(s.n for s in batch.seqs) <= NATIVE_ATTENTION_MAX_TOKENS else ATTEND_TILES
+            native = memo["native_attention"] = (mode, batch.slots.data_ptr(), batch.positions.data_ptr(),
+                                                 _kv_end(batch).data_ptr())
         attend, slots, pos, kv_end = native
+        if attend == ATTEND_TILES and spec.head_dim % 16:
+            attend = ATTEND_TORCH
         t, hd = qkv.shape[0], spec.n_heads * spec.head_dim
         cos, sin = spec.rope.tables(batch)
         out = qkv.new_empty(t, hd)
         rc = self._attn(layer, qkv.data_ptr(), qkv.stride(0), t, cos.data_ptr(), sin.data_ptr(), slots,
-                        cache.cells(spec.layer, batch).data_ptr(), pos, kv_end, out.data_ptr(), int(attend),
+                        cache.cells(spec.layer, batch).data_ptr(), pos, kv_end, out.data_ptr(), attend,
                         cpu.threads())
         cpu.check(rc, "gc_attention", f"{t} tokens, {spec.n_heads} heads of {spec.head_dim}")
         if attend:

@@ -363,11 +363,11 @@ X8 = [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q4_1, GGMLType.Q5_1,
 @pytest.mark.parametrize("n", [8, 13, 16, 23])
 @pytest.mark.parametrize("gtype", X8, ids=lambda t: t.name)
 def test_eight_row_dots_equal_the_four_row_ones(gtype, n):
-    """With AVX-512 VNNI, 8 to 23 activation rows against the 32-block types (untiled there:
-    Q8_0, IQ4_NL, MXFP4; the others' rows past their last whole tile) go eight at a time
-    through one vpdpbusd per row pair, the rest four or one at a time: the same integer
-    sums, so equal to the four-row and one-row dots up to float rounding (for the signed
-    types bit for bit)."""
+    """With AVX-512 VNNI, 8 to 23 activation rows against the 32-block types (untiled
+    there: up to 16 rows for all, up to 31 for Q8_0, IQ4_NL, MXFP4; the others' rows past
+    their last whole tile) go eight at a time through one vpdpbusd per row pair, the rest
+    four or one at a time: the same integer sums and the same float steps per row, so the
+    same bits as the four-row and one-row dots."""
     if "avx512" not in cpu.isas():
         pytest.skip("the eight-row dots are AVX-512 VNNI code; this CPU has no AVX-512")
     rng = np.random.default_rng(14)
@@ -383,11 +383,36 @@ def test_eight_row_dots_equal_the_four_row_ones(gtype, n):
     finally:
         cpu.set_tiles(True)
         cpu.set_x8(True)
-    if gtype in SIGNED32:  # exact integer sums and the same float steps per lane: the same bits
-        assert torch.equal(eights, rowwise)
-    else:
-        torch.testing.assert_close(eights, rowwise, rtol=1e-5, atol=1e-6 * float(rowwise.abs().max()))
-        assert not torch.equal(eights, rowwise)  # another order of float sums: the eight-row path ran
+    assert torch.equal(eights, rowwise)
+
+
+DECODE_TYPES = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.IQ4_NL,
+                GGMLType.MXFP4, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K,
+                GGMLType.IQ4_XS]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("gtype", DECODE_TYPES, ids=lambda t: t.name)
+def test_decode_batches_give_each_row_its_bits_alone(gtype, isa):
+    """Batch-invariant decode: up to 16 activation rows (a decode step of up to 16
+    sequences) take the four- and eight-row dots, which do each row's arithmetic as the
+    one-row dot does, so every row of the batch is bit for bit the row alone; on every
+    ISA level, in the file's layout and the repacked one (Q5_0, MXFP4). From 17 rows the
+    tiles sum in another order (equal up to rounding, test_tiles_equal_the_row_wise_dots)."""
+    rng = np.random.default_rng(400 + int(gtype))
+    rows, cols = 72, 1024
+    packed = torch.from_numpy(_weights(rng, gtype, rows, cols))
+    try:
+        cpu.set_isa(isa)
+        rep = cpu.repack(packed, gtype, rows, cols)
+        for mm in [cpu.MulMat(packed, gtype, rows, cols)] + ([cpu.MulMat(packed, gtype, rows, cols, native=rep)]
+                                                             if rep else []):
+            x = torch.randn(16, cols) * 3
+            alone = torch.cat([mm(x[i:i + 1]) for i in range(16)])
+            for n in (2, 3, 4, 5, 7, 8, 9, 13, 16):
+                assert torch.equal(mm(x[:n]), alone[:n]), (n, rep is not None)
+    finally:
+        cpu.set_isa(None)
 
 
 @pytest.mark.parametrize("n", [1, 4, 8, 13])
@@ -418,24 +443,29 @@ TILED = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q4_0, GGMLType.Q4
          GGMLType.Q8_0, GGMLType.IQ4_NL, GGMLType.MXFP4]
 
 
+@pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])
 @pytest.mark.parametrize("rows,n", [(43, 8), (43, 13), (43, 64), (43, 300), (2051, 13)])
 @pytest.mark.parametrize("gtype", TILED, ids=lambda t: t.name)
-def test_tiles_equal_the_row_wise_dots(gtype, rows, n):
+def test_tiles_equal_the_row_wise_dots(gtype, rows, n, isa):
     """From 8 activation rows, these types' weight rows go through repacked tiles of eight;
     rows past the last whole tile (43 = 5 x 8 + 3) the row-wise dots. 300 activation rows
     meet the tiles in several cache-sized runs, 2051 weight rows give a thread more tiles
     than it packs at once. Same integer sums, so equal up to float rounding; and within
-    the activation quantization's bound of the exact product."""
+    the activation quantization's bound of the exact product. On each ISA level with tiles
+    (the k-quants have their own AVX-512 tile layout)."""
     rng = np.random.default_rng(13)
     cols = 1024 if rows < 1000 else 256
     packed = torch.from_numpy(_weights(rng, gtype, rows, cols))
     x = torch.randn(n, cols)
     try:
+        cpu.set_isa(isa)
         cpu.set_tiles(False)
         rowwise = cpu.mul_mat(packed, x, gtype, rows)
+        cpu.set_tiles(True)
+        tiles = cpu.mul_mat(packed, x, gtype, rows)
     finally:
         cpu.set_tiles(True)
-    tiles = cpu.mul_mat(packed, x, gtype, rows)
+        cpu.set_isa(None)
     torch.testing.assert_close(tiles, rowwise, rtol=1e-5, atol=1e-6 * float(rowwise.abs().max()))
     W = dequantize(packed.numpy(), gtype, (rows, cols)).astype(np.float64)
     bound = _activation_bound(W, x.double().numpy(), 256 if gtype in (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K) else 32)

@@ -99,8 +99,8 @@ def _attention_case(n_kv, n_heads, d, window, gated, seqs, n_cells, n_slots=3, s
 @pytest.mark.parametrize("n", [1, 3, 30])
 def test_gemma4_normed_values_and_a_shared_layer(isa, n):
     """Gemma 4: v heads RMS-normalized (no scale) before they are cached, and a later layer
-    with queries only attending over that layer's cache (kv_shared); native (decode) and
-    torch (a 30-token chunk) equal the torch ops."""
+    with queries only attending over that layer's cache (kv_shared); native (decode, and a
+    30-token chunk in tiles of tokens) equal the torch ops."""
     from gguf_serve.engine.cache import KVCache, attention, shared
     from gguf_serve.engine.models.layers import AttentionSpec, Rope
 
@@ -129,22 +129,36 @@ def test_gemma4_normed_values_and_a_shared_layer(isa, n):
 
 
 @pytest.mark.parametrize("neox", [True, False])
-@pytest.mark.parametrize("layout", ["gqa", "gated", "window", "ring", "prefill", "sinks", "sinks-prefill"])
+@pytest.mark.parametrize("layout", ["gqa", "gated", "window", "ring", "prefill", "sinks", "sinks-prefill",
+                                    "prefill-ring", "prefill-deep", "prefill-gated", "prefill-g3", "prefill-d80",
+                                    "prefill-d72", "prefill-softcap"])
 def test_attention_equals_torch(isa, layout, neox):
+    """Decode (a few tokens a sequence: blocks of cells across threads) and prompt chunks
+    (tiles of tokens, flash attention; a head size that is not a multiple of 16, d72,
+    goes to torch) against the torch ops."""
     cases = {  # (n_kv, n_heads, d, window, gated, (slot, new tokens, position) per sequence, cells)
         "gqa": (2, 8, 64, 0, False, [(0, 1, 40), (2, 1, 5), (1, 3, 17)], 64),  # 8 query heads on 2
         "gated": (2, 4, 64, 0, True, [(1, 2, 30)], 64),  # Qwen3.5: a gate after each query head
         "window": (1, 4, 32, 8, False, [(0, 1, 50), (1, 4, 3)], 72),  # sliding window, ring not wrapped
         "ring": (1, 4, 32, 8, False, [(0, 1, 100), (2, 5, 61)], 24),  # a ring of 24, wrapped
-        "prefill": (2, 4, 32, 0, False, [(0, 40, 0), (1, 1, 7)], 64),  # long chunk: torch attends
+        "prefill": (2, 4, 32, 0, False, [(0, 40, 0), (1, 1, 7)], 64),  # a long chunk beside a decode
         # gpt-oss: a sink logit per head, over a wrapped window and a full cache
         "sinks": (2, 8, 64, 8, False, [(0, 1, 100), (2, 3, 61)], 24, 3, 2, True),
         "sinks-prefill": (2, 8, 64, 0, False, [(0, 40, 0), (1, 1, 7)], 64, 3, 2, True),
+        "prefill-ring": (2, 4, 64, 16, False, [(0, 30, 70), (1, 20, 0)], 48),  # a chunk into a wrapped ring
+        "prefill-deep": (2, 8, 64, 0, False, [(0, 100, 900), (1, 1, 300)], 1024),  # many blocks, most seen whole
+        "prefill-gated": (1, 4, 64, 0, True, [(1, 33, 10)], 64),
+        "prefill-g3": (2, 6, 32, 0, False, [(0, 40, 0)], 64),  # 21 tokens of 3 heads a tile: rows padded
+        "prefill-d80": (2, 4, 80, 0, False, [(0, 40, 5)], 64),  # a head of 64 + 16
+        "prefill-d72": (2, 4, 72, 0, False, [(0, 40, 5)], 64),
+        "prefill-softcap": (2, 4, 32, 0, False, [(0, 40, 5)], 64),
     }
     results = []
     for ops in (CPU_OPS, TORCH_OPS):
         spec, qkv, batch, cache = _attention_case(*cases[layout])
         spec.rope.neox = neox
+        if layout == "prefill-softcap":
+            spec.softcap = 0.5  # Gemma 2 caps at 50 over scaled scores of a few units; 0.5 bends most here
         results.append((ops.self_attention(qkv, spec, batch, cache), cache))
     (ours, c1), (ref, c2) = results
     close(ours, ref, tol=5e-5)
@@ -153,7 +167,7 @@ def test_attention_equals_torch(isa, layout, neox):
 
 
 @pytest.mark.parametrize("types", ["f16", "bf16", "q8_0", "q4_0", "q8_0/f16"])
-@pytest.mark.parametrize("layout", ["gqa", "ring", "sinks", "long", "long-window", "prefill"])
+@pytest.mark.parametrize("layout", ["gqa", "ring", "sinks", "long", "long-window", "prefill", "prefill-ring"])
 def test_typed_caches_equal_torch(isa, layout, types):
     """Caches of half and quantized rows: the native op writes each new key and value as
     gguf_io's quantizers (numpy) do, and attends over the rows as torch does over the
@@ -165,7 +179,8 @@ def test_typed_caches_equal_torch(isa, layout, types):
         "sinks": (2, 8, 64, 8, False, [(0, 1, 100), (2, 3, 61)], 24, 3, 2, True),
         "long": (1, 4, 64, 0, False, [(0, 1, 1500), (1, 3, 999), (2, 1, 64)], 1536),  # several blocks each
         "long-window": (2, 4, 64, 300, False, [(0, 1, 2000), (1, 2, 700)], 364),  # a ring of blocks, wrapped
-        "prefill": (2, 4, 32, 0, False, [(0, 40, 0), (1, 1, 7)], 64),  # torch over the native rows, dequantized
+        "prefill": (2, 4, 32, 0, False, [(0, 40, 0), (1, 1, 7)], 64),  # tiles of tokens over typed rows
+        "prefill-ring": (2, 4, 64, 16, False, [(0, 30, 70), (1, 20, 0)], 48),
     }
     case = cases[layout] + (() if len(cases[layout]) > 7 else (3, 2, False))
     spec, qkv, batch, cache = _attention_case(*case, types=types)

@@ -39,9 +39,9 @@ static const kernel_t KERNELS[] = {
     K4V(T_MXFP4, 32, 0, sizeof(blk_mxfp4), mxfp4),
     K(T_Q2_K, QK_K, 1, sizeof(blk_q2_K), q2_K),
     K(T_Q3_K, QK_K, 1, sizeof(blk_q3_K), q3_K),
-    K4(T_Q4_K, QK_K, 1, sizeof(blk_q4_K), q4_K),
-    K4(T_Q5_K, QK_K, 1, sizeof(blk_q5_K), q5_K),
-    K4(T_Q6_K, QK_K, 1, sizeof(blk_q6_K), q6_K),
+    K4V(T_Q4_K, QK_K, 1, sizeof(blk_q4_K), q4_K),
+    K4V(T_Q5_K, QK_K, 1, sizeof(blk_q5_K), q5_K),
+    K4V(T_Q6_K, QK_K, 1, sizeof(blk_q6_K), q6_K),
     K(T_IQ4_XS, QK_K, 1, sizeof(blk_iq4_xs), iq4_xs),
 #if defined(GC_X86)
     {T_Q5_0_X8, 32, 0, sizeof(blk_q5_0), {NULL}, NULL, NULL, NULL, 1, {dot8_q5_0x8_s, dot8_q5_0x8_avx2, dot8_q5_0x8_avx2},

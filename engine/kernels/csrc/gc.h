@@ -39,6 +39,19 @@ enum { ISA_SCALAR = 0, N_ISA = 1 };
 /* the ISA level in use (gc_set_isa, else the best this CPU runs) */
 GC_HIDDEN int gc_isa(void);
 
+/* a grow-only buffer (per-thread scratch kept between calls: decode makes hundreds of calls
+ * a token, and a malloc/free pair each is measurable), 64-byte aligned; NULL when memory
+ * could not be had */
+static inline void *gc_grow(void **buf, size_t *cap, size_t bytes) {
+    if (bytes > *cap) {
+        free(*buf);
+        const size_t n = (bytes + 63) / 64 * 64;
+        *buf = aligned_alloc(64, n);
+        *cap = *buf ? n : 0;
+    }
+    return *buf;
+}
+
 typedef void (*gc_task_fn)(void *ctx, int64_t start, int64_t end);
 
 /* run fn over [0, n) in chunks on n_threads threads (the caller is one of them) */

@@ -52,28 +52,27 @@ static void rows_streamed(dot_fn dot, const uint8_t *w, int64_t row_bytes, const
     for (int64_t r = start; r < end; r++) y[r] = dot(w + r * row_bytes, xq, nb);
 }
 
-/* Per-thread scratch (the quantized activations in two formats, Q4_K tiles), kept between calls (decode makes
- * hundreds of calls a token; a malloc/free pair each is measurable). */
-static _Thread_local uint8_t *t_scratch[4];
+/* Per-thread scratch: the quantized activations in two formats, the tiles */
+static _Thread_local void *t_scratch[4];
 static _Thread_local size_t t_scratch_cap[4];
 
-static uint8_t *scratch(int i, size_t n) {
-    if (t_scratch_cap[i] < n) {
-        free(t_scratch[i]);
-        t_scratch[i] = malloc(n);
-        t_scratch_cap[i] = t_scratch[i] ? n : 0;
-    }
-    return t_scratch[i];
-}
+static uint8_t *scratch(int i, size_t n) { return gc_grow(&t_scratch[i], &t_scratch_cap[i], n); }
 
+/* Batch-invariant decode: up to this many activation rows (a decode step of up to 16
+ * sequences), each row's product is the one-row dot's, bit for bit: the four- and
+ * eight-row dots do each row's arithmetic as the one-row dot does (the weights unpacked
+ * once for all), so a sequence's logits do not depend on what else shares its step. The
+ * tiles, which sum in another order, start above it. */
+#define DECODE_ROWS 16
 /* Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and MXFP4 weight rows go through the repacked tiles from this
  * many activation rows up (gc_set_tiles(0): never, for tests and comparisons) */
-#define TILE_MIN_ROWS 8
+#define TILE_MIN_ROWS (DECODE_ROWS + 1)
 /* ...except signed 32-blocks (Q8_0, IQ4_NL, MXFP4) where AVX-512 VNNI's eight- and four-row dots run:
- * their tiles take the AVX2 sign trick, slower there up to ~48 rows (Gemma 3 270M's Q8_0 head,
- * 262144 x 640, 2 threads, Zen 5: 24 rows 44.2 ms tiled vs 20.1 by the eight-row dots, 32 rows
- * 55.9 vs 36.4, 64 rows 97.5 vs 110.9) */
-#define TILE_MIN_ROWS_SIGNED_VNNI 48
+ * packing a tile costs more than those dots save below ~32 rows on a large matrix (Gemma 3
+ * 270M's Q8_0 head, 262144 x 640, 2 threads, Zen 5: 8 rows 24.6 ms tiled vs 7.6 by the
+ * eight-row dots, 24 rows 26.2 vs 22.2, 32 rows 38.5 vs 39.1, 48 rows 49.8 vs 89.7; on
+ * 4096 x 2560 IQ4_NL the tiles win from 16 rows, 0.68 vs 1.14 ms) */
+#define TILE_MIN_ROWS_SIGNED_VNNI 32
 static int g_tiles = 1;
 static int g_x8 = 1;
 

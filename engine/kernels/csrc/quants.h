@@ -152,7 +152,7 @@ typedef struct {
 /* the types with a four-row AVX2 dot */
 #define GC_FOUR_ROW_TYPES(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(iq4_nl) X(mxfp4) X(q4_K) X(q5_K) X(q6_K)
 /* ...and those with an AVX-512 VNNI four-row dot too */
-#define GC_FOUR_ROW_VNNI_TYPES(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(iq4_nl) X(mxfp4)
+#define GC_FOUR_ROW_VNNI_TYPES(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(iq4_nl) X(mxfp4) X(q4_K) X(q5_K) X(q6_K)
 
 /* quants.c: the scalar code */
 GC_HIDDEN void quantize_act32(const float *x, act32 *y, int64_t k);

@@ -58,12 +58,14 @@ AVX2 static inline __m256i nibbles32(const uint8_t *qs) { /* 16 bytes → 32 nib
     return _mm256_and_si256(both, _mm256_set1_epi8(0xF));
 }
 
-/* Two blocks per iteration with separate accumulators, so that the loads, integer
- * dots and float multiply-adds of neighbouring blocks overlap. */
+/* Two blocks per iteration, so that the loads and integer dots of neighbouring blocks
+ * overlap; the float sums in one chain in block order, as the four- and eight-row dots
+ * make them for each row: a row's product does not depend on the rows beside it in a
+ * batch (batch-invariant decode, matmul.c). */
 #define DEFINE_DOT32(NAME, TARGET, DOTI8, BLK, BODY)                                                \
     TARGET float NAME(const void *vw, const void *vx, int nb) {                            \
         const act32 *x = vx; const BLK *wb = vw;                                                  \
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                            \
+        __m256 acc = _mm256_setzero_ps();                                                         \
         float extra = 0.f;                                                                        \
         int i0 = 0;                                                                               \
         for (; i0 + 1 < nb; i0 += 2) {                                                            \
@@ -71,31 +73,26 @@ AVX2 static inline __m256i nibbles32(const uint8_t *qs) { /* 16 bytes → 32 nib
             prefetch_ahead(&wb[i0], 2 * (int)sizeof(BLK));                                        \
             { const int i = i0; __m256i q; float d; BODY; qa = q; da = d; }                       \
             { const int i = i0 + 1; __m256i q; float d; BODY; qb = q; db = d; }                   \
-            const __m256i xa = _mm256_loadu_si256((const __m256i *)x[i0].qs);                     \
-            const __m256i xb = _mm256_loadu_si256((const __m256i *)x[i0 + 1].qs);                 \
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(da * x[i0].d), _mm256_cvtepi32_ps(DOTI8(qa, xa)), acc0); \
-            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(db * x[i0 + 1].d), _mm256_cvtepi32_ps(DOTI8(qb, xb)), acc1); \
+            const __m256i pa = DOTI8(qa, _mm256_loadu_si256((const __m256i *)x[i0].qs));          \
+            const __m256i pb = DOTI8(qb, _mm256_loadu_si256((const __m256i *)x[i0 + 1].qs));      \
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(da * x[i0].d), _mm256_cvtepi32_ps(pa), acc);     \
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(db * x[i0 + 1].d), _mm256_cvtepi32_ps(pb), acc); \
         }                                                                                         \
         for (; i0 < nb; i0++) {                                                                   \
             prefetch_ahead(&wb[i0], (int)sizeof(BLK));                                            \
             const int i = i0; __m256i q; float d; BODY;                                           \
             const __m256i xv = _mm256_loadu_si256((const __m256i *)x[i].qs);                      \
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * x[i].d), _mm256_cvtepi32_ps(DOTI8(q, xv)), acc0); \
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * x[i].d), _mm256_cvtepi32_ps(DOTI8(q, xv)), acc); \
         }                                                                                         \
-        return hsum8(_mm256_add_ps(acc0, acc1)) + extra;                                          \
+        return hsum8(acc) + extra;                                                                \
     }
 
 #define BODY_Q8_0 const blk_q8_0 *w = vw; q = _mm256_loadu_si256((const __m256i *)w[i].qs); d = H2F(w[i].d)
-#define BODY_Q4_0 const blk_q4_0 *w = vw; q = _mm256_sub_epi8(nibbles32(w[i].qs), _mm256_set1_epi8(8)); d = H2F(w[i].d)
-#define BODY_Q5_0                                                                                   \
-    const blk_q5_0 *w = vw; uint32_t qh; memcpy(&qh, w[i].qh, 4);                                   \
-    q = _mm256_or_si256(nibbles32(w[i].qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10))); \
-    q = _mm256_sub_epi8(q, _mm256_set1_epi8(16)); d = H2F(w[i].d)
-#define BODY_Q4_1 const blk_q4_1 *w = vw; q = nibbles32(w[i].qs); d = H2F(w[i].d); extra += H2F(w[i].m) * x[i].s
+#define BODY_Q4_1 const blk_q4_1 *w = vw; q = nibbles32(w[i].qs); d = H2F(w[i].d); extra = fmaf(H2F(w[i].m), x[i].s, extra)
 #define BODY_Q5_1                                                                                   \
     const blk_q5_1 *w = vw; uint32_t qh; memcpy(&qh, w[i].qh, 4);                                   \
     q = _mm256_or_si256(nibbles32(w[i].qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10))); \
-    d = H2F(w[i].d); extra += H2F(w[i].m) * x[i].s
+    d = H2F(w[i].d); extra = fmaf(H2F(w[i].m), x[i].s, extra)
 #define BODY_IQ4_NL                                                                                 \
     const blk_iq4_nl *w = vw;                                                                       \
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl)); \
@@ -113,13 +110,13 @@ DEFINE_DOT32(dot_q8_0_avx2, AVX2, dot_i8_avx2, blk_q8_0, BODY_Q8_0)
  * unsigned form's per-block scalar for the offset became a loop-carried chain through a
  * general register there (one row in L2: 30.4 -> 27.5 ns per 256 weights; for Q4_0 the
  * unsigned form stays ahead, 21.2 vs 22.9). */
-#define BODY_Q4_0_U const blk_q4_0 *w = vw; q = nibbles32(w[i].qs); d = H2F(w[i].d); extra -= 8.f * d * x[i].s
-#define BODY_Q5_0_S                                                                                 \
+#define BODY_Q4_0_U const blk_q4_0 *w = vw; q = nibbles32(w[i].qs); d = H2F(w[i].d); extra = fmaf(-8.f * d, x[i].s, extra)
+#define BODY_Q5_0_U                                                                                 \
     const blk_q5_0 *w = vw; uint32_t qh; memcpy(&qh, w[i].qh, 4);                                   \
-    q = _mm256_or_si256(nibbles32(w[i].qs), _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8((char)0xF0))); \
-    d = H2F(w[i].d)
+    q = _mm256_or_si256(nibbles32(w[i].qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10))); \
+    d = H2F(w[i].d); extra = fmaf(-16.f * d, x[i].s, extra)
 DEFINE_DOT32(dot_q4_0_avx2, AVX2, dot_u8_avx2, blk_q4_0, BODY_Q4_0_U)
-DEFINE_DOT32(dot_q5_0_avx2, AVX2, dot_i8_avx2, blk_q5_0, BODY_Q5_0_S)
+DEFINE_DOT32(dot_q5_0_avx2, AVX2, dot_u8_avx2, blk_q5_0, BODY_Q5_0_U)
 DEFINE_DOT32(dot_q4_1_avx2, AVX2, dot_u8_avx2, blk_q4_1, BODY_Q4_1)
 DEFINE_DOT32(dot_q5_1_avx2, AVX2, dot_u8_avx2, blk_q5_1, BODY_Q5_1)
 DEFINE_DOT32(dot_iq4_nl_avx2, AVX2, dot_i8_avx2, blk_iq4_nl, BODY_IQ4_NL)
@@ -128,16 +125,16 @@ DEFINE_DOT32(dot_mxfp4_avx2, AVX2, dot_i8_avx2, blk_mxfp4, BODY_MXFP4)
  * ns per 256 weights in L1) */
 #define BODY_Q5_0_MASK                                                                              \
     const blk_q5_0 *w = vw; uint32_t qh; memcpy(&qh, w[i].qh, 4);                                   \
-    const __m256i q16 = _mm256_sub_epi8(nibbles32(w[i].qs), _mm256_set1_epi8(16));                  \
-    q = _mm256_mask_add_epi8(q16, qh, q16, _mm256_set1_epi8(16)); d = H2F(w[i].d)
+    const __m256i q4 = nibbles32(w[i].qs);                                                          \
+    q = _mm256_mask_add_epi8(q4, qh, q4, _mm256_set1_epi8(16)); d = H2F(w[i].d); extra = fmaf(-16.f * d, x[i].s, extra)
 #define BODY_Q5_1_MASK                                                                              \
     const blk_q5_1 *w = vw; uint32_t qh; memcpy(&qh, w[i].qh, 4);                                   \
     const __m256i q4 = nibbles32(w[i].qs);                                                          \
-    q = _mm256_mask_add_epi8(q4, qh, q4, _mm256_set1_epi8(16)); d = H2F(w[i].d); extra += H2F(w[i].m) * x[i].s
+    q = _mm256_mask_add_epi8(q4, qh, q4, _mm256_set1_epi8(16)); d = H2F(w[i].d); extra = fmaf(H2F(w[i].m), x[i].s, extra)
 
 DEFINE_DOT32(dot_q8_0_avx512, AVX512, dot_i8_vnni, blk_q8_0, BODY_Q8_0)
-DEFINE_DOT32(dot_q4_0_avx512, AVX512, dot_i8_vnni, blk_q4_0, BODY_Q4_0)
-DEFINE_DOT32(dot_q5_0_avx512, AVX512, dot_i8_vnni, blk_q5_0, BODY_Q5_0_MASK)
+DEFINE_DOT32(dot_q4_0_avx512, AVX512, dot_u8_vnni, blk_q4_0, BODY_Q4_0_U)
+DEFINE_DOT32(dot_q5_0_avx512, AVX512, dot_u8_vnni, blk_q5_0, BODY_Q5_0_MASK)
 DEFINE_DOT32(dot_q4_1_avx512, AVX512, dot_u8_vnni, blk_q4_1, BODY_Q4_1)
 DEFINE_DOT32(dot_q5_1_avx512, AVX512, dot_u8_vnni, blk_q5_1, BODY_Q5_1_MASK)
 DEFINE_DOT32(dot_iq4_nl_avx512, AVX512, dot_i8_vnni, blk_iq4_nl, BODY_IQ4_NL)
@@ -268,7 +265,7 @@ AVX2 float dot_q6_K_avx2(const void *vw, const void *vx, int nb) {
         if (sgn) xv = _mm256_sign_epi8(xv, q);                                                     \
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, xv), ones);                   \
         A = _mm256_fmadd_ps(_mm256_set1_ps(d * X[i].d), _mm256_cvtepi32_ps(p), A);                \
-        E += e * X[i].s;                                                                           \
+        E = fmaf(e, X[i].s, E);                                                                    \
     }
 
 #define X4_Q8_0 q = _mm256_loadu_si256((const __m256i *)w[i].qs); d = H2F(w[i].d); e = 0.f
@@ -321,7 +318,7 @@ DEFINE_DOT32_X4(dot4_mxfp4_avx2, blk_mxfp4, 1, X4_MXFP4)
     {                                                                                              \
         const __m256i p = _mm256_dpbusd_epi32(zero, q, _mm256_loadu_si256((const __m256i *)X[i].qs)); \
         A = _mm256_fmadd_ps(_mm256_set1_ps(d * X[i].d), _mm256_cvtepi32_ps(p), A);                \
-        E += e * X[i].s;                                                                           \
+        E = fmaf(e, X[i].s, E);                                                                    \
     }
 
 /* Signed weights (Q8_0, IQ4_NL's and MXFP4's values) the other way round: the activations
@@ -460,8 +457,8 @@ void pack_x8(const uint8_t *x, size_t row_bytes, int nb, act32x8 *out) {
     AVX2 void NAME(const void *vw, const void *const *vx, int nb, float *out) {         \
         const BLK *w = vw; X4_ROWS(act256);                                                        \
         const act256 *X[4] = {X0, X1, X2, X3};                                                     \
-        __m256 acc[4];                                                                             \
-        for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();                                  \
+        __m256 acc[4], accm[4];                                                                    \
+        for (int r = 0; r < 4; r++) acc[r] = accm[r] = _mm256_setzero_ps();                        \
         const __m256i m4 = _mm256_set1_epi8(0xF);                                                  \
         for (int i = 0; i < nb; i++) {                                                             \
             prefetch_ahead(&w[i], (int)sizeof(BLK));                                               \
@@ -483,14 +480,13 @@ void pack_x8(const uint8_t *x, size_t row_bytes, int nb, act32x8 *out) {
                                                                       _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), sh))); \
                 }                                                                                  \
             }                                                                                      \
-            const __m256 vd = _mm256_set1_ps(H2F(w[i].d)), vdmin = _mm256_set1_ps(H2F(w[i].dmin));     \
-            for (int r = 0; r < 4; r++) { /* x.d (d sum - dmin (mins . bsums)) */                  \
+            for (int r = 0; r < 4; r++) { /* as the one-row dot: d x.d sum - dmin x.d (mins . bsums) */ \
                 const __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)X[r][i].bsums), mins); \
-                const __m256 t = _mm256_fmsub_ps(vd, _mm256_cvtepi32_ps(sum[r]), _mm256_mul_ps(vdmin, _mm256_cvtepi32_ps(msum))); \
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(X[r][i].d), t, acc[r]);                   \
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(H2F(w[i].d) * X[r][i].d), _mm256_cvtepi32_ps(sum[r]), acc[r]); \
+                accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(H2F(w[i].dmin) * X[r][i].d), _mm256_cvtepi32_ps(msum), accm[r]); \
             }                                                                                      \
         }                                                                                          \
-        for (int r = 0; r < 4; r++) out[r] = hsum8(acc[r]);                                        \
+        for (int r = 0; r < 4; r++) out[r] = hsum8(_mm256_sub_ps(acc[r], accm[r]));                \
     }
 
 DEFINE_Q45K_X4(dot4_q4_K_avx2, blk_q4_K, NO_HIGH)
@@ -851,6 +847,150 @@ AVX2 static void kq_tile_dot(const kq_tile_block *t, int nb, const act256 *const
     for (int r = 0; r < 4; r++) _mm256_storeu_ps(out[r], acc[r]);
 }
 
+/* ---- the 32-block tiles on AVX-512: as the k-quant ones below, two 4-byte lanes per weight
+ * row in a 64-byte vector, so an 8-byte broadcast of activations meets 8 weights of all
+ * eight rows. Unsigned weights: four vpmaddubsw sums in 16 bits (as the AVX2 tile), one
+ * vpmaddwd. Signed ones (Q8_0, IQ4_NL, MXFP4): the activations made unsigned (x + 128,
+ * an XOR) meet the signed weights in vpdpbusd, and 128 times each lane's weight sum, kept
+ * as an integer by the packing, is taken back: exact. Lane pairs are summed at the end;
+ * the activation-sum term (e) sits in the even lanes only. */
+typedef struct {
+    uint8_t q[4][64];     /* [m]: lane 2k + e = weights 8m + 4e .. + 3 of row k */
+    float d[16], e[16];   /* lanes 2k, 2k + 1: row k's scale; lane 2k: its e, 2k + 1: 0 */
+    int32_t w128[16];     /* signed types: 128 x the lane's weight sum */
+} t32x512_block;
+
+AVX512 static void t32x512_from(const t32_block *b, t32x512_block *t, int sgn) {
+    const __m512i mix = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    __m512i ws = _mm512_setzero_si512();
+    for (int m = 0; m < 4; m++) {
+        const __m512i v = _mm512_permutex2var_epi32(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b->q[2 * m])), mix,
+                                                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b->q[2 * m + 1])));
+        _mm512_storeu_si512(t->q[m], v);
+        if (sgn) ws = _mm512_dpbusd_epi32(ws, _mm512_set1_epi8(1), v); /* the lane's four signed bytes summed */
+    }
+    _mm512_storeu_si512(t->w128, _mm512_slli_epi32(ws, 7));
+    _mm512_storeu_ps(t->d, _mm512_permutexvar_ps(twice, _mm512_castps256_ps512(_mm256_loadu_ps(b->d))));
+    _mm512_storeu_ps(t->e, _mm512_maskz_permutexvar_ps(0x5555, twice, _mm512_castps256_ps512(_mm256_loadu_ps(b->e))));
+}
+
+/* eight bytes of activations in every pair of 4-byte lanes */
+AVX512 static inline __m512i bcast8(const int8_t *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return _mm512_set1_epi64(v);
+}
+
+/* the 16 lanes of four accumulators summed in pairs: out[r][k] */
+AVX512 static inline void pairs_out(const __m512 acc[4], float out[4][8]) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int r = 0; r < 4; r++)
+        _mm256_storeu_ps(out[r], _mm512_castps512_ps256(_mm512_add_ps(_mm512_permutexvar_ps(even, acc[r]),
+                                                                      _mm512_permutexvar_ps(odd, acc[r]))));
+}
+
+AVX512 static inline __attribute__((always_inline)) void t32x512_dot_as(const t32x512_block *t, int nb,
+                                                                      const act32 *const *X, float out[4][8], const int sgn) {
+    const __m512i ones = _mm512_set1_epi16(1), flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const __m512i w0 = _mm512_loadu_si512(t[i].q[0]), w1 = _mm512_loadu_si512(t[i].q[1]);
+        const __m512i w2 = _mm512_loadu_si512(t[i].q[2]), w3 = _mm512_loadu_si512(t[i].q[3]);
+        const __m512 vd = _mm512_loadu_ps(t[i].d);
+        for (int r = 0; r < 4; r++) {
+            const int8_t *xq = X[r][i].qs;
+            __m512i isum;
+            if (sgn) {
+                isum = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(t[i].w128));
+                isum = _mm512_dpbusd_epi32(isum, _mm512_xor_si512(bcast8(xq), flip), w0);
+                isum = _mm512_dpbusd_epi32(isum, _mm512_xor_si512(bcast8(xq + 8), flip), w1);
+                isum = _mm512_dpbusd_epi32(isum, _mm512_xor_si512(bcast8(xq + 16), flip), w2);
+                isum = _mm512_dpbusd_epi32(isum, _mm512_xor_si512(bcast8(xq + 24), flip), w3);
+            } else {
+                const __m512i p = _mm512_add_epi16(
+                    _mm512_add_epi16(_mm512_maddubs_epi16(w0, bcast8(xq)), _mm512_maddubs_epi16(w1, bcast8(xq + 8))),
+                    _mm512_add_epi16(_mm512_maddubs_epi16(w2, bcast8(xq + 16)), _mm512_maddubs_epi16(w3, bcast8(xq + 24))));
+                isum = _mm512_madd_epi16(p, ones);
+            }
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(vd, _mm512_set1_ps(X[r][i].d)), _mm512_cvtepi32_ps(isum), acc[r]);
+            if (!sgn) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(t[i].e), _mm512_set1_ps(X[r][i].s), acc[r]);
+        }
+    }
+    pairs_out(acc, out);
+}
+
+AVX512 static void t32x512_dot(const t32x512_block *t, int nb, const act32 *const *X, float out[4][8]) {
+    t32x512_dot_as(t, nb, X, out, 0);
+}
+
+AVX512 static void t32x512_dot_signed(const t32x512_block *t, int nb, const act32 *const *X, float out[4][8]) {
+    t32x512_dot_as(t, nb, X, out, 1);
+}
+
+/* ---- the k-quant tiles on AVX-512: 64-byte vectors holding two 4-byte lanes per weight row,
+ * so one 8-byte broadcast of activations meets 16 weights of all eight rows in 2 vpmaddubsw;
+ * the sub-block scales go in with one vpdpwssd (VNNI) per 16 weights. Lane 2k + e of a vector
+ * is row k, the e-th of two consecutive 4-weight groups; its results are summed in pairs at
+ * the end. The same values as the AVX2 tile, rearranged as the AVX2 packing leaves them. */
+typedef struct {
+    uint8_t q[16][2][64]; /* [j][m]: lane 2k + e = weights 16j + 8m + 4e .. + 3 of row k */
+    int16_t sc[16][32];   /* [j]: 16-bit lanes 4k .. 4k + 3 the scale of weights 16j .. of row k */
+    int16_t mn[4][32];    /* [v]: lane 2k + e the minimums of row k's weights 64v + 32e .. (two of 16) */
+    float d[16], dmin[16]; /* lanes 2k, 2k + 1: row k's */
+} kq512_tile_block;
+
+AVX512 static void kq512_tile_pack(int type, const uint8_t *w, int64_t row_bytes, int nb, kq512_tile_block *t) {
+    const __m512i mix = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    for (int i = 0; i < nb; i++) {
+        kq_tile_block b;
+        kq_tile_pack(type, w + i * (row_bytes / nb), row_bytes, 1, &b);
+#define KQ512_MIX(A, B) _mm512_permutex2var_epi32(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(A))), mix, \
+                                                   _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(B))))
+        for (int j = 0; j < 16; j++) {
+            for (int m = 0; m < 2; m++) _mm512_storeu_si512(t[i].q[j][m], KQ512_MIX(b.q[4 * j + 2 * m], b.q[4 * j + 2 * m + 1]));
+            _mm512_storeu_si512(t[i].sc[j], _mm512_permutexvar_epi32(twice, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b.sc[j]))));
+        }
+        for (int v = 0; v < 4; v++) _mm512_storeu_si512(t[i].mn[v], KQ512_MIX(b.mn[2 * v], b.mn[2 * v + 1]));
+#undef KQ512_MIX
+        _mm512_storeu_ps(t[i].d, _mm512_permutexvar_ps(twice, _mm512_castps256_ps512(_mm256_loadu_ps(b.d))));
+        _mm512_storeu_ps(t[i].dmin, _mm512_permutexvar_ps(twice, _mm512_castps256_ps512(_mm256_loadu_ps(b.dmin))));
+    }
+}
+
+AVX512 static void kq512_tile_dot(const kq512_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
+    __m512 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m512i isum[4], msum[4];
+        for (int r = 0; r < 4; r++) {
+            isum[r] = _mm512_setzero_si512();
+            msum[r] = _mm512_setzero_si512();
+            for (int v = 0; v < 4; v++) /* bsums 4v, 4v + 1 (weights 64v..) and 4v + 2, 4v + 3 */
+                msum[r] = _mm512_dpwssd_epi32(msum[r], _mm512_loadu_si512(t[i].mn[v]), bcast8((const int8_t *)(X[r][i].bsums + 4 * v)));
+        }
+        for (int j = 0; j < 16; j++) {
+            const __m512i w0 = _mm512_loadu_si512(t[i].q[j][0]), w1 = _mm512_loadu_si512(t[i].q[j][1]);
+            const __m512i sc = _mm512_loadu_si512(t[i].sc[j]);
+            for (int r = 0; r < 4; r++) {
+                const int8_t *xq = X[r][i].qs + 16 * j;
+                const __m512i p = _mm512_add_epi16(_mm512_maddubs_epi16(w0, bcast8(xq)), _mm512_maddubs_epi16(w1, bcast8(xq + 8)));
+                isum[r] = _mm512_dpwssd_epi32(isum[r], p, sc);
+            }
+        }
+        const __m512 vd = _mm512_loadu_ps(t[i].d), vdmin = _mm512_loadu_ps(t[i].dmin);
+        for (int r = 0; r < 4; r++) {
+            const __m512 xd = _mm512_set1_ps(X[r][i].d);
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(vd, xd), _mm512_cvtepi32_ps(isum[r]), acc[r]);
+            acc[r] = _mm512_fnmadd_ps(_mm512_mul_ps(vdmin, xd), _mm512_cvtepi32_ps(msum[r]), acc[r]);
+        }
+    }
+    pairs_out(acc, out);
+}
+
 AVX2 void dot4_q6_K_avx2(const void *vw, const void *const *vx, int nb, float *out) {
     const blk_q6_K *w = vw; X4_ROWS(act256);
     const act256 *X[4] = {X0, X1, X2, X3};
@@ -1065,6 +1205,53 @@ AVX512 static inline __m512i lanes_bits(int a, int b) {
 DEFINE_Q45K_512(dot_q4_K_avx512, blk_q4_K, )
 DEFINE_Q45K_512(dot_q5_K_avx512, blk_q5_K, Q5_FIVE)
 
+/* four activation rows with each row's arithmetic exactly the one-row dot's (the weights
+ * unpacked once): batched decode gives each row the bits it gets alone */
+#define DEFINE_Q45K_512_X4(NAME, BLK, FIVE)                                                         \
+    AVX512 void NAME(const void *vw, const void *const *vx, int nb, float *out) {                   \
+        const BLK *w = vw; X4_ROWS(act256);                                                         \
+        const act256 *X[4] = {X0, X1, X2, X3};                                                      \
+        const __m512i m4 = _mm512_set1_epi8(0xF);                                                  \
+        const __m512i sel[4] = {lanes_2x16(0, 2), lanes_2x16(1, 3), lanes_2x16(4, 6), lanes_2x16(5, 7)}; \
+        __m512 acc[4]; __m128 accm[4];                                                              \
+        for (int r = 0; r < 4; r++) { acc[r] = _mm512_setzero_ps(); accm[r] = _mm_setzero_ps(); }  \
+        for (int i = 0; i < nb; i++) {                                                             \
+            prefetch_ahead(&w[i], (int)sizeof(BLK));                                               \
+            uint32_t sm[4];                                                                        \
+            k4_scales_mins(w[i].scales, sm);                                                        \
+            const __m256i sm16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm));       \
+            const __m512i sc = _mm512_castsi256_si512(sm16);                                       \
+            __m512i wl[2], wh[2], sl[2], sh[2];                                                    \
+            for (int p = 0; p < 2; p++) {                                                          \
+                const __m512i q = _mm512_loadu_si512((const void *)(w[i].qs + 64 * p));            \
+                __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4); \
+                FIVE                                                                               \
+                wl[p] = lo; wh[p] = hi;                                                            \
+                sl[p] = _mm512_permutexvar_epi16(sel[2 * p], sc);                                  \
+                sh[p] = _mm512_permutexvar_epi16(sel[2 * p + 1], sc);                              \
+            }                                                                                      \
+            for (int r = 0; r < 4; r++) {                                                          \
+                const __m256i bs = _mm256_loadu_si256((const __m256i *)X[r][i].bsums);             \
+                const __m128i bs32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)); \
+                const __m128i mins = _mm_madd_epi16(_mm256_extracti128_si256(sm16, 1), bs32);      \
+                __m512i sum = _mm512_setzero_si512();                                              \
+                for (int p = 0; p < 2; p++) {                                                      \
+                    const int8_t *xq = X[r][i].qs + 128 * p;                                       \
+                    const __m512i pl = _mm512_maddubs_epi16(wl[p], load_2x32(xq, xq + 64));        \
+                    const __m512i ph = _mm512_maddubs_epi16(wh[p], load_2x32(xq + 32, xq + 96));   \
+                    sum = _mm512_add_epi32(sum, _mm512_madd_epi16(pl, sl[p]));                     \
+                    sum = _mm512_add_epi32(sum, _mm512_madd_epi16(ph, sh[p]));                     \
+                }                                                                                  \
+                acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(H2F(w[i].d) * X[r][i].d), _mm512_cvtepi32_ps(sum), acc[r]); \
+                accm[r] = _mm_fmadd_ps(_mm_set1_ps(H2F(w[i].dmin) * X[r][i].d), _mm_cvtepi32_ps(mins), accm[r]); \
+            }                                                                                      \
+        }                                                                                          \
+        for (int r = 0; r < 4; r++) out[r] = hsum16(acc[r]) - hsum4(accm[r]);                       \
+    }
+
+DEFINE_Q45K_512_X4(dot4_q4_K_avx512, blk_q4_K, )
+DEFINE_Q45K_512_X4(dot4_q5_K_avx512, blk_q5_K, Q5_FIVE)
+
 /* Q6_K: a 64-byte load of ql (half h) gives, from its low nibbles, elements 128h..+63 and
  * from its high nibbles 128h+64..+63; qh adds bits 4-5 from bit pairs 0/2 and 4/6.
  * q is 0..63 with offset 32: sum((q - 32) x) = sum(q x) - 32 sum(x) per 16 (bsums). */
@@ -1096,6 +1283,45 @@ AVX512 float dot_q6_K_avx512(const void *vw, const void *vx, int nb) {
         accoff = _mm256_fmadd_ps(_mm256_set1_ps(32.f * d), _mm256_cvtepi32_ps(off), accoff);
     }
     return hsum16(acc) - hsum8(accoff);
+}
+
+AVX512 void dot4_q6_K_avx512(const void *vw, const void *const *vx, int nb, float *out) {
+    const blk_q6_K *w = vw; X4_ROWS(act256);
+    const act256 *X[4] = {X0, X1, X2, X3};
+    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+    const __m512i sel[4] = {lanes_4x8(0), lanes_4x8(4), lanes_4x8(8), lanes_4x8(12)};
+    const __m512i shl = lanes_2x16(4, 2), shr = lanes_2x16(0, 2);
+    __m512 acc[4]; __m256 accoff[4];
+    for (int r = 0; r < 4; r++) { acc[r] = _mm512_setzero_ps(); accoff[r] = _mm256_setzero_ps(); }
+    for (int i = 0; i < nb; i++) {
+        prefetch_ahead(&w[i], (int)sizeof(blk_q6_K));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
+        const __m512i sc = _mm512_castsi256_si512(sc16);
+        __m512i lo[2], hi[2], s[4];
+        for (int h = 0; h < 2; h++) {
+            const __m512i ql = _mm512_loadu_si512((const void *)(w[i].ql + 64 * h));
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h)));
+            lo[h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30));
+            hi[h] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30));
+            s[2 * h] = _mm512_permutexvar_epi16(sel[2 * h], sc);
+            s[2 * h + 1] = _mm512_permutexvar_epi16(sel[2 * h + 1], sc);
+        }
+        const float d = H2F(w[i].d);
+        for (int r = 0; r < 4; r++) {
+            const __m256i off = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)X[r][i].bsums));
+            __m512i sum = _mm512_setzero_si512();
+            for (int h = 0; h < 2; h++) {
+                const __m512i pl = _mm512_maddubs_epi16(lo[h], _mm512_loadu_si512((const void *)(X[r][i].qs + 128 * h)));
+                const __m512i ph = _mm512_maddubs_epi16(hi[h], _mm512_loadu_si512((const void *)(X[r][i].qs + 128 * h + 64)));
+                sum = _mm512_add_epi32(sum, _mm512_madd_epi16(pl, s[2 * h]));
+                sum = _mm512_add_epi32(sum, _mm512_madd_epi16(ph, s[2 * h + 1]));
+            }
+            const float dx = d * X[r][i].d; /* as the one-row dot */
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(dx), _mm512_cvtepi32_ps(sum), acc[r]);
+            accoff[r] = _mm256_fmadd_ps(_mm256_set1_ps(32.f * dx), _mm256_cvtepi32_ps(off), accoff[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = hsum16(acc[r]) - hsum8(accoff[r]);
 }
 
 /* ---- AVX-512 activation quantization: the scalar functions' arithmetic, 16 lanes at a
@@ -1225,21 +1451,45 @@ int tile_type(int type) {
 }
 
 /* bytes of one packed tile (eight weight rows) */
+/* bytes of one packed tile (eight weight rows); AVX-512 has its own layouts */
 size_t tile_bytes(int type, int nb) {
-    const size_t per = kq_type(type) ? sizeof(kq_tile_block) : sizeof(t32_block);
+    const int wide = gc_isa() >= ISA_AVX512;
+    const size_t per = kq_type(type) ? (wide ? sizeof(kq512_tile_block) : sizeof(kq_tile_block))
+                                     : (wide ? sizeof(t32x512_block) : sizeof(t32_block));
     return per * (size_t)nb;
 }
 
+/* the AVX2 packing of one 32-block type, block i */
+static void t32_pack_one(int type, const uint8_t *w, int64_t row_bytes, int nb, int i, t32_block *b) {
+    const int64_t bb = row_bytes / nb;
+    if (type == T_Q5_0_X8) x8_tile_pack(w + i * (int64_t)sizeof(blk_q5_0x8), 1, b);
+    else if (type == T_MXFP4_X8) mx8_tile_pack(w + i * (int64_t)sizeof(blk_mxfp4x8), 1, b);
+    else t32_pack(type, w + i * bb, row_bytes, 1, b);
+}
+
 void tile_pack(int type, const uint8_t *w, int64_t row_bytes, int nb, void *t) {
-    if (kq_type(type)) kq_tile_pack(type, w, row_bytes, nb, t);
+    if (kq_type(type) && gc_isa() >= ISA_AVX512) kq512_tile_pack(type, w, row_bytes, nb, t);
+    else if (kq_type(type)) kq_tile_pack(type, w, row_bytes, nb, t);
+    else if (gc_isa() >= ISA_AVX512)
+        for (int i = 0; i < nb; i++) {
+            t32_block b;
+            t32_pack_one(type, w, row_bytes, nb, i, &b);
+            t32x512_from(&b, (t32x512_block *)t + i, signed32(type));
+        }
     else if (type == T_Q5_0_X8) x8_tile_pack(w, nb, t);
     else if (type == T_MXFP4_X8) mx8_tile_pack(w, nb, t);
     else t32_pack(type, w, row_bytes, nb, t);
 }
 
 void tile_dot(int type, const void *t, int nb, const void *const *xs, float o[4][8]) {
-    if (kq_type(type)) kq_tile_dot(t, nb, (const act256 *const *)xs, o);
-    else if (signed32(type)) t32_dot_signed(t, nb, (const act32 *const *)xs, o);
+    const int wide = gc_isa() >= ISA_AVX512;
+    if (kq_type(type)) {
+        if (wide) kq512_tile_dot(t, nb, (const act256 *const *)xs, o);
+        else kq_tile_dot(t, nb, (const act256 *const *)xs, o);
+    } else if (signed32(type)) {
+        if (wide) t32x512_dot_signed(t, nb, (const act32 *const *)xs, o);
+        else t32_dot_signed(t, nb, (const act32 *const *)xs, o);
+    } else if (wide) t32x512_dot(t, nb, (const act32 *const *)xs, o);
     else t32_dot(t, nb, (const act32 *const *)xs, o);
 }
 

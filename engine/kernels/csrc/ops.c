@@ -635,6 +635,13 @@ static void attn_prep_task(void *vctx, int64_t start, int64_t end) {
 /* per-thread scratch of n floats (a decode step's attention runs hundreds of times) */
 static float *scratch(void **buf, size_t *cap, size_t n) { return gc_grow(buf, cap, sizeof(float) * n); }
 
+/* the sequence a work item belongs to (items are numbered sequence after sequence) */
+static const attn_seq *item_seq(const attn_ctx *c, int64_t it) {
+    int64_t si = 0;
+    while (si + 1 < c->n_seqs && c->seqs[si + 1].item0 <= it) si++;
+    return &c->seqs[si];
+}
+
 /* One work item: a sequence's tokens, the query heads of one kv head (a group of G), over
  * one block of cells: per row (token, head) the block's scores' max m, sum of e^(s - m)
  * and sum of e^(s - m) v, written to the item's partial results. The block's keys and
@@ -650,9 +657,7 @@ static void attn_block_task(void *vctx, int64_t start, int64_t end) {
     const int64_t d = L->d, G = L->n_head / L->n_kv, n_cells = L->n_cells;
     const int64_t kb = kv_row_bytes(L->k_type, d), vb = kv_row_bytes(L->v_type, d);
     for (int64_t it = start; it < end; it++) {
-        int64_t si = 0;
-        while (si + 1 < c->n_seqs && c->seqs[si + 1].item0 <= it) si++;
-        const attn_seq *S = &c->seqs[si];
+        const attn_seq *S = item_seq(c, it);
         const int64_t local = it - S->item0, kvh = local / S->n_blocks, b = local % S->n_blocks;
         const int64_t blk = S->blk, c0 = b * blk, c1 = c0 + blk < S->cells ? c0 + blk : S->cells, nc = c1 - c0;
         const int64_t R = S->n * G, pw = d + 2;
@@ -854,9 +859,7 @@ static void attn_tile_task(void *vctx, int64_t start, int64_t end) {
     const int64_t d = L->d, G = L->n_head / L->n_kv, n_cells = L->n_cells;
     const int64_t kb = kv_row_bytes(L->k_type, d), vb = kv_row_bytes(L->v_type, d);
     for (int64_t it = start; it < end; it++) {
-        int64_t si = 0;
-        while (si + 1 < c->n_seqs && c->seqs[si + 1].item0 <= it) si++;
-        const attn_seq *S = &c->seqs[si];
+        const attn_seq *S = item_seq(c, it);
         const int64_t local = it - S->item0, kvh = local / S->n_blocks, tile = S->n_blocks - 1 - local % S->n_blocks;
         const int64_t tt0 = tile * S->blk, nt = S->blk < S->n - tt0 ? S->blk : S->n - tt0;
         const int64_t R = nt * G, Rp = (R + 3) / 4 * 4;

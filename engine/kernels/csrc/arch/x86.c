@@ -1159,62 +1159,16 @@ AVX512 static inline float hsum16(__m512 v) { return _mm512_reduce_add_ps(v); }
 /* A 64-byte load of qs holds chunks 2p and 2p+1: low nibbles are sub-blocks 4p and 4p+2
  * (activations 128p and 128p+64), high nibbles 4p+1 and 4p+3. Q5_K's fifth bit of
  * element 64c + 32h + l is bit 2c + h of qh[l]. */
-#define DEFINE_Q45K_512(NAME, BLK, FIVE)                                                            \
-    AVX512 float NAME(const void *vw, const void *vx, int nb) {                             \
-        const BLK *w = vw; const act256 *x = vx;                                                  \
-        const __m512i m4 = _mm512_set1_epi8(0xF);                                                 \
-        const __m512i sel[4] = {lanes_2x16(0, 2), lanes_2x16(1, 3), lanes_2x16(4, 6), lanes_2x16(5, 7)}; \
-        __m512 acc = _mm512_setzero_ps(); __m128 accm = _mm_setzero_ps();                          \
-        for (int i = 0; i < nb; i++) {                                                            \
-            prefetch_ahead(&w[i], (int)sizeof(BLK));                                              \
-            uint32_t sm[4];                                                                       \
-            k4_scales_mins(w[i].scales, sm);                                                       \
-            const __m256i sm16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm));      \
-            const __m512i sc = _mm512_castsi256_si512(sm16);                                      \
-            const __m256i bs = _mm256_loadu_si256((const __m256i *)x[i].bsums);                   \
-            const __m128i bs32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)); \
-            const __m128i mins = _mm_madd_epi16(_mm256_extracti128_si256(sm16, 1), bs32);          \
-            __m512i sum = _mm512_setzero_si512();                                                 \
-            for (int p = 0; p < 2; p++) {                                                         \
-                const __m512i q = _mm512_loadu_si512((const void *)(w[i].qs + 64 * p));           \
-                __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4); \
-                FIVE                                                                              \
-                const int8_t *xq = x[i].qs + 128 * p;                                             \
-                const __m512i pl = _mm512_maddubs_epi16(lo, load_2x32(xq, xq + 64));              \
-                const __m512i ph = _mm512_maddubs_epi16(hi, load_2x32(xq + 32, xq + 96));         \
-                sum = _mm512_add_epi32(sum, _mm512_madd_epi16(pl, _mm512_permutexvar_epi16(sel[2 * p], sc))); \
-                sum = _mm512_add_epi32(sum, _mm512_madd_epi16(ph, _mm512_permutexvar_epi16(sel[2 * p + 1], sc))); \
-            }                                                                                     \
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(H2F(w[i].d) * x[i].d), _mm512_cvtepi32_ps(sum), acc); \
-            accm = _mm_fmadd_ps(_mm_set1_ps(H2F(w[i].dmin) * x[i].d), _mm_cvtepi32_ps(mins), accm); \
-        }                                                                                         \
-        return hsum16(acc) - hsum4(accm);                                                         \
-    }
-
-#define Q5_FIVE                                                                                     \
-    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w[i].qh));      \
-    const __m512i b16 = _mm512_set1_epi8(0x10);                                                   \
-    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, lanes_bits(4 * p, 4 * p + 2)), lo, b16); \
-    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, lanes_bits(4 * p + 1, 4 * p + 3)), hi, b16);
-
-/* bytes 0-31: bit a, bytes 32-63: bit b */
-AVX512 static inline __m512i lanes_bits(int a, int b) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << a))), _mm256_set1_epi8((char)(1 << b)), 1);
-}
-
-DEFINE_Q45K_512(dot_q4_K_avx512, blk_q4_K, )
-DEFINE_Q45K_512(dot_q5_K_avx512, blk_q5_K, Q5_FIVE)
-
-/* four activation rows with each row's arithmetic exactly the one-row dot's (the weights
- * unpacked once): batched decode gives each row the bits it gets alone */
-#define DEFINE_Q45K_512_X4(NAME, BLK, FIVE)                                                         \
-    AVX512 void NAME(const void *vw, const void *const *vx, int nb, float *out) {                   \
-        const BLK *w = vw; X4_ROWS(act256);                                                         \
-        const act256 *X[4] = {X0, X1, X2, X3};                                                      \
+/* R activation rows (1 or 4), each row's arithmetic the same whatever R is (the weights
+ * unpacked once for all): the one-row and four-row dots are its two instances, so batched
+ * decode gives each row the bits it gets alone */
+#define DEFINE_Q45K_512(NAME, NAME4, BLK, FIVE)                                                     \
+    AVX512 static inline __attribute__((always_inline)) void NAME##_rows(const BLK *w, const act256 *const *X, \
+                                                                        const int R, int nb, float *out) { \
         const __m512i m4 = _mm512_set1_epi8(0xF);                                                  \
         const __m512i sel[4] = {lanes_2x16(0, 2), lanes_2x16(1, 3), lanes_2x16(4, 6), lanes_2x16(5, 7)}; \
         __m512 acc[4]; __m128 accm[4];                                                              \
-        for (int r = 0; r < 4; r++) { acc[r] = _mm512_setzero_ps(); accm[r] = _mm_setzero_ps(); }  \
+        for (int r = 0; r < R; r++) { acc[r] = _mm512_setzero_ps(); accm[r] = _mm_setzero_ps(); }  \
         for (int i = 0; i < nb; i++) {                                                             \
             prefetch_ahead(&w[i], (int)sizeof(BLK));                                               \
             uint32_t sm[4];                                                                        \
@@ -1230,7 +1184,7 @@ DEFINE_Q45K_512(dot_q5_K_avx512, blk_q5_K, Q5_FIVE)
                 sl[p] = _mm512_permutexvar_epi16(sel[2 * p], sc);                                  \
                 sh[p] = _mm512_permutexvar_epi16(sel[2 * p + 1], sc);                              \
             }                                                                                      \
-            for (int r = 0; r < 4; r++) {                                                          \
+            for (int r = 0; r < R; r++) {                                                          \
                 const __m256i bs = _mm256_loadu_si256((const __m256i *)X[r][i].bsums);             \
                 const __m128i bs32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)); \
                 const __m128i mins = _mm_madd_epi16(_mm256_extracti128_si256(sm16, 1), bs32);      \
@@ -1246,11 +1200,32 @@ DEFINE_Q45K_512(dot_q5_K_avx512, blk_q5_K, Q5_FIVE)
                 accm[r] = _mm_fmadd_ps(_mm_set1_ps(H2F(w[i].dmin) * X[r][i].d), _mm_cvtepi32_ps(mins), accm[r]); \
             }                                                                                      \
         }                                                                                          \
-        for (int r = 0; r < 4; r++) out[r] = hsum16(acc[r]) - hsum4(accm[r]);                       \
+        for (int r = 0; r < R; r++) out[r] = hsum16(acc[r]) - hsum4(accm[r]);                       \
+    }                                                                                              \
+    AVX512 float NAME(const void *vw, const void *vx, int nb) {                                    \
+        const act256 *X[1] = {vx};                                                                 \
+        float o;                                                                                   \
+        NAME##_rows(vw, X, 1, nb, &o);                                                             \
+        return o;                                                                                  \
+    }                                                                                              \
+    AVX512 void NAME4(const void *vw, const void *const *vx, int nb, float *out) {                 \
+        NAME##_rows(vw, (const act256 *const *)vx, 4, nb, out);                                    \
     }
 
-DEFINE_Q45K_512_X4(dot4_q4_K_avx512, blk_q4_K, )
-DEFINE_Q45K_512_X4(dot4_q5_K_avx512, blk_q5_K, Q5_FIVE)
+#define Q5_FIVE                                                                                     \
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w[i].qh));      \
+    const __m512i b16 = _mm512_set1_epi8(0x10);                                                   \
+    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, lanes_bits(4 * p, 4 * p + 2)), lo, b16); \
+    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, lanes_bits(4 * p + 1, 4 * p + 3)), hi, b16);
+
+/* bytes 0-31: bit a, bytes 32-63: bit b */
+AVX512 static inline __m512i lanes_bits(int a, int b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << a))), _mm256_set1_epi8((char)(1 << b)), 1);
+}
+
+DEFINE_Q45K_512(dot_q4_K_avx512, dot4_q4_K_avx512, blk_q4_K, )
+DEFINE_Q45K_512(dot_q5_K_avx512, dot4_q5_K_avx512, blk_q5_K, Q5_FIVE)
+
 
 /* Q6_K: a 64-byte load of ql (half h) gives, from its low nibbles, elements 128h..+63 and
  * from its high nibbles 128h+64..+63; qh adds bits 4-5 from bit pairs 0/2 and 4/6.

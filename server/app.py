@@ -32,6 +32,7 @@ from .responses import Responses
 from .service import Service
 from .wire import detokenize, sse_error, tokenize
 from .settings import ServerSettings
+from . import webui
 
 log = logging.getLogger("gguf_serve.server")
 
@@ -63,8 +64,8 @@ class BodyLimit:
 
 
 class Guard:
-    """ASGI middleware in front of everything: the API key (every path but /health:
-    `/metrics` and the docs name models and traffic), a Content-Length over the body
+    """ASGI middleware in front of everything: the API key (every path but /health and the
+    chat page's own files: `/metrics` and the docs name models and traffic), a Content-Length over the body
     limit refused before the body is read, and the request counter by route and status.
     Plain ASGI, so that `receive` reaches the routes untouched (a route watching for the
     client's `http.disconnect` sees it)."""
@@ -84,7 +85,8 @@ class Guard:
     def _refusal(self, scope) -> APIError | None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         path, limit = scope.get("path", ""), self.settings.max_body_bytes
-        if self.settings.api_key and path != "/health" and not self._authorized(headers):
+        public = path == "/health" or (self.settings.webui and webui.is_public(path))
+        if self.settings.api_key and not public and not self._authorized(headers):
             return Unauthorized("Incorrect or missing API key")
         length = headers.get("content-length")
         if path.startswith("/v1/") and length is not None and length.isdigit() and int(length) > limit:
@@ -209,8 +211,10 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 registry.add("default")
             state["ready"] = True
             bad = f" ({len(state['failed'])} failed: see /health)" if state["failed"] else ""
+            base = f"http://{settings.host}:{settings.port}"
+            page = f"; chat page at {base}/" if settings.webui else ""
             print(f"gguf-serve: ready, {len(registry.entries) - len(state['failed'])} model(s){bad}; OpenAI API at "
-                  f"http://{settings.host}:{settings.port}/v1", flush=True)
+                  f"{base}/v1{page}", flush=True)
         except Exception as e:
             state["error"] = e
             log.error("startup failed: %s", e)
@@ -238,6 +242,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(Guard, settings=settings, metrics=metrics)  # outermost: before the body is read
     app.state.registry = registry
+    if settings.webui:
+        webui.mount(app)
     app.state.startup = state  # the CLI reads "fatal" once uvicorn returns
 
     @app.exception_handler(APIError)

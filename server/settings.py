@@ -87,6 +87,8 @@ class ServerSettings(BaseSettings):
         "unload a model after this many seconds without requests (default: never; a request's keep_alive "
         "overrides it for its model)"))
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1, description="largest request body accepted")
+    webui: bool = Field(default=True, description=(
+        "serve the chat page at / (public, like /health; the API it calls keeps --api-key); --no-webui: none"))
 
     def model_post_init(self, __context) -> None:
         if self.api_key_file and not self.api_key:

@@ -145,6 +145,7 @@ class Worker(_Queued):
             try:
                 job = self.jobs.get_nowait()
             except queue.Empty:
+                self._set_queue_depth()  # 0: the last step's count may have held the stop's own None
                 return
             if job is not None:
                 job.emit(Overloaded("the model was unloaded; retry shortly", headers={"Retry-After": "1"}))

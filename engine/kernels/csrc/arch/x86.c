@@ -1230,44 +1230,15 @@ DEFINE_Q45K_512(dot_q5_K_avx512, dot4_q5_K_avx512, blk_q5_K, Q5_FIVE)
 /* Q6_K: a 64-byte load of ql (half h) gives, from its low nibbles, elements 128h..+63 and
  * from its high nibbles 128h+64..+63; qh adds bits 4-5 from bit pairs 0/2 and 4/6.
  * q is 0..63 with offset 32: sum((q - 32) x) = sum(q x) - 32 sum(x) per 16 (bsums). */
-AVX512 float dot_q6_K_avx512(const void *vw, const void *vx, int nb) {
-    const blk_q6_K *w = vw; const act256 *x = vx;
-    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
-    const __m512i sel[4] = {lanes_4x8(0), lanes_4x8(4), lanes_4x8(8), lanes_4x8(12)};
-    const __m512i shl = lanes_2x16(4, 2), shr = lanes_2x16(0, 2);
-    __m512 acc = _mm512_setzero_ps(); __m256 accoff = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        prefetch_ahead(&w[i], (int)sizeof(blk_q6_K));
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
-        const __m512i sc = _mm512_castsi256_si512(sc16);
-        const __m256i off = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)x[i].bsums));
-        __m512i sum = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++) {
-            const __m512i ql = _mm512_loadu_si512((const void *)(w[i].ql + 64 * h));
-            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h)));
-            const __m512i lo = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30));
-            const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                               _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30));
-            const __m512i pl = _mm512_maddubs_epi16(lo, _mm512_loadu_si512((const void *)(x[i].qs + 128 * h)));
-            const __m512i ph = _mm512_maddubs_epi16(hi, _mm512_loadu_si512((const void *)(x[i].qs + 128 * h + 64)));
-            sum = _mm512_add_epi32(sum, _mm512_madd_epi16(pl, _mm512_permutexvar_epi16(sel[2 * h], sc)));
-            sum = _mm512_add_epi32(sum, _mm512_madd_epi16(ph, _mm512_permutexvar_epi16(sel[2 * h + 1], sc)));
-        }
-        const float d = H2F(w[i].d) * x[i].d;
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sum), acc);
-        accoff = _mm256_fmadd_ps(_mm256_set1_ps(32.f * d), _mm256_cvtepi32_ps(off), accoff);
-    }
-    return hsum16(acc) - hsum8(accoff);
-}
-
-AVX512 void dot4_q6_K_avx512(const void *vw, const void *const *vx, int nb, float *out) {
-    const blk_q6_K *w = vw; X4_ROWS(act256);
-    const act256 *X[4] = {X0, X1, X2, X3};
+/* R activation rows (1 or 4) from one body, as DEFINE_Q45K_512: each row's arithmetic is
+ * the same whatever R is */
+AVX512 static inline __attribute__((always_inline)) void q6k512_rows(const blk_q6_K *w, const act256 *const *X,
+                                                                    const int R, int nb, float *out) {
     const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
     const __m512i sel[4] = {lanes_4x8(0), lanes_4x8(4), lanes_4x8(8), lanes_4x8(12)};
     const __m512i shl = lanes_2x16(4, 2), shr = lanes_2x16(0, 2);
     __m512 acc[4]; __m256 accoff[4];
-    for (int r = 0; r < 4; r++) { acc[r] = _mm512_setzero_ps(); accoff[r] = _mm256_setzero_ps(); }
+    for (int r = 0; r < R; r++) { acc[r] = _mm512_setzero_ps(); accoff[r] = _mm256_setzero_ps(); }
     for (int i = 0; i < nb; i++) {
         prefetch_ahead(&w[i], (int)sizeof(blk_q6_K));
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
@@ -1277,26 +1248,39 @@ AVX512 void dot4_q6_K_avx512(const void *vw, const void *const *vx, int nb, floa
             const __m512i ql = _mm512_loadu_si512((const void *)(w[i].ql + 64 * h));
             const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h)));
             lo[h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30));
-            hi[h] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30));
+            hi[h] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                    _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30));
             s[2 * h] = _mm512_permutexvar_epi16(sel[2 * h], sc);
             s[2 * h + 1] = _mm512_permutexvar_epi16(sel[2 * h + 1], sc);
         }
         const float d = H2F(w[i].d);
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < R; r++) {
             const __m256i off = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)X[r][i].bsums));
             __m512i sum = _mm512_setzero_si512();
             for (int h = 0; h < 2; h++) {
-                const __m512i pl = _mm512_maddubs_epi16(lo[h], _mm512_loadu_si512((const void *)(X[r][i].qs + 128 * h)));
-                const __m512i ph = _mm512_maddubs_epi16(hi[h], _mm512_loadu_si512((const void *)(X[r][i].qs + 128 * h + 64)));
+                const int8_t *xq = X[r][i].qs + 128 * h;
+                const __m512i pl = _mm512_maddubs_epi16(lo[h], _mm512_loadu_si512((const void *)xq));
+                const __m512i ph = _mm512_maddubs_epi16(hi[h], _mm512_loadu_si512((const void *)(xq + 64)));
                 sum = _mm512_add_epi32(sum, _mm512_madd_epi16(pl, s[2 * h]));
                 sum = _mm512_add_epi32(sum, _mm512_madd_epi16(ph, s[2 * h + 1]));
             }
-            const float dx = d * X[r][i].d; /* as the one-row dot */
+            const float dx = d * X[r][i].d;
             acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(dx), _mm512_cvtepi32_ps(sum), acc[r]);
             accoff[r] = _mm256_fmadd_ps(_mm256_set1_ps(32.f * dx), _mm256_cvtepi32_ps(off), accoff[r]);
         }
     }
-    for (int r = 0; r < 4; r++) out[r] = hsum16(acc[r]) - hsum8(accoff[r]);
+    for (int r = 0; r < R; r++) out[r] = hsum16(acc[r]) - hsum8(accoff[r]);
+}
+
+AVX512 float dot_q6_K_avx512(const void *vw, const void *vx, int nb) {
+    const act256 *X[1] = {vx};
+    float o;
+    q6k512_rows(vw, X, 1, nb, &o);
+    return o;
+}
+
+AVX512 void dot4_q6_K_avx512(const void *vw, const void *const *vx, int nb, float *out) {
+    q6k512_rows(vw, (const act256 *const *)vx, 4, nb, out);
 }
 
 /* ---- AVX-512 activation quantization: the scalar functions' arithmetic, 16 lanes at a

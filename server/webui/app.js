@@ -37,6 +37,7 @@ const state = {
   models: [],
   generation: null, // {controller, conversation, message}
   attachments: [], // data URLs waiting to be sent
+  deleted: new Set(), // ids of conversations deleted since the page loaded
 };
 const api = new Api(() => state.key);
 
@@ -65,7 +66,7 @@ function openConversation(id) {
 }
 
 function persist(conversation = state.conversation) {
-  if (!conversation.messages.length) return;
+  if (!conversation.messages.length || state.deleted.has(conversation.id)) return;
   conversation.title = titleOf(conversation);
   conversation.updated = Date.now();
   const saved = store.saveConversation(conversation);
@@ -79,6 +80,7 @@ function persist(conversation = state.conversation) {
 }
 
 function deleteConversation(id) {
+  state.deleted.add(id); // an answer still streaming into it is not saved back when it ends
   if (state.generation?.conversation.id === id) stopGeneration();
   store.removeConversation(id);
   state.index = state.index.filter((c) => c.id !== id);

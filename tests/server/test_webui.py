@@ -298,6 +298,22 @@ def test_stop_ends_the_generation_on_the_server(tab, base):
     assert tab.errors == []
 
 
+def test_a_conversation_deleted_while_it_streams_stays_deleted(tab):
+    tab.settings(model=GEMMA, temperature=0, max_tokens=900)
+    tab.send("Count from 1 to 1000: 1, 2, 3,", wait=False)
+    p = tab.page
+    p.wait_for_function("() => { const c = document.querySelector('#messages article.assistant .content');"
+                        " return c && c.textContent.length > 20; }")
+    p.click("#conversations li:nth-child(1) [data-delete]")  # its answer is stopped, and not saved back
+    tab.idle()
+    assert p.query_selector_all("#conversations li") == [] and p.is_visible("#empty")
+    kept = p.evaluate("Object.keys(localStorage).filter(k => k.startsWith('gguf-serve.conversation.'))")
+    assert kept == [] and p.evaluate("JSON.parse(localStorage.getItem('gguf-serve.conversations'))") == []
+    tab.reload()
+    assert p.query_selector_all("#conversations li") == [] and p.is_visible("#empty")
+    assert tab.errors == []
+
+
 def test_a_reload_keeps_the_conversations(tab):
     tab.settings(model=THINKING, temperature=0, max_tokens=8, reasoning="off")
     tab.send("first conversation")

@@ -185,10 +185,11 @@ sys.path.insert(0, {str(Path(__file__).parent)!r})
 from vision import rss_mib, image_png
 from gguf_serve.engine import load_model
 from gguf_serve.engine.config import EngineConfig
-from gguf_serve.engine.vision import load_vision
+from gguf_serve.engine.vision import load_vision, vision_products
 lm = load_model({text!r}, config=EngineConfig(threads={threads}, n_ctx=4096, n_seq=1))
 before = rss_mib()
-lm.vision = load_vision({mmproj!r}, lm.gguf, lm.params.hidden, lm.device, lm.dtype, True)
+lm.vision = load_vision({mmproj!r}, lm.gguf, lm.params.hidden, lm.device, lm.dtype, True,
+                        products=vision_products(lm.config.vision_dtype, lm.device))
 lm.vision.bind(lm.tokenizer)
 lm.vision.threads = lm.threads
 loaded = rss_mib()

@@ -36,11 +36,13 @@ ENV = {
     "mmproj": "GGUF_SERVE_MMPROJ",
     "cache_type_k": "GGUF_SERVE_CACHE_TYPE_K",
     "cache_type_v": "GGUF_SERVE_CACHE_TYPE_V",
+    "vision_dtype": "GGUF_SERVE_VISION_DTYPE",
 }
 CACHE_TYPES = tuple(KV_TYPES)  # the KV cache row types engine.cache has
 SPEC_CHOICES = ("auto", "off", "ngram", "mtp", "draft")
 KERNEL_CHOICES = ("reference", "hub", "cpu")
 PREFILL_DTYPES = ("float32", "bfloat16")
+VISION_DTYPES = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,9 @@ class EngineConfig:
     # float32 compute (CPU), else the compute dtype's (loader.DEFAULT_CACHE_TYPE)
     cache_type_k: str | None = None
     cache_type_v: str | None = None
+    # the dtype the vision tower's F16/BF16 matrices multiply in on CPU (VISION_DTYPES); None:
+    # bfloat16 where the CPU computes it natively (AVX512-BF16, AMX), else float32
+    vision_dtype: str | None = None
 
     def __post_init__(self) -> None:
         if self.kernels is not None and self.kernels not in KERNEL_CHOICES:
@@ -73,6 +78,9 @@ class EngineConfig:
         if self.prefill_dtype is not None and self.prefill_dtype not in PREFILL_DTYPES:
             raise ValueError(f"prefill_dtype={self.prefill_dtype!r} ({ENV['prefill_dtype']}): expected "
                              f"{' or '.join(PREFILL_DTYPES)}")
+        if self.vision_dtype is not None and self.vision_dtype not in VISION_DTYPES:
+            raise ValueError(f"vision_dtype={self.vision_dtype!r} ({ENV['vision_dtype']}): expected "
+                             f"{' or '.join(VISION_DTYPES)}")
         for name in ("n_ctx", "n_seq", "max_batch", "threads"):
             v = getattr(self, name)
             if v is not None and v < 1:

@@ -258,9 +258,10 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     log.info("loaded %s (%s) on %s in %s; %s", path, arch.name, dev, dtype, threads.describe())
     lm = LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads, cfg)
     if cfg.mmproj:
-        from .vision import load_vision
+        from .vision import load_vision, vision_products
 
-        lm.vision = load_vision(resolve_path(cfg.mmproj), reader, params.hidden, dev, dtype, native)
+        lm.vision = load_vision(resolve_path(cfg.mmproj), reader, params.hidden, dev, dtype, native,
+                                products=vision_products(cfg.vision_dtype, dev))
         lm.vision.bind(tokenizer)
         lm.vision.threads = threads
     if cfg.draft_model:

@@ -21,7 +21,10 @@ class GgufLinear:
     """y = x @ W.T (+ bias) for W packed as GGUF rows (out_features, row_bytes)."""
 
     def __init__(self, name: str, packed: torch.Tensor, ggml_type: GGMLType, in_features: int, out_features: int,
-                 bias: torch.Tensor | None = None):
+                 bias: torch.Tensor | None = None, products: torch.dtype | None = None):
+        """`products`: the dtype a float matrix (F16, BF16) is multiplied in by torch when no
+        native kernel takes it (the vision towers' bfloat16 on CPUs that compute it natively);
+        None: the input's."""
         self.name = name
         self.packed = packed
         self.ggml_type = GGMLType(ggml_type)
@@ -37,6 +40,9 @@ class GgufLinear:
             self.repacked = rep is not None
             self.native = rep or (packed, int(self.ggml_type))
             self._call = cpu.MulMat(packed, self.ggml_type, out_features, in_features, native=self.native)
+        elif products is not None and self.ggml_type in (GGMLType.F16, GGMLType.BF16):
+            self._call = lambda x: self.kernels.mul_mat(self.packed, x.to(products), self.ggml_type,
+                                                        self.out_features).to(x.dtype)
         else:
             self._call = lambda x: self.kernels.mul_mat(self.packed, x, self.ggml_type, self.out_features)
 
@@ -205,8 +211,9 @@ class Weights:
     """The file's tensors by GGUF name, as packed modules and dense tensors on `device`."""
 
     def __init__(self, reader: GGUFReader, device: torch.device, dtype: torch.dtype, native_cpu: bool = False,
-                 views: bool = False):
+                 views: bool = False, products: torch.dtype | None = None):
         self.reader, self.device, self.dtype = reader, device, dtype
+        self.products = products  # GgufLinear's `products` for the float matrices
         # vectors as read-only views of the map (for modules that never write into their weights)
         self.views = views and device.type == "cpu" and dtype is torch.float32
         self.native_cpu = native_cpu  # the native CPU kernels are in use (decided once, at load)
@@ -267,7 +274,7 @@ class Weights:
             w = as_tensor(info.array()).reshape(out_features, in_features)  # zero-copy on CPU
             return DenseLinear(name, w.to(self.device, self.dtype), b, native_cpu=self.native_cpu)
         packed = self.packed(name).reshape(out_features, -1)
-        linear = GgufLinear(name, packed, info.ggml_type, in_features, out_features, b)
+        linear = GgufLinear(name, packed, info.ggml_type, in_features, out_features, b, products=self.products)
         if linear.repacked:  # the kernels read their own copy: release_copies() unmaps the file's
             self._copied.append(info)
         return linear

@@ -69,6 +69,9 @@ class ServerSettings(BaseSettings):
     mmproj: Optional[str] = Field(default=None, description=(
         "the vision file (a local mmproj .gguf or <repo>:<file>.gguf) of the first model named; default: the one "
         "beside each model (its directory, or its Hub repository, as llama-server's -hf finds it)"))
+    vision_dtype: Optional[Literal["float32", "bfloat16"]] = Field(default=None, description=(
+        "the dtype a vision file's F16/BF16 matrices multiply in on CPU (default: bfloat16 where the CPU computes "
+        "it natively, AVX512-BF16 or AMX: several times faster; else float32)"))
     no_mmproj: bool = Field(default=False, description="serve text only: load no vision file, even where one is found")
     image_urls: bool = Field(default=False, description=(
         "fetch http(s) image URLs in messages (with --max-image-bytes and a 10 s limit); default: data URLs only"))
@@ -100,4 +103,5 @@ class ServerSettings(BaseSettings):
         return EngineConfig(device=self.device, n_ctx=self.ctx_size, n_seq=self.parallel, threads=self.threads,
                             kernels=self.kernels, cpu_isa=self.cpu_isa, cpu_repack=self.cpu_repack,
                             prefill_dtype=self.prefill_dtype, cache_ram=self.cache_ram,
-                            cache_type_k=self.cache_type_k, cache_type_v=self.cache_type_v, spec=self.spec, draft_model=self.draft_model, mmproj=None if self.no_mmproj else mmproj)
+                            cache_type_k=self.cache_type_k, cache_type_v=self.cache_type_v, spec=self.spec, draft_model=self.draft_model, mmproj=None if self.no_mmproj else mmproj,
+                            vision_dtype=self.vision_dtype)

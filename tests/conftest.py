@@ -14,6 +14,9 @@ import pytest
 # inherited by the servers the tests start
 os.environ.setdefault("GGUF_SERVE_CACHE_TYPE_K", "f32")
 os.environ.setdefault("GGUF_SERVE_CACHE_TYPE_V", "f32")
+# and float32 vision towers (bfloat16 products are the default on CPUs with AVX512-BF16);
+# engine/test_vision.py checks the bfloat16 ones against them
+os.environ.setdefault("GGUF_SERVE_VISION_DTYPE", "float32")
 
 from helpers import write_small_model
 

@@ -33,8 +33,9 @@ def restore():
 
 @pytest.fixture(autouse=True)
 def _defaults_only(monkeypatch):
-    """These tests compare with the defaults: without the suite's float32 cache types (conftest)."""
-    for name in ("cache_type_k", "cache_type_v"):
+    """These tests compare with the defaults: without the suite's float32 cache types and
+    vision towers (conftest)."""
+    for name in ("cache_type_k", "cache_type_v", "vision_dtype"):
         monkeypatch.delenv(ENV[name], raising=False)
 
 

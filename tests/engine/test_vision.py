@@ -101,6 +101,38 @@ def test_native_kernels_close_to_transformers(f32):
     assert rel(logits, reference(f32, ids, [img.plan.pixels])) < 1e-4
 
 
+@pytest.mark.parametrize("family", ["gemma3", "qwen35"])
+def test_bfloat16_products_close_to_float32_and_transformers(tmp_path, family):
+    """On CPUs that compute bfloat16 natively the towers' F16/BF16 matrices multiply in it
+    by default (several times float32's rate): the features stay within bfloat16's rounding
+    of the float32 ones, which are transformers' (the tests above; the suite runs float32
+    towers: conftest)."""
+    make = tiny_gemma3_vlm if family == "gemma3" else tiny_qwen35_vlm
+    vlm = make(tmp_path, vision_ftype="F16")
+    data = png(7, size=(64, 64))
+    feats = {}
+    for dt in ("float32", "bfloat16"):
+        lm = load(vlm, vision_dtype=dt)
+        feats[dt] = lm.vision.encode(lm.vision.prepare(data))
+    assert not torch.equal(feats["float32"], feats["bfloat16"])  # the products did change dtype
+    assert rel(feats["bfloat16"], feats["float32"]) < 3e-2
+    cos = torch.nn.functional.cosine_similarity(feats["bfloat16"], feats["float32"], dim=-1)
+    assert float(cos.min()) > 0.999
+
+
+def test_the_towers_products_default_to_bfloat16_where_the_cpu_computes_it():
+    from gguf_serve.engine.vision import vision_products
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert vision_products(None, cpu, native=True) is torch.bfloat16
+    assert vision_products(None, cpu, native=False) is None
+    assert vision_products("float32", cpu, native=True) is None
+    assert vision_products("bfloat16", cpu, native=False) is torch.bfloat16
+    assert vision_products(None, cuda, native=True) is None  # the GPU's own dtype
+    with pytest.raises(ValueError, match="vision_dtype='float16'.*GGUF_SERVE_VISION_DTYPE"):
+        EngineConfig(vision_dtype="float16")
+
+
 def test_preprocessing_is_transformers_image_processor(f32):
     """Resize (bilinear), rescale and normalize as Gemma 3's image processor does."""
     from transformers import Gemma3ImageProcessorPil

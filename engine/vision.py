@@ -232,14 +232,6 @@ def goes_with(path: str, text_path: str) -> bool:
         return True
 
 
-def bf16_native() -> bool:
-    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX): torch's bfloat16
-    products then run several times its float32 ones (859 against 178 GFLOP/s on two Zen 5
-    cores)."""
-    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    return any(bool(p()) for p in probes if p is not None)
-
-
 def vision_products(setting: str | None, device: torch.device, native: bool | None = None) -> torch.dtype | None:
     """The dtype a tower's F16/BF16 matrices multiply in on CPU (None: the activations'):
     the setting, else bfloat16 where the CPU computes it natively (`native`: that check's
@@ -247,7 +239,11 @@ def vision_products(setting: str | None, device: torch.device, native: bool | No
     if device.type != "cpu":
         return None
     if setting is None:
-        return torch.bfloat16 if (bf16_native() if native is None else native) else None
+        if native is None:
+            from .kernels.cpu import has_native_bf16
+
+            native = has_native_bf16()
+        return torch.bfloat16 if native else None
     return torch.bfloat16 if setting == "bfloat16" else None
 
 

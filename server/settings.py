@@ -103,5 +103,6 @@ class ServerSettings(BaseSettings):
         return EngineConfig(device=self.device, n_ctx=self.ctx_size, n_seq=self.parallel, threads=self.threads,
                             kernels=self.kernels, cpu_isa=self.cpu_isa, cpu_repack=self.cpu_repack,
                             prefill_dtype=self.prefill_dtype, cache_ram=self.cache_ram,
-                            cache_type_k=self.cache_type_k, cache_type_v=self.cache_type_v, spec=self.spec, draft_model=self.draft_model, mmproj=None if self.no_mmproj else mmproj,
+                            cache_type_k=self.cache_type_k, cache_type_v=self.cache_type_v, spec=self.spec,
+                            draft_model=self.draft_model, mmproj=None if self.no_mmproj else mmproj,
                             vision_dtype=self.vision_dtype)

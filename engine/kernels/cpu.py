@@ -268,6 +268,17 @@ def _has_amx() -> bool:
         return False
 
 
+def has_native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX): torch's bfloat16
+    products then run several times its float32 ones (859 against 178 GFLOP/s on two Zen 5
+    cores)."""
+    try:
+        avx512_bf16 = bool(torch.cpu._is_avx512_bf16_supported())
+    except AttributeError:  # a torch without the probe
+        avx512_bf16 = False
+    return avx512_bf16 or _has_amx()
+
+
 def set_prefill_dtype(name: str | None) -> None:
     """The dtype of long prefills' BLAS matmuls ("float32", "bfloat16"; None: bfloat16
     where the CPU has AMX) and with it GEMV_MAX_ROWS."""

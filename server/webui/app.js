@@ -111,10 +111,9 @@ async function loadModels() {
     renderModels();
     if (error instanceof ApiError && error.status === 401) askKey(error.message);
     else notify(`Could not list the models: ${error.message}`);
-    return false;
+    return;
   }
   renderModels();
-  return true;
 }
 
 function renderModels() {

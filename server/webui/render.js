@@ -12,7 +12,7 @@ export function el(tag, className, text) {
   return node;
 }
 
-export function button(label, action, index, extra = {}) {
+function button(label, action, index, extra = {}) {
   const b = el("button", extra.className || "link", label);
   b.type = "button";
   b.dataset.action = action;

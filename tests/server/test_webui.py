@@ -136,6 +136,14 @@ class Tab:
         if wait:
             self.idle()
 
+    def start_long_answer(self) -> None:
+        """Send Gemma a count that runs to its 900-token limit (~5 s here) and return once the
+        answer is streaming."""
+        self.settings(model=GEMMA, temperature=0, max_tokens=900)
+        self.send("Count from 1 to 1000: 1, 2, 3,", wait=False)
+        self.page.wait_for_function("() => { const c = document.querySelector('#messages article.assistant .content');"
+                                    " return c && c.textContent.length > 20; }")
+
     def idle(self) -> None:
         """Until no answer is being generated (the Send button is back)."""
         self.page.wait_for_selector("#send:not([hidden])")
@@ -270,11 +278,8 @@ def test_reasoning_is_shown_apart_folded_and_switched_off(tab, base):
 
 
 def test_stop_ends_the_generation_on_the_server(tab, base):
-    tab.settings(model=GEMMA, temperature=0, max_tokens=900)  # a count that runs to the limit: ~5 s here
-    tab.send("Count from 1 to 1000: 1, 2, 3,", wait=False)
+    tab.start_long_answer()
     p = tab.page
-    p.wait_for_function("() => { const c = document.querySelector('#messages article.assistant .content');"
-                        " return c && c.textContent.length > 20; }")
     assert p.is_visible("#stop") and p.is_hidden("#send")
     p.keyboard.press("Escape")  # the keyboard's stop; the button does the same
     tab.idle()
@@ -299,11 +304,8 @@ def test_stop_ends_the_generation_on_the_server(tab, base):
 
 
 def test_a_conversation_deleted_while_it_streams_stays_deleted(tab):
-    tab.settings(model=GEMMA, temperature=0, max_tokens=900)
-    tab.send("Count from 1 to 1000: 1, 2, 3,", wait=False)
+    tab.start_long_answer()
     p = tab.page
-    p.wait_for_function("() => { const c = document.querySelector('#messages article.assistant .content');"
-                        " return c && c.textContent.length > 20; }")
     p.click("#conversations li:nth-child(1) [data-delete]")  # its answer is stopped, and not saved back
     tab.idle()
     assert p.query_selector_all("#conversations li") == [] and p.is_visible("#empty")

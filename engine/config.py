@@ -17,32 +17,9 @@ from typing import Any
 
 import torch
 
-from .cache import KV_TYPES
+from .options import CACHE_TYPES, ENV, KERNEL_CHOICES, PREFILL_DTYPES, SPEC_CHOICES, VISION_DTYPES
 
 MAX_BATCH = 512  # tokens per forward pass; longer prompts run in chunks of this size
-
-# environment variables for the settings library users (and the tests) set that way;
-# the server's own options (server.settings) carry the same names
-ENV = {
-    "device": "GGUF_SERVE_DEVICE",
-    "threads": "GGUF_SERVE_THREADS",
-    "kernels": "GGUF_SERVE_KERNELS",
-    "cpu_isa": "GGUF_SERVE_CPU_ISA",
-    "cpu_repack": "GGUF_SERVE_CPU_REPACK",
-    "prefill_dtype": "GGUF_SERVE_PREFILL_DTYPE",
-    "cache_ram": "GGUF_SERVE_CACHE_RAM",
-    "spec": "GGUF_SERVE_SPEC",
-    "draft_model": "GGUF_SERVE_DRAFT_MODEL",
-    "mmproj": "GGUF_SERVE_MMPROJ",
-    "cache_type_k": "GGUF_SERVE_CACHE_TYPE_K",
-    "cache_type_v": "GGUF_SERVE_CACHE_TYPE_V",
-    "vision_dtype": "GGUF_SERVE_VISION_DTYPE",
-}
-CACHE_TYPES = tuple(KV_TYPES)  # the KV cache row types engine.cache has
-SPEC_CHOICES = ("auto", "off", "ngram", "mtp", "draft")
-KERNEL_CHOICES = ("reference", "hub", "cpu")
-PREFILL_DTYPES = ("float32", "bfloat16")
-VISION_DTYPES = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)

@@ -245,3 +245,10 @@ def encode(tokenizer: PreTrainedTokenizerFast, text: str, *, add_special: bool =
         if tokenizer.add_eos_token:
             ids = ids + [tokenizer.eos_token_id]
     return ids
+
+
+def rendered_ids(tokenizer: PreTrainedTokenizerFast, text: str) -> list[int]:
+    """A rendered chat prompt's token ids. The template writes BOS and every turn's
+    markup itself, so nothing is added (the one place this is decided, for the engine's
+    generate() and the server alike)."""
+    return encode(tokenizer, text, add_special=False)

@@ -4,8 +4,8 @@ multiplied against the packed weight blocks with integer dot products, threads o
 output rows (one pool).
 
 Their settings are the process's, applied by `configure` with the values of the
-engine's configuration at load (engine.config, through kernels.configure): threads (torch's count when the library is first
-loaded, until configured), the code path (scalar, avx2, avx512 on x86-64; scalar, neon on
+engine's configuration at load (engine.config, through kernels.configure): threads
+(torch's count when the library is first loaded, until configured), the code path (scalar, avx2, avx512 on x86-64; scalar, neon on
 AArch64; by default the best the CPU runs), repacking, and the dtype of long
 prefills' matmuls."""
 

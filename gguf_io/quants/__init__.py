@@ -1,7 +1,8 @@
 """Block (de)quantization of every ggml tensor type, in vectorized numpy.
 
-Each type registers (in `registry`, a leaf the codec modules import) a function over `(n_blocks, type_size)` uint8 arrays:
-dequantizers return `(n_blocks, block_size)` float32 and quantizers the reverse.
+Each type registers a function over `(n_blocks, type_size)` uint8 arrays (in
+`registry`, a leaf the codec modules import): dequantizers return
+`(n_blocks, block_size)` float32 and quantizers the reverse.
 `dequantize` and `quantize` are the public entry points; they work in bounded
 chunks of blocks so temporaries stay small whatever the tensor size.
 """

@@ -243,7 +243,7 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     cache = KVCache(specs, seqs, ctx, cfg.max_batch, dtype, dev, checkpoint_budget=budget, types=types)
     log.info("%s (%s): %s", cache.describe(), dtype, why)
     step(LOAD_STAGES[2])
-    tokenizer = load_tokenizer(reader)
+    tokenizer = load_tokenizer(reader, cfg.cache_dir)
     template = chat_template_for(reader, arch)
     if not reader.get(Keys.CHAT_TEMPLATE):
         log.info("%s has no chat template (a base model?); chat requests use the %r fallback", path,

@@ -44,4 +44,5 @@ ENV = {
     "cache_type_k": "GGUF_SERVE_CACHE_TYPE_K",
     "cache_type_v": "GGUF_SERVE_CACHE_TYPE_V",
     "vision_dtype": "GGUF_SERVE_VISION_DTYPE",
+    "cache_dir": "GGUF_SERVE_CACHE",
 }

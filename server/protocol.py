@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator, PrivateAttr
 from pydantic_core import PydanticCustomError
 
+from ..engine.options import SpecChoice
+
 
 def _lone_surrogate(value: Any, path: str = "") -> str | None:
     """The path of the first string in `value` that is not valid Unicode (a lone UTF-16
@@ -96,7 +98,7 @@ Seed = Optional[Annotated[int, Field(ge=-(2 ** 63), le=2 ** 64 - 1)]]
 # ours: the CTRL-style penalty divides logits, so it stays in a range where they stay finite
 RepetitionPenalty = Optional[Annotated[float, Field(ge=0.01, le=100.0)]]
 # speculative decoding for this request (an extension): the model's default (auto), none, or a drafter it has
-Speculative = Optional[Literal["auto", "off", "ngram", "mtp", "draft"]]
+Speculative = Optional[SpecChoice]
 
 
 # ----------------------------------------------------------------- errors

@@ -275,6 +275,19 @@ AVX2 static inline void q6k_half(const blk_q6_K *b, int h, __m256i q[4]) {
                            _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_slli_epi16(m2, 6)), 2));
 }
 
+/* the one-row and four-row dots of a type from its R-row body ROWS(w, X, R, nb, out):
+ * NAME(w, x, nb) and NAME4(w, xs, nb, out) */
+#define DEFINE_ROWS_1_4(TARGET, NAME, NAME4, ROWS)                                                  \
+    TARGET float NAME(const void *vw, const void *vx, int nb) {                                    \
+        const act256 *X[1] = {vx};                                                                 \
+        float o;                                                                                   \
+        ROWS(vw, X, 1, nb, &o);                                                                    \
+        return o;                                                                                  \
+    }                                                                                              \
+    TARGET void NAME4(const void *vw, const void *const *vx, int nb, float *out) {                 \
+        ROWS(vw, (const act256 *const *)vx, 4, nb, out);                                           \
+    }
+
 #endif /* GC_X86 */
 
 #endif

@@ -95,15 +95,7 @@ DEFINE_DOT32_X4(dot4_mxfp4_avx2, blk_mxfp4, 1, X4_MXFP4)
         }                                                                                          \
         for (int r = 0; r < R; r++) out[r] = hsum8(_mm256_sub_ps(acc[r], accm[r]));                \
     }                                                                                              \
-    AVX2 float NAME(const void *vw, const void *vx, int nb) {                                      \
-        const act256 *X[1] = {vx};                                                                 \
-        float o;                                                                                   \
-        NAME##_rows(vw, X, 1, nb, &o);                                                             \
-        return o;                                                                                  \
-    }                                                                                              \
-    AVX2 void NAME4(const void *vw, const void *const *vx, int nb, float *out) {                   \
-        NAME##_rows(vw, (const act256 *const *)vx, 4, nb, out);                                    \
-    }
+    DEFINE_ROWS_1_4(AVX2, NAME, NAME4, NAME##_rows)
 
 #define NO_HIGH(shift) _mm256_setzero_si256()
 #define Q5_HIGH(shift) \
@@ -155,16 +147,7 @@ AVX2 static inline __attribute__((always_inline)) void q6k_rows(const blk_q6_K *
     for (int r = 0; r < R; r++) out[r] = hsum8(acc[r]);
 }
 
-AVX2 float dot_q6_K_avx2(const void *vw, const void *vx, int nb) {
-    const act256 *X[1] = {vx};
-    float o;
-    q6k_rows(vw, X, 1, nb, &o);
-    return o;
-}
-
-AVX2 void dot4_q6_K_avx2(const void *vw, const void *const *vx, int nb, float *out) {
-    q6k_rows(vw, (const act256 *const *)vx, 4, nb, out);
-}
+DEFINE_ROWS_1_4(AVX2, dot_q6_K_avx2, dot4_q6_K_avx2, q6k_rows)
 
 DEFINE_Q2K(dot_q2_K_avx2, AVX2)
 DEFINE_Q3K(dot_q3_K_avx2, AVX2)

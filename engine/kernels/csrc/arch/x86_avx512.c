@@ -258,15 +258,7 @@ AVX512 static inline float hsum16(__m512 v) { return _mm512_reduce_add_ps(v); }
         }                                                                                          \
         for (int r = 0; r < R; r++) out[r] = hsum16(acc[r]) - hsum4(accm[r]);                       \
     }                                                                                              \
-    AVX512 float NAME(const void *vw, const void *vx, int nb) {                                    \
-        const act256 *X[1] = {vx};                                                                 \
-        float o;                                                                                   \
-        NAME##_rows(vw, X, 1, nb, &o);                                                             \
-        return o;                                                                                  \
-    }                                                                                              \
-    AVX512 void NAME4(const void *vw, const void *const *vx, int nb, float *out) {                 \
-        NAME##_rows(vw, (const act256 *const *)vx, 4, nb, out);                                    \
-    }
+    DEFINE_ROWS_1_4(AVX512, NAME, NAME4, NAME##_rows)
 
 #define Q5_FIVE                                                                                     \
     const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w[i].qh));      \
@@ -328,16 +320,7 @@ AVX512 static inline __attribute__((always_inline)) void q6k512_rows(const blk_q
     for (int r = 0; r < R; r++) out[r] = hsum16(acc[r]) - hsum8(accoff[r]);
 }
 
-AVX512 float dot_q6_K_avx512(const void *vw, const void *vx, int nb) {
-    const act256 *X[1] = {vx};
-    float o;
-    q6k512_rows(vw, X, 1, nb, &o);
-    return o;
-}
-
-AVX512 void dot4_q6_K_avx512(const void *vw, const void *const *vx, int nb, float *out) {
-    q6k512_rows(vw, (const act256 *const *)vx, 4, nb, out);
-}
+DEFINE_ROWS_1_4(AVX512, dot_q6_K_avx512, dot4_q6_K_avx512, q6k512_rows)
 
 /* ---- AVX-512 activation quantization: the scalar functions' arithmetic, 16 lanes at a
  * time (vcvtps2dq rounds to nearest even, as lrintf does in the default mode). */

@@ -1,8 +1,9 @@
 /* What the kernel sources share: the GGUF block formats they read, the activation
  * blocks they quantize to, the kernel table's entry, and each function one source defines
  * for another: the scalar code (quants.c), the Q5_0 eight-row layout (repack.c), the SIMD
- * code (arch/x86_avx2.c, x86_avx512.c, x86_tiles.c, arch/arm.c), the table and the ISA choice (dispatch.c); matmul.c runs
- * them over a matrix on the thread pool (pool.c). Not part of the library's ABI. */
+ * code (arch/x86_avx2.c, arch/x86_avx512.c, arch/x86_tiles.c, arch/arm.c), the table and
+ * the ISA choice (dispatch.c); matmul.c runs them over a matrix on the thread pool
+ * (pool.c). Not part of the library's ABI. */
 #ifndef GC_QUANTS_H
 #define GC_QUANTS_H
 

@@ -1,7 +1,7 @@
-/* What the dense ops' sources (the .c files of ops/) share and nothing else reads: the vector loops'
- * tables by ISA (vec.c), the cache rows' types (kv_rows.c), the attention tiles' matrix
- * products (their bodies here, built once per ISA), a few row helpers. Not part of the
- * library's ABI. */
+/* What the dense ops' sources (the .c files of ops/) share and nothing else reads: the
+ * vector loops' tables by ISA (vec.c), the cache rows' types (kv_rows.c), the attention
+ * tiles' matrix products (their bodies here, built once per ISA), a few row helpers. Not
+ * part of the library's ABI. */
 #ifndef GC_OPS_H
 #define GC_OPS_H
 

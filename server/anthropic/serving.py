@@ -13,7 +13,7 @@ import threading
 from typing import Any, AsyncIterator
 
 from ..chat.protocol import ChatCompletionRequest
-from ..chat.serving import ChatServing
+from ..chat.serving import OverChat
 from ..chat.wire import Tally
 from ..core.errors import APIError, BadRequest, InternalError
 from ..core.protocol import item_id
@@ -329,14 +329,10 @@ class _Blocks:
         return events
 
 
-class MessagesServing:
+class MessagesServing(OverChat):
     """The /v1/messages endpoints over the chat path."""
 
-    def __init__(self, chat: ChatServing):
-        self.service = chat
-
-    async def _prepare(self, req: MessagesRequest):
-        return await self.service.through_chat(to_chat, req, RENAMED)
+    translate, renamed = staticmethod(to_chat), RENAMED
 
     async def count_tokens(self, req: CountTokensRequest) -> dict:
         return {"input_tokens": await self.service.through_chat(to_chat, req, RENAMED, use=self.service.count_chat)}

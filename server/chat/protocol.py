@@ -114,14 +114,23 @@ class Choice(BaseModel):
     finish_reason: Optional[str] = None
 
 
-class ChatCompletion(BaseModel):
+class _Reply(BaseModel):
+    """What a chat completion, its chunks and a completion all carry, in the reference's
+    order; each narrows `object`, `choices` and `usage` (a field redefined keeps its place)."""
+
     id: str
-    object: Literal["chat.completion"] = "chat.completion"
+    object: str
     created: int
     model: str
+    choices: list
+    usage: Optional[Usage] = None
+    system_fingerprint: Optional[str] = None
+
+
+class ChatCompletion(_Reply):
+    object: Literal["chat.completion"] = "chat.completion"
     choices: list[Choice]
     usage: Usage
-    system_fingerprint: Optional[str] = None
 
 
 class Delta(BaseModel):
@@ -139,14 +148,9 @@ class ChunkChoice(BaseModel):
     finish_reason: Optional[str] = None
 
 
-class ChatCompletionChunk(BaseModel):
-    id: str
+class ChatCompletionChunk(_Reply):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
     choices: list[ChunkChoice]
-    usage: Optional[Usage] = None
-    system_fingerprint: Optional[str] = None
 
 
 # ------------------------------------------------------------ completions
@@ -192,14 +196,9 @@ class CompletionChoice(BaseModel):
     finish_reason: Optional[str] = None
 
 
-class Completion(BaseModel):
-    id: str
+class Completion(_Reply):
     object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
     choices: list[CompletionChoice]
-    usage: Optional[Usage] = None
-    system_fingerprint: Optional[str] = None
 
 
 def unsupported_fields(req: BaseModel) -> list[str]:

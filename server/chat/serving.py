@@ -399,3 +399,17 @@ class ChatServing:
                                                     if req.logprobs is not None else None)
                                    for i, t in enumerate(texts)], usage=tally.usage())
 
+
+class OverChat:
+    """An API whose requests run through the chat path (Responses, Messages): `translate`
+    makes the chat request one of its requests means, `renamed` names the chat fields an
+    error may name as that API's own."""
+
+    translate: staticmethod
+    renamed: dict[str, str]
+
+    def __init__(self, chat: ChatServing):
+        self.service = chat
+
+    async def _prepare(self, req):
+        return await self.service.through_chat(type(self).translate, req, self.renamed)

@@ -18,7 +18,7 @@ import time
 from typing import AsyncIterator
 
 from ..chat.protocol import ChatCompletionRequest
-from ..chat.serving import ChatServing
+from ..chat.serving import OverChat
 from ..chat.wire import Tally, chat_logprobs
 from ..core.errors import APIError, BadRequest
 from ..core.protocol import item_id
@@ -319,14 +319,10 @@ class _Items:
         return events
 
 
-class ResponsesServing:
+class ResponsesServing(OverChat):
     """The /v1/responses endpoint over the chat path."""
 
-    def __init__(self, chat: ChatServing):
-        self.service = chat
-
-    async def _prepare(self, req: ResponsesRequest):
-        return await self.service.through_chat(to_chat, req, RENAMED)
+    translate, renamed = staticmethod(to_chat), RENAMED
 
     def _shell(self, req: ResponsesRequest, rid: str, created: float) -> dict:
         """The response object without its output, as the stream's first events carry it."""

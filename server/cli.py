@@ -13,13 +13,9 @@ import os
 import sys
 import typing
 
-import uvicorn
-
 from ..gguf_io import GGUFError, GGUFReader, describe
 from ..gguf_io.summary import format_description
-from .app import create_app
 from .models.default_model import default_model_path
-from .settings import ServerSettings
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -80,6 +76,8 @@ def _option(name: str, field) -> tuple[list[str], dict]:
 def serve_parser() -> argparse.ArgumentParser:
     """The serve command's options, one per ServerSettings field (the only place they
     are defined; `models` is positional)."""
+    from .settings import ServerSettings
+
     p = argparse.ArgumentParser(
         prog="gguf-serve",
         description="Serve GGUF models over the OpenAI API at http://HOST:PORT/v1. "
@@ -97,12 +95,18 @@ def serve_parser() -> argparse.ArgumentParser:
 
 def _serve(argv: list[str]) -> int:
     args = serve_parser().parse_args(argv)
+    from .settings import ServerSettings
+
     overrides = {k: v for k, v in vars(args).items() if v not in (None, [])}
     settings = ServerSettings(**overrides)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("huggingface_hub").propagate = False  # it prints its own warnings; not each twice
     if settings.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
+    import uvicorn
+
+    from .app import create_app
+
     app = create_app(settings)
     if settings.models:
         print(f"gguf-serve: loading {', '.join(settings.models)} (/health answers 503 until ready)", flush=True)

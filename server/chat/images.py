@@ -10,8 +10,8 @@ import binascii
 
 import httpx
 
-from ..engine.vision import ImageError
-from .errors import BadRequest
+from ...engine import ImageError
+from ..core.errors import BadRequest
 
 class NoVisionFile(ImageError):
     """An image for a model without a vision file: content it cannot use."""

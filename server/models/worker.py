@@ -11,9 +11,8 @@ import queue
 import threading
 from dataclasses import dataclass, field
 
-from ..engine.sampling import SamplingParams
-from ..engine.scheduler import Request, Scheduler
-from .errors import Overloaded
+from ...engine import Request, SamplingParams, Scheduler, embed, rank
+from ..core.errors import Overloaded
 
 log = logging.getLogger("gguf_serve.server")
 
@@ -199,7 +198,7 @@ class EmbedJob:
 class EmbedWorker(_Queued):
     """An embedding or reranking model's thread: requests wait in a bounded queue (429
     beyond it) and run one after another, each one's inputs several to a forward
-    (engine.embed). The same face as Worker to the registry."""
+    (engine.embed). The same face as Worker to the residency."""
 
     def __init__(self, name: str, lm, max_queue: int, metrics=None):
         self.name, self.lm, self.metrics = name, lm, metrics
@@ -217,8 +216,6 @@ class EmbedWorker(_Queued):
         pass  # each request is one forward or a few: they finish
 
     def _run(self) -> None:
-        from ..engine.embed import embed, rank
-
         while True:
             job = self.jobs.get()
             if job is None:

@@ -5,11 +5,9 @@ here), the SSE stream beside the JSON body of the generating endpoints, plain te
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from .protocol import ErrorResponse
 
@@ -28,9 +26,10 @@ WHY = {
 API_ERRORS = (400, 401, 404, 413, 429, 500, 503)
 
 
-def errors(*statuses: int) -> dict[int, dict]:
-    """Responses entries for these statuses, each in OpenAI's error envelope."""
-    return {s: {"model": ErrorResponse, "description": WHY[s]} for s in statuses}
+def errors(*statuses: int, envelope: type[BaseModel] = ErrorResponse) -> dict[int, dict]:
+    """Responses entries for these statuses, each in OpenAI's error envelope (or the
+    API's own: Anthropic's)."""
+    return {s: {"model": envelope, "description": WHY[s]} for s in statuses}
 
 
 STREAM_MODELS: list[type[BaseModel]] = []  # chunk models that only streams carry, added to the components
@@ -63,73 +62,6 @@ def ref(model: type[BaseModel]) -> dict:
     if model not in STREAM_MODELS:
         STREAM_MODELS.append(model)
     return {"$ref": f"#/components/schemas/{model.__name__}"}
-
-
-class ResponseObject(BaseModel):
-    """A Responses API reply (`object: "response"`), as documented by OpenAI."""
-
-    model_config = ConfigDict(extra="allow")
-    id: str
-    object: str = "response"
-    created_at: float
-    status: str
-    model: str
-    output: list[dict[str, Any]]
-    usage: Optional[dict[str, Any]] = None
-    error: Optional[dict[str, Any]] = None
-    incomplete_details: Optional[dict[str, Any]] = None
-
-
-class AnthropicMessage(BaseModel):
-    """An Anthropic Messages reply (`type: "message"`), as Anthropic documents it."""
-
-    model_config = ConfigDict(extra="allow")
-    id: str
-    type: str = "message"
-    role: str = "assistant"
-    model: str
-    content: list[dict[str, Any]]
-    stop_reason: Optional[str] = None
-    stop_sequence: Optional[str] = None
-    usage: dict[str, Any]
-
-
-class EmbeddingList(BaseModel):
-    """OpenAI's embeddings reply: `data` of `{object: "embedding", index, embedding}` (floats,
-    or base64 of little-endian float32 with `encoding_format: "base64"`)."""
-
-    object: str = "list"
-    data: list[dict[str, Any]]
-    model: str
-    usage: dict[str, int]
-
-
-class RerankList(BaseModel):
-    """llama-server's rerank reply: `results` of `{index, relevance_score[, document]}`, best first."""
-
-    object: str = "list"
-    model: str
-    results: list[dict[str, Any]]
-    usage: dict[str, int]
-
-
-class TokenCount(BaseModel):
-    input_tokens: int
-
-
-class AnthropicErrorInfo(BaseModel):
-    type: str
-    message: str
-
-
-class AnthropicError(BaseModel):
-    type: str = "error"
-    error: AnthropicErrorInfo
-
-
-def anthropic_errors(*statuses: int) -> dict[int, dict]:
-    """Responses entries for these statuses, each in Anthropic's error envelope."""
-    return {s: {"model": AnthropicError, "description": WHY[s]} for s in statuses}
 
 
 def install(app: FastAPI) -> None:

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-FILES = Path(__file__).with_name("webui")
+FILES = Path(__file__).parent.parent / "webui"  # server/webui/, shipped as package data
 ASSETS = "/webui"
 
 # Everything the page loads comes from this server; what the model writes is rendered as

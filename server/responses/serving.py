@@ -15,22 +15,19 @@ import json
 import logging
 import threading
 import time
-import uuid
 from typing import AsyncIterator
 
-from .errors import APIError, BadRequest
-from .protocol import ChatCompletionRequest, ResponsesRequest
-from .service import Service
-from .wire import Tally, chat_logprobs
+from ..chat.protocol import ChatCompletionRequest
+from ..chat.serving import OverChat
+from ..chat.wire import Tally, chat_logprobs
+from ..core.errors import APIError, BadRequest
+from ..core.protocol import item_id
+from .protocol import ResponsesRequest
 
 log = logging.getLogger("gguf_serve.server")
 
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 LOGPROBS = "message.output_text.logprobs"
-
-
-def _id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
 
 def _text(content, where: str) -> str:
@@ -238,10 +235,10 @@ class _Items:
     def _open(self, kind: str, events: list) -> None:
         self.close(events)
         if kind == "reasoning":
-            item = {"id": _id("rs"), "type": "reasoning", "summary": [], "status": "in_progress",
+            item = {"id": item_id("rs"), "type": "reasoning", "summary": [], "status": "in_progress",
                     "content": [{"type": "reasoning_text", "text": ""}]}
         else:
-            item = {"id": _id("msg"), "type": "message", "role": "assistant", "status": "in_progress",
+            item = {"id": item_id("msg"), "type": "message", "role": "assistant", "status": "in_progress",
                     "content": [{"type": "output_text", "text": "", "annotations": [], "logprobs": []}]}
         self.open = self._add(item, events)
         events.append({"type": "response.content_part.added", "item_id": item["id"], "output_index": self.open,
@@ -285,7 +282,7 @@ class _Items:
             if d["index"] not in self.calls:
                 self.close(events)
                 self.blank, self.blank_logprobs = "", []
-                item = {"id": _id("fc"), "type": "function_call", "call_id": d["id"], "name": f.get("name", ""),
+                item = {"id": item_id("fc"), "type": "function_call", "call_id": d["id"], "name": f.get("name", ""),
                         "arguments": "", "status": "in_progress"}
                 self.calls[d["index"]] = self._add(item, events)
             i = self.calls[d["index"]]
@@ -322,14 +319,10 @@ class _Items:
         return events
 
 
-class Responses:
-    """The /v1/responses endpoint over a Service."""
+class ResponsesServing(OverChat):
+    """The /v1/responses endpoint over the chat path."""
 
-    def __init__(self, service: Service):
-        self.service = service
-
-    async def _prepare(self, req: ResponsesRequest):
-        return await self.service.through_chat(to_chat, req, RENAMED)
+    translate, renamed = staticmethod(to_chat), RENAMED
 
     def _shell(self, req: ResponsesRequest, rid: str, created: float) -> dict:
         """The response object without its output, as the stream's first events carry it."""
@@ -346,7 +339,7 @@ class Responses:
                 "usage": None, "user": req.user, "metadata": req.metadata or {}}
 
     async def _events(self, req: ResponsesRequest, prep, streamed: bool) -> AsyncIterator[dict]:
-        rid, created, tally = _id("resp"), time.time(), Tally()
+        rid, created, tally = item_id("resp"), time.time(), Tally()
         response = self._shell(req, rid, created)
         yield {"type": "response.created", "response": dict(response)}
         yield {"type": "response.in_progress", "response": dict(response)}

@@ -9,17 +9,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from ..engine.chat import render
-from ..engine.grammar import GrammarError, GrammarMask, json_grammar, schema_of
-from ..engine.sampling import SamplingParams
-from ..engine.scheduler import check_speculative
-from ..engine.speculative import SpeculationError
+from ...engine import (GrammarError, GrammarMask, SamplingParams, SpeculationError, check_speculative, json_grammar,
+                      render, schema_of)
+from ..core.errors import BadRequest
+from ..models.worker import Job
 from . import harmony
-from .errors import BadRequest
 from .protocol import unsupported_fields
 from .tool_grammar import required_grammar
 from .tools import HERMES, Family, call_format, for_template, render_fallback, template_renders_tools
-from .worker import Job
 
 
 def _stops(stop) -> list[str]:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import re
 
-from ..engine.text import held_back
+from ...engine import held_back
+from .tool_grammar import _lark_str, _parameters, _with_ws, chosen_functions
 from .tools import TOOL_CLOSE, TOOL_OPEN
 
 START, END, MESSAGE, CHANNEL = "<|start|>", "<|end|>", "<|message|>", "<|channel|>"
@@ -181,8 +182,6 @@ def forced_grammar(token_id, tools: list[dict] | None = None, name: str | None =
     may come first, then the call's or the answer's message. `token_id(text)`: the
     vocabulary's id of a harmony marker."""
     from llguidance import LLMatcher
-
-    from .tool_grammar import _lark_str, _parameters, _with_ws, chosen_functions
 
     tok = {m: f"<[{token_id(m)}]>" for m in (START, END, MESSAGE, CHANNEL, CONSTRAIN)}
     if any(v == "<[None]>" for v in tok.values()):

@@ -1,4 +1,4 @@
-"""Tool calls taken out of a model's text, in each family's form (server.tools): whole
+"""Tool calls taken out of a model's text, in each family's form (server.chat.tools): whole
 (`parse_calls`, `parse_call`) or as the text streams (`ToolCallSplitter`, which hands
 on the content around the calls and the calls' OpenAI deltas as they form: Hermes
 arguments in fragments, Mistral and Llama calls whole when the reply ends). Inside the
@@ -13,7 +13,7 @@ import json
 import re
 import uuid
 
-from ..engine.text import held_back
+from ...engine import held_back
 from .tools import HERMES, LFM2, MISTRAL, Family, ToolCall, functions, mistral_id
 
 

@@ -3,29 +3,26 @@ the request becomes a chat completion request (system, text and image blocks, to
 and tool_result blocks, thinking blocks, tools and tool_choice, thinking, stop
 sequences, structured output), the reply's pieces become content blocks (thinking,
 text, tool_use), streamed as Anthropic's events or folded into one message. Errors
-take Anthropic's envelope (server.errors)."""
+take Anthropic's envelope (server.core.errors)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import threading
-import uuid
 from typing import Any, AsyncIterator
 
-from .errors import APIError, BadRequest, InternalError
-from .protocol import ChatCompletionRequest, CountTokensRequest, MessagesRequest
-from .service import Service
-from .wire import Tally
+from ..chat.protocol import ChatCompletionRequest
+from ..chat.serving import OverChat
+from ..chat.wire import Tally
+from ..core.errors import APIError, BadRequest, InternalError
+from ..core.protocol import item_id
+from .protocol import CountTokensRequest, MessagesRequest
 
 log = logging.getLogger("gguf_serve.server")
 
 STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use", "stop": "end_turn"}
 EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
-
-
-def _id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
 
 def _blocks(content) -> list[dict]:
@@ -332,14 +329,10 @@ class _Blocks:
         return events
 
 
-class Messages:
-    """The /v1/messages endpoints over a Service."""
+class MessagesServing(OverChat):
+    """The /v1/messages endpoints over the chat path."""
 
-    def __init__(self, service: Service):
-        self.service = service
-
-    async def _prepare(self, req: MessagesRequest):
-        return await self.service.through_chat(to_chat, req, RENAMED)
+    translate, renamed = staticmethod(to_chat), RENAMED
 
     async def count_tokens(self, req: CountTokensRequest) -> dict:
         return {"input_tokens": await self.service.through_chat(to_chat, req, RENAMED, use=self.service.count_chat)}
@@ -353,7 +346,7 @@ class Messages:
     async def _events(self, req: MessagesRequest, prep) -> AsyncIterator[dict]:
         tally, blocks = Tally(), _Blocks()
         tally.prompt_tokens = len(prep.prompt_ids)
-        message = {"id": _id("msg"), "type": "message", "role": "assistant", "model": req.model, "content": [],
+        message = {"id": item_id("msg"), "type": "message", "role": "assistant", "model": req.model, "content": [],
                    "stop_reason": None, "stop_sequence": None, "usage": self._usage(tally)}
         yield {"type": "message_start", "message": message}
         yield {"type": "ping"}

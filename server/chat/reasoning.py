@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from ..engine.text import held_back
+from ...engine import held_back
 
 log = logging.getLogger("gguf_serve.server")
 

@@ -12,25 +12,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..engine.embed import EmbeddingError
-from ..engine.tokenizer import encode
-from .errors import BadRequest
+from ...engine import EmbeddingError, encode
+from ..core.errors import BadRequest
+from ..models.catalog import refuse_kind
+from ..models.residency import Residency
+from ..models.worker import EmbedJob
 from .protocol import EmbeddingRequest, RerankRequest
-from .worker import EmbedJob
-
-KINDS = {"mean": "an embedding model", "cls": "an embedding model", "last": "an embedding model",
-         "rank": "a reranking model", None: "a generative (chat and completion) model"}
-ROUTES = {"mean": "/v1/embeddings", "cls": "/v1/embeddings", "last": "/v1/embeddings", "rank": "/v1/rerank",
-          None: "/v1/chat/completions, /v1/completions, /v1/responses or /v1/messages"}
-
-
-def refuse_kind(entry, wanted: str) -> None:
-    """A 400 unless `entry`'s model is of the `wanted` kind ("generate", "embed", "rank")."""
-    pooling = entry.lm.pooling
-    kind = "rank" if pooling == "rank" else "generate" if pooling is None else "embed"
-    if kind != wanted:
-        raise BadRequest(f"model {entry.id} is {KINDS[pooling]}: use {ROUTES[pooling]}", param="model",
-                         code="wrong_model_kind")
 
 
 def _token_lists(req: EmbeddingRequest, tok) -> list[list[int]]:
@@ -57,11 +44,11 @@ def _token_lists(req: EmbeddingRequest, tok) -> list[list[int]]:
     return out
 
 
-class Embeddings:
-    """The /v1/embeddings and /v1/rerank endpoints over a Service."""
+class EmbeddingsServing:
+    """The /v1/embeddings and /v1/rerank endpoints."""
 
-    def __init__(self, service):
-        self.service = service
+    def __init__(self, residency: Residency):
+        self.residency = residency
 
     async def _run(self, entry, kind: str, inputs: list[list[int]], param: str) -> torch.Tensor:
         loop = asyncio.get_running_loop()
@@ -74,7 +61,7 @@ class Embeddings:
                              code="context_length_exceeded") from None
 
     async def embeddings(self, req: EmbeddingRequest) -> dict:
-        async with self.service.holding(req.model, req.keep_alive) as entry:
+        async with self.residency.holding(req.model, req.keep_alive) as entry:
             refuse_kind(entry, "embed")
             inputs = await asyncio.to_thread(_token_lists, req, entry.lm.tokenizer)
             vectors = await self._run(entry, "embed", inputs, "input")
@@ -92,7 +79,7 @@ class Embeddings:
                 "usage": {"prompt_tokens": n, "total_tokens": n}}
 
     async def rerank(self, req: RerankRequest) -> dict:
-        async with self.service.holding(req.model, req.keep_alive) as entry:
+        async with self.residency.holding(req.model, req.keep_alive) as entry:
             refuse_kind(entry, "rank")
             texts = []
             for j, d in enumerate(req.documents):

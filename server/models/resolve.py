@@ -18,9 +18,9 @@ import os
 import re
 
 # re-exported: the server reaches every Hub helper through this module
-from ..engine.fetch import (ModelRef, best_companion, cached_gguf_models, companion_kind, download, is_model_file,  # noqa: F401
+from ...engine import (ModelRef, best_companion, cached_gguf_models, companion_kind, download, is_model_file,  # noqa: F401
                             model_id, parse)
-from .errors import APIError, BadRequest, Forbidden, ModelNotFound, Unavailable
+from ..core.errors import APIError, BadRequest, Forbidden, ModelNotFound, Unavailable
 
 DEFAULT_QUANT = "Q4_K_M"
 REACH_TIMEOUT = 3.0  # seconds for the one quick probe of the endpoint

@@ -1,13 +1,13 @@
 """The grammar that `tool_choice` `required` or a named function imposes on the reply:
 one or more calls (or exactly one, for a named function) in the template's own form
-(server.tools.CallFormat): Hermes JSON, Qwen3.5 XML, GLM-4.5's key/value pairs, Mistral's
+(server.chat.tools.CallFormat): Hermes JSON, Qwen3.5 XML, GLM-4.5's key/value pairs, Mistral's
 list or v11 form, Llama's JSON; arguments constrained by each tool's JSON schema (llguidance)."""
 
 from __future__ import annotations
 
 import json
 
-from ..engine.grammar import closed_objects
+from ...engine import closed_objects
 from .tools import GEMMA4, LFM2, LLAMA3, MISTRAL, TOOL_CLOSE, TOOL_OPEN, CallFormat, functions
 
 

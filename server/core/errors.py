@@ -1,6 +1,17 @@
-"""Errors the API returns, each rendered in OpenAI's `{"error": {...}}` shape."""
+"""Errors the API returns, each rendered in OpenAI's `{"error": {...}}` shape (or
+Anthropic's on its paths), and the app's exception handlers that turn every failure
+(ours, a validation error, a routing error, a bug) into one of them, in one place."""
 
 from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("gguf_serve.server")
 
 
 class APIError(Exception):
@@ -27,8 +38,6 @@ class APIError(Exception):
 
     def response(self, anthropic: bool = False):
         """The error as an HTTP response in OpenAI's shape (or Anthropic's)."""
-        from fastapi.responses import JSONResponse
-
         return JSONResponse(self.anthropic_body() if anthropic else self.body(), status_code=self.status,
                             headers=self.headers)
 
@@ -126,3 +135,66 @@ class ModelLoadFailed(APIError):
 
     status = 500
     type = "server_error"
+
+
+# ---------------------------------------------------------- the app's handlers
+
+
+async def _json_error(request: Request, error: dict) -> str:
+    """What is wrong with a body that is not JSON, and where (line and column)."""
+    reason = (error.get("ctx") or {}).get("error", "not valid JSON")
+    loc = error.get("loc") or ()
+    pos = loc[-1] if loc and isinstance(loc[-1], int) else None
+    if pos is None:
+        return f"the request body is not valid JSON: {reason}"
+    body = (await request.body()).decode("utf-8", "replace")
+    line = body.count("\n", 0, pos) + 1
+    col = pos - (body.rfind("\n", 0, pos) + 1) + 1
+    return f"the request body is not valid JSON: {reason} at line {line}, column {col} (character {pos})"
+
+
+def reply(error: APIError, request: Request):
+    """`error` as the response, in the envelope of the API the request went to."""
+    return error.response(anthropic_path(request.url.path))
+
+
+async def api_error(request: Request, exc: APIError):
+    return reply(exc, request)
+
+
+async def validation_error(request: Request, exc: RequestValidationError):
+    """A body that fails validation: a 400 naming the field (FastAPI's 422 never happens)."""
+    first = exc.errors()[0] if exc.errors() else {}
+    if first.get("type") == "json_invalid":  # loc holds a character offset, not a field
+        return reply(BadRequest(await _json_error(request, first)), request)
+    ctx = first.get("ctx") or {}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    param = ctx.get("field") or ".".join(loc) or None
+    msg = first.get("msg", "invalid request")
+    return reply(BadRequest(f"{param}: {msg}" if param else msg, param=param), request)
+
+
+async def http_error(request: Request, exc: StarletteHTTPException):
+    """Routing's errors (unknown path, wrong method) in the API's envelope."""
+    where = f"{request.method} {request.url.path}"
+    if exc.status_code == 404:
+        return reply(HTTPStatus(404, f"Invalid URL ({where}): this server does not serve that path",
+                                code="unknown_url"), request)
+    if exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow")  # Starlette's router names the methods it serves
+        return reply(HTTPStatus(405, f"{where}: method not allowed" + (f" (allowed: {allowed})" if allowed else ""),
+                                headers=dict(exc.headers or {})), request)
+    return reply(HTTPStatus(exc.status_code, f"{where}: {exc.detail}", headers=dict(exc.headers or {})), request)
+
+
+async def unexpected(request: Request, exc: Exception):
+    log.exception("unexpected error")
+    return reply(InternalError(f"internal error: {type(exc).__name__}: {exc}"), request)
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Every failure a route can raise, answered in the envelope of the API it went to."""
+    app.add_exception_handler(APIError, api_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)

@@ -1,7 +1,7 @@
 """From an OpenAI request to the engine and back: the chat or completion prompt (its
-templating, the context check; the settings themselves come from server.prepare), the
+templating, the context check; the settings themselves come from server.chat.prepare), the
 worker queue, the reasoning and tool-call split of what the model writes, and the
-response in its streamed or folded form (wire details in server.wire). The
+response in its streamed or folded form (wire details in server.chat.wire). The
 non-streaming reply is built by folding the stream, so there is one generation path."""
 
 from __future__ import annotations
@@ -11,80 +11,54 @@ import json
 import logging
 import threading
 import time
-from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
-from ..engine.chat import prompt_ids
-from ..engine.vision import ImageError
-from ..engine.grammar import GrammarError, ThinkingBudget, schema_of
-from ..engine.tokenizer import encode
+from ...engine import GrammarError, ImageError, ThinkingBudget, encode, prompt_ids, schema_of
+from ..core.errors import APIError, BadRequest, ContextLengthExceeded
+from ..core.protocol import new_id, now
+from ..models.catalog import refuse_kind
+from ..models.residency import Residency
+from ..models.worker import Job
 from . import harmony
-from .embeddings import refuse_kind
-from .errors import APIError, BadRequest, ContextLengthExceeded
 from .images import bad_image, load_image
 from .prepare import (Prepared, constrain, origin_param, per_choice, refuse_parts, refuse_unsupported, render_chat,
                       template_tool_calls, tools_for)
 from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Completion,
-                       CompletionChoice, CompletionRequest, Delta, ResponseMessage, new_id, now)
+                       CompletionChoice, CompletionRequest, Delta, ResponseMessage)
 from .reasoning import (ReasoningSplitter, enable_thinking, reasoning_markers, starts_in_reasoning,
                         template_has_switch)
-from .registry import Registry
 from .tool_parse import ToolCallSplitter
 from .wire import SYSTEM_FINGERPRINT, Piece, Tally, chat_logprobs, completion_logprobs, reply_content
-from .worker import Job
 
 log = logging.getLogger("gguf_serve.server")
 
 MEASURE_PIECE = 1 << 16  # characters tokenized at a time while a long prompt is measured
 
 
-class Service:
-    def __init__(self, registry: Registry, settings, metrics=None):
-        self.registry = registry
+class ChatServing:
+    """The chat and completions endpoints, and the generation path the Responses and
+    Messages APIs run through (`through_chat`, `pieces`)."""
+
+    def __init__(self, residency: Residency, settings, metrics=None):
+        self.residency = residency
         self.settings = settings
         self.metrics = metrics
         self._warned_no_switch: set[str] = set()
 
-    async def _acquire(self, model: str | None, keep_alive: float | None = None):
-        """The model held for this request and loaded (server.registry: it stays loaded
-        until `registry.release`); with no model named, the only one served (else a 400)."""
-        if model is None:
-            ids = list(self.registry.entries)
-            if len(ids) != 1:
-                raise BadRequest(f"name the model: this server has {len(ids)}", param="model")
-            model = ids[0]
-        entry = self.registry.get(model)
-        task = asyncio.ensure_future(asyncio.to_thread(self.registry.acquire, entry, keep_alive))
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:  # the client went while it waited: the hold ends once the load does
-            task.add_done_callback(lambda t: t.cancelled() or t.exception() is not None
-                                   or self.registry.release(entry))
-            raise
-
-    @asynccontextmanager
-    async def holding(self, model: str | None, keep_alive: float | None = None):
-        """A loaded model for the duration of a `with` block (tokenize, embeddings)."""
-        entry = await self._acquire(model, keep_alive)
-        try:
-            yield entry
-        finally:
-            self.registry.release(entry)
-
     async def _prepared(self, model: str | None, keep_alive: float | None, prepare) -> Prepared:
         """Hold the model, run `prepare(entry)` (a coroutine giving a Prepared) and queue
         its job; the hold ends with the job (or here, if anything fails first)."""
-        entry = await self._acquire(model, keep_alive)
+        entry = await self.residency.hold(model, keep_alive)
         try:
             refuse_kind(entry, "generate")
             prep = await prepare(entry)
             job = Job(prep.prompt_ids, prep.params, asyncio.get_running_loop(), asyncio.Queue(), media=prep.media)
-            job.done_callbacks.append(lambda: self.registry.release(entry))
+            job.done_callbacks.append(lambda: self.residency.release(entry))
             entry.worker.submit(job)  # Overloaded (429) when the queue is full
             prep.job = job
             return prep
         except BaseException:
-            self.registry.release(entry)
+            self.residency.release(entry)
             raise
 
     def _context(self, entry) -> int:
@@ -143,7 +117,7 @@ class Service:
     async def count_chat(self, req: ChatCompletionRequest) -> int:
         """The prompt tokens of a chat request (as it would be prepared), generating nothing."""
         refuse_unsupported(req)
-        async with self.holding(req.model, req.keep_alive) as entry:
+        async with self.residency.holding(req.model, req.keep_alive) as entry:
             refuse_kind(entry, "generate")
             return len((await self._prepare_chat(entry, req)).prompt_ids)
 
@@ -426,3 +400,16 @@ class Service:
                                    for i, t in enumerate(texts)], usage=tally.usage())
 
 
+class OverChat:
+    """An API whose requests run through the chat path (Responses, Messages): `translate`
+    makes the chat request one of its requests means, `renamed` names the chat fields an
+    error may name as that API's own."""
+
+    translate: staticmethod
+    renamed: dict[str, str]
+
+    def __init__(self, chat: ChatServing):
+        self.service = chat
+
+    async def _prepare(self, req):
+        return await self.service.through_chat(type(self).translate, req, self.renamed)

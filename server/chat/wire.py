@@ -1,14 +1,11 @@
-"""What goes on the wire besides the protocol models themselves: a streamed piece of a
-choice (`Piece`) and the usage it adds up to (`Tally`), token logprobs in the chat and
-completions forms, the /tokenize and /detokenize answers, an error inside a stream."""
+"""What the chat path hands the APIs above it besides the protocol models: a streamed
+piece of a choice (`Piece`) and the usage it adds up to (`Tally`), token logprobs in
+the chat and completions forms, a token's text."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
-from ..engine.tokenizer import encode
-from .errors import BadRequest
 from .protocol import ChoiceLogprobs, CompletionLogprobs, TokenLogprob, TopLogprob, Usage
 
 
@@ -56,29 +53,14 @@ def reply_content(t: dict) -> str | None:
     return text
 
 
-def tokenize(lm, text: str, add_special: bool, with_pieces: bool) -> dict:
-    ids = encode(lm.tokenizer, text, add_special=add_special)
-    if not with_pieces:
-        return {"tokens": ids}
-    return {"tokens": [{"id": t, "piece": _token_text(lm.tokenizer, t)} for t in ids]}
-
-
-def detokenize(lm, ids: list[int]) -> dict:
-    n = lm.model.vocab_size
-    bad = next((i for i, t in enumerate(ids) if not 0 <= t < n), None)
-    if bad is not None:
-        raise BadRequest(f"token id {ids[bad]} is outside the vocabulary (0..{n - 1})", param=f"tokens.{bad}")
-    return {"content": lm.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)}
-
-
-def _token_text(tok, token_id: int) -> str:
+def token_text(tok, token_id: int) -> str:
     return tok.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
 def chat_logprobs(tok, entries: list) -> ChoiceLogprobs:
     """OpenAI's chat logprobs from (token id, logprob, top [(id, logprob)]) entries."""
     def top(token_id: int, logprob: float) -> TopLogprob:
-        text = _token_text(tok, token_id)
+        text = token_text(tok, token_id)
         return TopLogprob(token=text, logprob=logprob, bytes=list(text.encode()))
 
     return ChoiceLogprobs(content=[TokenLogprob(**top(t, lp).model_dump(), top_logprobs=[top(a, b) for a, b in alts])
@@ -89,14 +71,10 @@ def completion_logprobs(tok, entries: list, offset: int = 0) -> CompletionLogpro
     """The completions endpoint's parallel lists; text offsets count from the completion's start."""
     out = CompletionLogprobs()
     for t, lp, alts in entries:
-        text = _token_text(tok, t)
+        text = token_text(tok, t)
         out.tokens.append(text)
         out.token_logprobs.append(lp)
-        out.top_logprobs.append({_token_text(tok, a): b for a, b in alts})
+        out.top_logprobs.append({token_text(tok, a): b for a, b in alts})
         out.text_offset.append(offset)
         offset += len(text)
     return out
-
-
-def sse_error(body: dict) -> str:
-    return f"data: {json.dumps(body)}\n\n"

@@ -5,7 +5,8 @@ The images themselves, their tokens and the towers are engine.vision's."""
 
 from __future__ import annotations
 
-from ..vision import RopePlan, media_of
+from ..batch import media_of
+from ..vision import RopePlan
 from .state import Purpose, Request, Row, Running
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Iterable, Protocol
 
-from ..vision import media_of
+from ..batch import media_of
 
 CHECKPOINT_BEFORE_END = 4  # a checkpoint this many tokens before a prompt's end (the assistant turn's header)...
 CHECKPOINT_EVERY = 512  # ...and at chunk ends at least this many tokens past the slot's last one

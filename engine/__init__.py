@@ -10,6 +10,8 @@ from .chat import prompt_ids, render
 from .config import EngineConfig
 from .options import CacheType, DeviceChoice, KernelChoice, PrefillDtype, SpecChoice, VisionDtype
 from .embed import EmbeddingError, embed, rank
+from .errors import (CacheError, DraftMismatch, FileError, KernelError, MissingMetadata, TokenizerError,
+                     UnsupportedArchitecture, VisionFileError, WeightError, is_file_error, is_transient)
 from .fetch import (ModelRef, best_companion, cached_gguf_models, companion_kind, download, is_model_file, model_id,
                     parse)
 from .grammar import GrammarError, GrammarMask, ThinkingBudget, closed_objects, json_grammar, schema_of
@@ -35,4 +37,7 @@ __all__ = [
     "check_speculative", "closed_objects", "held_back", "json_grammar", "schema_of",
     # embedding and reranking files
     "EmbeddingError", "embed", "rank",
+    # errors (engine.errors): the file's own fault, or one that may pass
+    "CacheError", "DraftMismatch", "FileError", "KernelError", "MissingMetadata", "TokenizerError",
+    "UnsupportedArchitecture", "VisionFileError", "WeightError", "is_file_error", "is_transient",
 ]

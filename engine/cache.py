@@ -29,10 +29,7 @@ import torch
 
 from .batch import Batch
 from .kv_rows import KVType, kv_types
-
-
-class CacheError(ValueError):
-    """A batch does not fit what the cache holds (slot, position, size)."""
+from .errors import CacheError
 
 
 @dataclass(frozen=True)

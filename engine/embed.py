@@ -15,16 +15,9 @@ import torch.nn.functional as F
 
 from ..gguf_io import GGUFReader, Keys
 from .batch import Batch
+from .errors import EmbeddingError
 
 POOLING = {1: "mean", 2: "cls", 3: "last", 4: "rank"}  # llama.cpp's enum llama_pooling_type (0: none)
-
-
-class EmbeddingError(ValueError):
-    """An input the model cannot embed (too long for one forward or for the context)."""
-
-    def __init__(self, message: str, index: int):
-        super().__init__(message)
-        self.index = index
 
 
 def pooling_of(reader: GGUFReader) -> str | None:

@@ -22,15 +22,12 @@ import threading
 import torch
 
 from .text import end_of_generation_ids
+from .errors import GrammarError
 
 # between JSON tokens: a few spaces or newlines (pretty-printed replies), never unbounded
 # (a model that likes whitespace could otherwise fill max_tokens with it): one space, or a
 # newline and an indent of up to 20, as llama.cpp's JSON grammars allow
 JSON_WHITESPACE = r"(\x20|\n[\x20\t]{0,20})?"
-
-
-class GrammarError(ValueError):
-    """A grammar or schema the engine cannot compile."""
 
 
 _lock = threading.Lock()

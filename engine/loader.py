@@ -30,6 +30,7 @@ from .modules import Weights
 from .threads import ThreadPolicy
 from .tokenizer import load_tokenizer
 from .vision import load_vision, vision_products
+from .errors import DraftMismatch
 
 log = logging.getLogger("gguf_serve.engine")
 
@@ -262,10 +263,6 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     if cfg.draft_model:
         lm.draft = load_draft(lm, cfg.draft_model)
     return lm
-
-
-class DraftMismatch(ValueError):
-    """A draft model whose vocabulary is not its target's."""
 
 
 def load_draft(lm: LoadedModel, path_or_id: str) -> LoadedModel:

@@ -12,10 +12,7 @@ from ..gguf_io import GGMLType, GGUFReader, TensorInfo
 from . import kernels
 from .kernels import cpu
 from .kernels.reference import as_tensor
-
-
-class WeightError(ValueError):
-    """The file's tensors do not fit the model its metadata describes."""
+from .errors import WeightError
 
 
 class GgufLinear:

@@ -21,12 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .options import SPEC_MODES
+from .errors import SpeculationError
 
 MODES = SPEC_MODES  # what --spec and a request's `speculative` may name ("auto": the model's default)
-
-
-class SpeculationError(ValueError):
-    """A speculative decoding setting this model cannot honour."""
 
 
 def available_modes(lm) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 from transformers import PreTrainedTokenizerFast
 
 from ..gguf_io import GGUFReader, Keys
+from .errors import TokenizerError
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +66,6 @@ PRE_TOKENIZERS = {
     **dict.fromkeys(("glm4", "glm5"), PreTokenizer((_LLAMA3,), ignore_merges=True)),  # GLM-4.5
     **dict.fromkeys(("refact", "smollm"), PreTokenizer(_REFACT)),  # Granite
 }
-
-
-class TokenizerError(ValueError):
-    """The file's tokenizer keys are missing or of a kind not supported."""
 
 
 def _spm_merges(tokens: list[str], scores: list[float], types: list[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -33,6 +33,7 @@ from .models import projectors
 from .models.vision import ImagePlan, VisionMetadata
 from .modules import Weights
 from .tokenizer import rendered_ids
+from .errors import ImageError, VisionFileError
 
 log = logging.getLogger("gguf_serve.engine")
 
@@ -40,15 +41,6 @@ MAX_IMAGE_BYTES = 20 << 20  # an image's encoded size
 MAX_IMAGE_PIXELS = 40_000_000  # width x height once decoded (Pillow's bomb check warns at ~89M)
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
 KEEP_ENCODED = 16  # encoded images kept for follow-ups
-
-
-class ImageError(ValueError):
-    """An image this model cannot take: it does not decode, is over a limit, or the
-    model has no vision file."""
-
-
-class VisionFileError(ValueError):
-    """A vision file that does not fit (not a clip file, an unknown tower, another text model's)."""
 
 
 def decode_image(data: bytes, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: int = MAX_IMAGE_PIXELS):

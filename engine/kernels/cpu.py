@@ -22,6 +22,7 @@ import torch
 from ...gguf_io import GGMLType
 from ..options import ENV, PREFILL_DTYPES
 from . import reference
+from ..errors import KernelError
 
 log = logging.getLogger("gguf_serve.kernels")
 
@@ -206,10 +207,6 @@ class Status(enum.IntEnum):
     UNSUPPORTED = -1  # a type, shape or layout the kernels do not take
     NO_MEMORY = -2  # scratch memory could not be allocated
     BAD_EXPERT = -3  # an expert index outside 0..n_experts - 1
-
-
-class KernelError(RuntimeError):
-    """A native kernel call failed; the message names the call, its status and its operands."""
 
 
 def check(rc: int, fn: str, what: str) -> None:

@@ -15,15 +15,12 @@ from typing import Callable
 
 from ...gguf_io import GGUFReader
 from .base import Metadata, MissingMetadata, Model, TextParams
+from ..errors import UnsupportedArchitecture
 
 __all__ = ["Architecture", "MissingMetadata", "Metadata", "Model", "TextParams", "UnsupportedArchitecture",
            "architecture_for", "architectures", "projectors"]
 
 SHARED_MODULES = {"base", "layers", "vision"}  # the pieces architectures are built from, not architectures
-
-
-class UnsupportedArchitecture(ValueError):
-    """The file's architecture has no file here."""
 
 
 @dataclass(frozen=True)

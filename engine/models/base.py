@@ -19,15 +19,9 @@ from ..batch import Batch
 from ..cache import KVCache, LayerCache
 from ..modules import GgufEmbedding, Weights
 from .layers import RopeScaling
+from ..errors import MissingMetadata
 
 DEFAULT_CONTEXT = 4096  # a file that states no context length
-
-
-class MissingMetadata(KeyError):
-    """A key the architecture needs is absent from the file."""
-
-    def __str__(self) -> str:  # KeyError's str() would quote the message
-        return str(self.args[0])
 
 
 _REQUIRED = object()

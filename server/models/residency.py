@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager
 
 from tqdm.auto import tqdm
 
-from ...engine import LOAD_STAGES, available_memory, load_model, trim_heap
+from ...engine import LOAD_STAGES, available_memory, is_file_error, is_transient, load_model, trim_heap
 from ..core.errors import Conflict, ModelLoadFailed, Unavailable
 from .catalog import Catalog, Entry
 from .worker import Worker, worker_for
@@ -245,8 +245,7 @@ class Residency:
         try:
             lm = load_model(entry.path, progress=progress, config=self.settings.engine_config(mmproj=entry.mmproj))
         except Exception as e:
-            entry.error = f"cannot load {entry.id}: {e}"  # the file will not get better by retrying
-            raise ModelLoadFailed(entry.error) from e
+            raise self._failed(entry, e) from e
         finally:
             bar.close()
         elapsed = time.perf_counter() - t
@@ -254,6 +253,24 @@ class Residency:
             self.metrics.load_time.labels(entry.id).observe(elapsed)
         log.info("loaded %s in %.1f s", entry.id, elapsed)
         return lm
+
+    @staticmethod
+    def _failed(entry: Entry, e: Exception) -> Unavailable | ModelLoadFailed:
+        """A load's failure as the API error it means. One that may pass (memory short for
+        now, a file being replaced, a disk that does not answer: engine.is_transient) is a
+        503 naming it, not kept: the next request loads again. Any other (the file's own:
+        corrupt, an architecture or type not supported) is kept on the entry and answered
+        500 from then on: the file will not get better by retrying."""
+        reason = f"{type(e).__name__}: {e}" if is_transient(e) else str(e)
+        if is_transient(e):
+            log.warning("loading %s failed, retried by the next request: %s", entry.id, reason)
+            gc.collect()  # what the failed load held goes back before the next try
+            trim_heap()
+            return Unavailable(f"cannot load {entry.id} now ({reason}); retry shortly", param="model",
+                               code="model_load_unavailable", headers={"Retry-After": "5"})
+        entry.error = f"cannot load {entry.id}: {reason}"
+        log.error("%s (kept: %s)", entry.error, "the file's own fault" if is_file_error(e) else "not one that passes")
+        return ModelLoadFailed(entry.error)
 
     def _footprint(self, entry: Entry, lm) -> int:
         """The bytes a loaded model holds: its files' (mapped) and its caches'."""

@@ -26,7 +26,7 @@ from types import ModuleType
 
 import torch
 
-from ..gguf_io import GGUFReader, Keys
+from ..gguf_io import GGUFError, GGUFReader, Keys
 from .batch import KEY_BITS, media_of, media_token
 from .kernels.cpu import has_native_bf16
 from .models import projectors
@@ -232,7 +232,9 @@ def goes_with(path: str, text_path: str) -> bool:
             return False
         width = text.get(f"{text.architecture}.embedding_length")
         return width is None or family.Params.from_gguf(m).projection_dim == width  # not another size's
-    except Exception:  # noqa: BLE001 - a file that cannot be read: loading it says why
+    except (GGUFError, OSError, ValueError, KeyError) as e:  # a file that cannot be read: paired, its load says why
+        log.warning("%s: cannot tell whether it goes with %s (%s); paired with it, its load will say", path,
+                    text_path, e)
         return True
 
 

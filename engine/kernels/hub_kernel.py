@@ -20,14 +20,18 @@ HUB_VERSION = 1
 HUB_GEMV_ROWS = 8  # rows the hub kernel's own GEMV takes (its mul_mat_vec serves decode); more: dequantize + matmul
 
 
-def load(repo: str = HUB_REPO):
-    """The hub kernel module, or None with the reason logged once."""
+def load(repo: str = HUB_REPO, wanted: bool = True):
+    """The hub kernel module, or None with the reason logged once: at WARNING where it was
+    `wanted` (the kernels setting forces it, or the device is MPS, whose weights then go
+    through the slow reference kernels: the only callers, through kernels.hub_ops), at
+    INFO for a probe that only asks whether it is there."""
     try:
         from kernels import get_kernel  # not a project import: the hub loader, needed only on MPS or when forced
 
         return get_kernel(repo, version=HUB_VERSION)
-    except Exception as e:  # any failure to fetch, resolve or import means "not available"
-        log.info("hub kernel %s unavailable: %s", repo, e)
+    except Exception as e:  # any failure to fetch, resolve or import means "not available", logged with its cause
+        log.log(logging.WARNING if wanted else logging.INFO, "hub kernel %s unavailable (%s: %s)", repo,
+                type(e).__name__, e)
         return None
 
 

@@ -127,3 +127,17 @@ def test_hub_unavailable_offline_falls_back(monkeypatch, clean_kernels, tmp_path
     kernels.configure(kernels="hub")
     with pytest.raises(RuntimeError, match="hub kernel could not be loaded"):
         kernels.select("cpu", GGMLType.Q4_K)
+
+
+def test_hub_kernel_unavailable_is_a_warning_with_its_cause_where_wanted(monkeypatch, tmp_path, caplog):
+    """Forced or on MPS (the only callers of hub_ops) the hub kernel's absence is a
+    warning naming the cause; a probe that only asks is told at INFO."""
+    monkeypatch.delenv("LOCAL_KERNELS", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    with caplog.at_level(logging.INFO, logger="gguf_serve.kernels"):
+        assert hub.load() is None
+        assert hub.load(wanted=False) is None
+    levels = [(r.levelno, r.getMessage()) for r in caplog.records if "hub kernel" in r.getMessage()]
+    assert [lv for lv, _ in levels] == [logging.WARNING, logging.INFO]
+    assert all(f"hub kernel {hub.HUB_REPO} unavailable (" in m and "Error" in m for _, m in levels)

@@ -124,14 +124,16 @@ class InternalError(APIError):
 
 
 class Unavailable(APIError):
-    """Something the request needs is out of reach for now (the Hub does not answer)."""
+    """Something the request needs is out of reach for now (the Hub does not answer, a
+    load failed for a cause that may pass): retry, `Retry-After` says when."""
 
     status = 503
     type = "server_error"
 
 
 class ModelLoadFailed(APIError):
-    """The model file could not be loaded."""
+    """The model file could not be loaded, by its own fault (corrupt, not supported): it
+    stays failed."""
 
     status = 500
     type = "server_error"

@@ -15,15 +15,18 @@ WHY = {
     400: "Invalid request: a field out of range or unsupported (named in `error.param`), "
          "or prompt plus completion over the context (`context_length_exceeded`)",
     401: "Missing or wrong API key (when the server has one)",
+    403: "The model's Hub repository refuses this server (gated, or private without a token that has access)",
     404: "Unknown model (`model_not_found`) or path",
-    413: "Request body over the server's limit",
-    429: "The model's queue is full (`Retry-After` says when to try again)",
     409: "The model is in use by requests (unload it once they end)",
-    500: "The model failed to load or generation failed",
-    503: "The model is loading, or waits for room that models in use hold, past --load-wait (`Retry-After` says "
-         "when to try again); or the Hub does not answer",
+    413: "Request body over the server's limit",
+    429: "The model's queue is full, or it was unloaded under the request (`Retry-After` says when to try again)",
+    500: "The model file failed to load (corrupt or not supported: it stays failed) or generation failed",
+    503: "The model is loading, or waits for room that models in use hold, past --load-wait; or its load failed "
+         "for a cause that may pass (memory, the file system: the next request loads again); or the Hub does not "
+         "answer (`Retry-After` says when to try again)",
+    499: "The client closed the connection before the reply (nobody reads it; no body)",
 }
-API_ERRORS = (400, 401, 404, 413, 429, 500, 503)
+API_ERRORS = (400, 401, 403, 404, 413, 429, 500, 503)  # a request that names a model: each can come of it
 
 
 def errors(*statuses: int, envelope: type[BaseModel] = ErrorResponse) -> dict[int, dict]:
@@ -50,10 +53,11 @@ def sse_event(data: dict, *, event: dict | None = None, done: bool = True) -> di
 def generating(model: type[BaseModel], events: str, event_schema: dict) -> dict[int, dict]:
     """A generating endpoint's answers: `model` as JSON, or with `stream: true` the SSE
     stream of `events` (each event shaped by `event_schema`, see sse_event); and its
-    errors (refusals come before a stream starts)."""
+    errors (refusals come before a stream starts; a reply not streamed whose client
+    left first is a 499)."""
     return {200: {"model": model, "description": f"The reply; with `stream: true`, {events}",
                   "content": {"text/event-stream": {"schema": event_schema}}},
-            **errors(*API_ERRORS)}
+            **errors(*API_ERRORS), 499: {"description": WHY[499]}}
 
 
 def ref(model: type[BaseModel]) -> dict:

@@ -13,6 +13,8 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import (content_type_conformance, not_a_server_error, response_schema_conformance,
                                  status_code_conformance)
 
+from gguf_serve.server.app import create_app
+from gguf_serve.server.settings import ServerSettings
 from server_harness import server
 
 
@@ -36,11 +38,51 @@ def test_no_422_and_every_error_in_the_envelope(srv):
         for method, op in ops.items():
             assert "422" not in op["responses"], (method, path)
             if path.startswith("/v1/chat") or path in ("/v1/completions", "/v1/responses", "/v1/messages"):
-                assert set(op["responses"]) == {"200", "400", "401", "404", "413", "429", "500", "503"}
+                assert set(op["responses"]) == {"200", "400", "401", "403", "404", "413", "429", "499", "500", "503"}
                 assert set(op["responses"]["200"]["content"]) == {"application/json", "text/event-stream"}
                 envelope = "/AnthropicError" if path == "/v1/messages" else "/ErrorResponse"
                 assert op["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith(envelope)
     assert "HTTPValidationError" not in doc["components"]["schemas"]
+
+
+# The statuses each route's code can return, read from it: the API key (401, every path but
+# /health), the body limit (413, /v1/ paths), naming a model (400 none named where several
+# are served, 404 unknown), loading it (403 a Hub repository that refuses us, 500 a file
+# that stays failed, 503 loading, no room past --load-wait, a transient load failure, the
+# Hub not answering), the model's queue (429), unloading one in use (409), a client gone
+# before a reply that is not streamed (499), /health while loading (503).
+MODEL = {200, 400, 401, 403, 404, 500, 503}
+GENERATING = MODEL | {413, 429, 499}
+ROUTE_STATUSES = {
+    ("get", "/metrics"): {200, 401},
+    ("get", "/health"): {200, 503},
+    ("get", "/v1/models"): {200, 401},
+    ("get", "/v1/models/{model_id}"): {200, 401, 404},
+    ("post", "/models/load"): MODEL,
+    ("post", "/models/unload"): {200, 400, 401, 404, 409},
+    ("post", "/tokenize"): MODEL,
+    ("post", "/detokenize"): MODEL,
+    ("post", "/v1/chat/completions"): GENERATING,
+    ("post", "/v1/completions"): GENERATING,
+    ("post", "/v1/responses"): GENERATING,
+    ("post", "/v1/messages"): GENERATING,
+    ("post", "/v1/messages/count_tokens"): MODEL | {413},
+    ("post", "/v1/embeddings"): MODEL | {413, 429},
+    ("post", "/v1/rerank"): MODEL | {413, 429},
+}
+
+
+def test_every_status_a_route_returns_is_declared():
+    """Each route's document lists every status its code can return (the table above),
+    and every route in the document is in the table (a new route is added to it)."""
+    doc = create_app(ServerSettings(models=[])).openapi()
+    routes = {(method, path): {int(s) for s in op["responses"]} for path, ops in doc["paths"].items()
+              for method, op in ops.items()}
+    assert set(routes) == set(ROUTE_STATUSES)
+    for route, statuses in ROUTE_STATUSES.items():
+        assert statuses <= routes[route], (route, sorted(statuses - routes[route]))
+        for status in routes[route] - {200}:
+            assert doc["paths"][route[1]][route[0]]["responses"][str(status)]["description"], (route, status)
 
 
 @schema.parametrize()

@@ -1,13 +1,14 @@
 """A model load's failure keeps its cause: a file's own fault (corrupt, unsupported) is
 kept on its entry and answered 500 from then on; one that may pass (the file gone for
 a moment, memory) is a 503 naming it, with Retry-After, and the next request loads
-again. Real files, a real catalog and residency (no server process)."""
+again. Real files, a real catalog and residency, and one server over HTTP."""
 
 from __future__ import annotations
 
 import os
 import shutil
 
+import httpx
 import pytest
 
 from gguf_serve.engine import FileError, WeightError, is_file_error, is_transient
@@ -16,20 +17,26 @@ from gguf_serve.server.core.errors import ModelLoadFailed, Unavailable
 from gguf_serve.server.models.catalog import Catalog
 from gguf_serve.server.models.residency import Residency
 from gguf_serve.server.settings import ServerSettings
-from server_harness import THINKING_TEMPLATE
+from server_harness import THINKING_TEMPLATE, server
 from tiny_models import tiny_chat_model
 
 
-@pytest.fixture
-def served(tmp_path):
-    """A served folder of two tiny models, listed (described) before any load, and its
-    residency; (residency, folder, a good copy of a.gguf kept aside)."""
+def two_models(tmp_path):
+    """A folder of two tiny models, and a good copy of a.gguf kept aside."""
     d = tmp_path / "models"
     d.mkdir()
     tiny_chat_model(d, "a.gguf", 5, THINKING_TEMPLATE)
     tiny_chat_model(d, "b.gguf", 7, THINKING_TEMPLATE)
     keep = tmp_path / "a.keep"
     shutil.copy(d / "a.gguf", keep)
+    return d, keep
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A served folder of two tiny models, listed (described) before any load, and its
+    residency; (residency, folder, a good copy of a.gguf kept aside)."""
+    d, keep = two_models(tmp_path)
     settings = ServerSettings(models=[str(d)], ctx_size=128, parallel=1)
     catalog = Catalog(settings)
     catalog.add(str(d))
@@ -80,3 +87,16 @@ def test_which_errors_are_the_files_and_which_may_pass():
         assert is_transient(e) and not is_file_error(e)
     for e in (GGUFError("bad"), WeightError("x"), ValueError("unsupported type")):
         assert not is_transient(e)
+
+
+def test_over_http_a_transient_failure_is_a_503_with_retry_after_then_the_model_answers(tmp_path):
+    d, keep = two_models(tmp_path)
+    body = {"model": "a.gguf", "prompt": "hi", "max_tokens": 2}
+    with server(str(d), "--ctx-size", "128") as base:
+        os.unlink(d / "a.gguf")
+        r = httpx.post(f"{base}/v1/completions", json=body, timeout=60)
+        assert r.status_code == 503 and r.headers.get("retry-after")
+        assert "FileNotFoundError" in r.json()["error"]["message"]
+        shutil.copy(keep, d / "a.gguf")
+        r = httpx.post(f"{base}/v1/completions", json=body, timeout=60)
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1

@@ -20,7 +20,6 @@ from . import kernels
 from .config import MAX_BATCH, EngineConfig  # noqa: F401 (MAX_BATCH: callers know it here)
 from .batch import Batch
 from .cache import KVCache, bytes_per_token, checkpoint_bytes, fixed_bytes, kv_types
-from .embed import PoolingHead
 from .models import Architecture, Model, TextParams, architecture_for
 from .modules import Weights
 from .threads import ThreadPolicy
@@ -228,7 +227,6 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     native = dev.type == "cpu" and kernels.native_cpu_in_use()
     weights = Weights(reader, dev, dtype, native_cpu=native)
     model = arch.build(params, weights, ops)
-    model.pool = PoolingHead.build(reader, weights, params.hidden)  # None but for embedding and reranking files
     weights.release_copies()
     specs = model.cache_specs()
     half = DEFAULT_CACHE_TYPE.get(dtype)

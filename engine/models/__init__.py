@@ -21,7 +21,8 @@ from .params import Metadata, MissingMetadata, TextParams
 __all__ = ["Architecture", "MissingMetadata", "Metadata", "Model", "TextParams", "UnsupportedArchitecture",
            "architecture_for", "architectures", "projectors"]
 
-SHARED_MODULES = {"base", "layers", "params", "pooling", "vision"}  # the pieces architectures are built from, not architectures
+# the pieces architectures are built from, not architectures
+SHARED_MODULES = {"base", "layers", "params", "pooling", "vision"}
 
 
 class UnsupportedArchitecture(ValueError):

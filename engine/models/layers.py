@@ -165,17 +165,17 @@ class Attention:
         if qk_norm not in QK_NORMS:
             raise ValueError(f"qk_norm {qk_norm!r}: expected one of {QK_NORMS}")
         p = f"blk.{layer}."
-        shared = cache_layer is not None and cache_layer != layer
+        kv_shared = cache_layer is not None and cache_layer != layer
         per_head = qk_norm == "head"
-        self.ops, self.encoder, self.keys_as_values = ops, encoder, keys_as_values and not shared
+        self.ops, self.encoder, self.keys_as_values = ops, encoder, keys_as_values and not kv_shared
         self.temperature = temperature if temperature and temperature[0] else None
         self.spec = AttentionSpec(
-            cache_layer if shared else layer, n_heads, n_kv_heads, head_dim, rope,
+            cache_layer if kv_shared else layer, n_heads, n_kv_heads, head_dim, rope,
             head_dim ** -0.5 if scale is None else scale, eps, window, softcap, gated,
             q_norm=w.vector(p + "attn_q_norm.weight", head_dim) if per_head else None,
-            k_norm=w.vector(p + "attn_k_norm.weight", head_dim) if per_head and not shared else None,
+            k_norm=w.vector(p + "attn_k_norm.weight", head_dim) if per_head and not kv_shared else None,
             media_both_ways=media_both_ways, sinks=w.vector(p + "attn_sinks.weight", n_heads).contiguous() if sinks
-            else None, v_norm=torch.ones(head_dim) if v_norm and not shared else None, kv_shared=shared)
+            else None, v_norm=torch.ones(head_dim) if v_norm and not kv_shared else None, kv_shared=kv_shared)
         self.q_rows, self.kv_rows = n_heads * head_dim, n_kv_heads * head_dim  # the queries (without gates), k or v
         self.q_norm = self.k_norm = None  # over the whole projections ("whole")
         if qk_norm == "whole":
@@ -185,7 +185,7 @@ class Attention:
         if fused_qkv:
             self.qkv = w.linear(p + "attn_qkv.weight", q_width + 2 * self.kv_rows, hidden, bias=p + "attn_qkv.bias")
         else:
-            own = [] if shared else ["k"] if self.keys_as_values else ["k", "v"]
+            own = [] if kv_shared else ["k"] if self.keys_as_values else ["k", "v"]
             parts = [w.linear(p + f"attn_{n}.weight", rows, hidden, bias=p + f"attn_{n}.bias")
                      for n, rows in [("q", q_width)] + [(n, self.kv_rows) for n in own]]
             self.qkv = parts[0] if len(parts) == 1 else LinearGroup(parts)

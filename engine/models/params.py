@@ -111,30 +111,25 @@ class RopeScaling:
     truncate: bool = True
 
     @classmethod
-    def read(cls, kind: str, factor: float, original_context: int, beta_fast: float | None = None,
-             beta_slow: float | None = None, attn_factor: float | None = None,
-             log_mul: float | None = None) -> "RopeScaling":
+    def read(cls, m: Metadata) -> "RopeScaling":
         """From the file's rope.scaling.* keys. YaRN's cos/sin scale is llama.cpp's: 0.1 ln(factor) + 1,
         or with a log multiplier (a config's mscale_all_dim, mscale 1) the ratio
         mscale(factor, 1) / mscale(factor, log_mul); times yarn_attn_factor where the file has one."""
+        kind = m.get(Keys.ROPE_SCALING_TYPE, "none")
         if kind not in ("none", "linear", "yarn"):
             raise ValueError(f"rotary scaling {kind!r} is not supported (none, linear, yarn)")
-        factor = float(factor or 1.0)
+        factor = float(m.get(Keys.ROPE_SCALING_FACTOR, 1.0) or 1.0)
         attention = None
         if kind == "yarn":
-            def mscale(m: float) -> float:
-                return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+            def mscale(mul: float) -> float:
+                return 1.0 if factor <= 1 else 0.1 * mul * math.log(factor) + 1.0
+            log_mul = m.get(Keys.ROPE_SCALING_YARN_LOG_MUL, None)
+            attn_factor = m.get(Keys.ROPE_SCALING_YARN_ATTN_FACTOR, None)
             attention = mscale(1.0) / mscale(float(log_mul)) if log_mul else mscale(1.0)
             attention *= float(attn_factor) if attn_factor else 1.0
-        return cls(kind, factor, int(original_context or 0), float(beta_fast or 32.0), float(beta_slow or 1.0),
-                   attention)
-
-    @classmethod
-    def of(cls, m: Metadata) -> "RopeScaling":
-        return cls.read(m.get(Keys.ROPE_SCALING_TYPE, "none"), m.get(Keys.ROPE_SCALING_FACTOR, 1.0),
-                        m.get(Keys.ROPE_SCALING_ORIG_CTX, 0), m.get(Keys.ROPE_SCALING_YARN_BETA_FAST, None),
-                        m.get(Keys.ROPE_SCALING_YARN_BETA_SLOW, None), m.get(Keys.ROPE_SCALING_YARN_ATTN_FACTOR, None),
-                        m.get(Keys.ROPE_SCALING_YARN_LOG_MUL, None))
+        return cls(kind, factor, int(m.get(Keys.ROPE_SCALING_ORIG_CTX, 0) or 0),
+                   float(m.get(Keys.ROPE_SCALING_YARN_BETA_FAST, None) or 32.0),
+                   float(m.get(Keys.ROPE_SCALING_YARN_BETA_SLOW, None) or 1.0), attention)
 
 
 @dataclass
@@ -176,7 +171,7 @@ class TextParams(FileParams):
             n_kv_heads=m.get(Keys.HEAD_COUNT_KV, n_head), head_dim=head_dim, ffn=m.get(Keys.FEED_FORWARD_LENGTH, 0),
             eps=float(m.get(Keys.LAYERNORM_RMS_EPS, 1e-6)), context_length=m.get(Keys.CONTEXT_LENGTH, DEFAULT_CONTEXT),
             rope_theta=float(m.get(Keys.ROPE_FREQ_BASE, 10000.0)), rope_dims=m.get(Keys.ROPE_DIMENSION_COUNT, head_dim),
-            rope_scaling=RopeScaling.of(m), pooling=POOLING.get(int(pooling)) if pooling is not None else None,
+            rope_scaling=RopeScaling.read(m), pooling=POOLING.get(int(pooling)) if pooling is not None else None,
             pool_dense=tuple((name, int(m.get(Keys.DENSE_FEAT_OUT, None, dense=name)
                                         or m.tensor_shape(f"{name}.weight")[0]))
                              for name in POOL_DENSE if m.has_tensor(f"{name}.weight")))

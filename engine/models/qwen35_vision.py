@@ -55,7 +55,8 @@ class Params(VisionParams):
             raise ValueError(f"{m.path}: this vision file has deepstack layers (Qwen3-VL); Qwen3.5's have none, "
                              "and deepstack is not supported")
         return dict(merge=m.get(Keys.VISION_SPATIAL_MERGE_SIZE, 2),
-                    min_pixels=m.get(Keys.VISION_IMAGE_MIN_PIXELS, MIN_PIXELS), max_pixels=m.get(Keys.VISION_IMAGE_MAX_PIXELS, MAX_PIXELS["auto"]))
+                    min_pixels=m.get(Keys.VISION_IMAGE_MIN_PIXELS, MIN_PIXELS),
+                    max_pixels=m.get(Keys.VISION_IMAGE_MAX_PIXELS, MAX_PIXELS["auto"]))
 
     @property
     def factor(self) -> int:

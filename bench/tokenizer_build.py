@@ -20,12 +20,12 @@ def main() -> None:
 
     path = str(assemble())
     reader = GGUFReader(path)
-    os.environ["GGUF_SERVE_CACHE"] = tempfile.mkdtemp()  # a cold merges cache
+    cache_dir = tempfile.mkdtemp()  # a cold merges cache
     t = time.perf_counter()
-    load_tokenizer(reader)
+    load_tokenizer(reader, cache_dir)
     first = time.perf_counter() - t
     t = time.perf_counter()
-    load_tokenizer(reader)
+    load_tokenizer(reader, cache_dir)
     cached = time.perf_counter() - t
     from transformers import AutoTokenizer
 

@@ -6,8 +6,8 @@ flattened tokens). The batch is data: it knows nothing of requests or sampling.
 A sequence's tokens are contiguous in the batch and at consecutive positions; a slot
 appears at most once per batch.
 
-Image tokens are negative ids (engine.vision.media_token: an image's content key and
-the token's index in it): `Batch.of` takes the images' embeddings by key and gives the
+Image tokens are negative ids (`media_token`: an image's content key and the token's
+index in it; the batch's id space, so defined here): `Batch.of` takes the images' embeddings by key and gives the
 model `media` (the rows and the embeddings that stand for their tokens) and
 `media_spans` (per sequence, each image's positions [lo, hi) in this batch: an image is
 never split between batches)."""
@@ -20,6 +20,19 @@ from typing import Literal, Mapping, Sequence
 import torch
 
 Want = Literal["last", "all", "none"] | int  # an int m: the last m tokens' logits
+
+MEDIA_SHIFT = 20  # a media token: (content key << MEDIA_SHIFT | index within the image), negated
+KEY_BITS = 40  # an image's content key: with the index, a media token fits an int64 id
+
+
+def media_token(key: int, index: int) -> int:
+    return -((key << MEDIA_SHIFT) | index) - 1
+
+
+def media_of(token: int) -> tuple[int, int]:
+    """(content key, index within the image) of a media token (< 0)."""
+    v = -token - 1
+    return v >> MEDIA_SHIFT, v & ((1 << MEDIA_SHIFT) - 1)
 
 
 @dataclass(frozen=True)
@@ -106,8 +119,6 @@ class Batch:
         return batch
 
     def _place_media(self, tokens: list[int], media: Mapping[int, torch.Tensor], whole: bool) -> None:
-        from .vision import media_of
-
         rows, parts = [], []
         for s in self.seqs:
             run = None  # (key, first row) of the image being read

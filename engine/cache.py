@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .batch import Batch
+from .kv_rows import KVType, kv_types
 
 
 class CacheError(ValueError):
@@ -64,51 +65,6 @@ def attention(n_kv_heads: int, head_dim: int, window: int = 0) -> LayerCache:
 def linear(conv_dim: int, conv_kernel: int, n_heads: int, key_dim: int, value_dim: int) -> LayerCache:
     return LayerCache("linear", conv_dim=conv_dim, conv_kernel=conv_kernel, n_heads=n_heads, key_dim=key_dim,
                       value_dim=value_dim)
-
-
-@dataclass(frozen=True)
-class KVType:
-    """How a cache row (one head's values at one position) is stored: `name` as
-    llama-server's --cache-type-k/-v take it, GGML's type id (the native kernels'), the
-    torch dtype of the buffer, and `block` values in `block_bytes` bytes. The quantized
-    types (blocks of 32: an fp16 scale and 8- or 4-bit values) are uint8 buffers whose
-    last dimension is the row's bytes."""
-
-    name: str
-    ggml: int
-    dtype: torch.dtype
-    block: int = 1
-    block_bytes: int = 4
-
-    def row_bytes(self, head_dim: int) -> int:
-        return head_dim // self.block * self.block_bytes
-
-    def row_elements(self, head_dim: int) -> int:
-        """The buffer's last dimension."""
-        return head_dim if self.block == 1 else self.row_bytes(head_dim)
-
-    @property
-    def quantized(self) -> bool:
-        return self.block > 1
-
-
-KV_TYPES = {t.name: t for t in (
-    KVType("f32", 0, torch.float32, 1, 4), KVType("f16", 1, torch.float16, 1, 2),
-    KVType("bf16", 30, torch.bfloat16, 1, 2), KVType("q8_0", 8, torch.uint8, 32, 34),
-    KVType("q4_0", 2, torch.uint8, 32, 18))}
-_BY_DTYPE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
-
-
-def kv_types(dtype: torch.dtype, k: str | None = None, v: str | None = None) -> tuple[KVType, KVType]:
-    """The cache's (key, value) row types: as named, else the compute dtype's."""
-    default = _BY_DTYPE.get(dtype, "f32")
-    out = []
-    for what, name in (("k", k), ("v", v)):
-        name = (name or default).lower()
-        if name not in KV_TYPES:
-            raise ValueError(f"cache type {what}={name!r}: expected one of {', '.join(KV_TYPES)}")
-        out.append(KV_TYPES[name])
-    return out[0], out[1]
 
 
 def _types(types) -> tuple[KVType, KVType]:

@@ -1,10 +1,12 @@
 """Chat templates: the file's `tokenizer.chat_template`, or a documented fallback per
 architecture where a file has none (the Gemma 3 270M file has none). Rendering is
-transformers' `apply_chat_template` (sandboxed Jinja)."""
+transformers' `apply_chat_template` (sandboxed Jinja). A rendered prompt's ids:
+tokenizer.rendered_ids; the template's image parts: vision.template_images."""
 
 from __future__ import annotations
 
 from ..gguf_io import GGUFReader, Keys
+from .tokenizer import rendered_ids
 
 FALLBACK_TEMPLATES = {
     # Gemma: no system role; a system message is prefixed to the first user turn.
@@ -68,41 +70,6 @@ def render(tokenizer, template: str, messages: list[dict], *, add_generation_pro
         add_generation_prompt = False
     return tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False,
                                          add_generation_prompt=add_generation_prompt, **kwargs)
-
-
-def rendered_ids(tokenizer, text: str) -> list[int]:
-    """A rendered chat prompt's token ids. The template writes BOS and every turn's
-    markup itself, so nothing is added (the one place this is decided, for the engine's
-    generate() and the server alike)."""
-    from .tokenizer import encode
-
-    return encode(tokenizer, text, add_special=False)
-
-
-def template_images(lm, messages: list[dict]) -> tuple[list[dict], list]:
-    """Messages as the template reads them, and their images in order: each content part
-    {"type": "image", "image": bytes or engine.vision.PromptImage} becomes {"type": "image"}
-    (the family's template writes its image mark there). ImageError for an image part
-    when the model has no vision file."""
-    from .vision import ImageError, PromptImage
-
-    images, out = [], []
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "image" for p in content):
-            if lm.vision is None:
-                raise ImageError("this model has no vision file, so it cannot take images (--mmproj)")
-            parts = []
-            for p in content:
-                if p.get("type") == "image":
-                    image = p.get("image")
-                    images.append(image if isinstance(image, PromptImage) else lm.vision.prepare(bytes(image)))
-                    parts.append({"type": "image"})
-                else:
-                    parts.append(p)
-            m = {**m, "content": parts}
-        out.append(m)
-    return out, images
 
 
 def prompt_ids(lm, text: str, images: list) -> tuple[list[int], dict]:

@@ -1,10 +1,16 @@
 """The engine's settings, decided once. `EngineConfig` holds every knob the engine reads:
 where it runs and in which dtype, the KV cache's size (context, sequences) and the
-batch, and the CPU kernels' settings (threads, which implementation, the code path,
-repacking, the dtype of long prefills' matmuls). `EngineConfig.resolve` builds it from
-the arguments given, then GGUF_SERVE_* environment variables, then the defaults;
-`load_model` applies it (kernels.configure) before building the model. Nothing in the
-engine reads the environment or caches a setting at import.
+batch, the CPU kernels' settings (threads, which implementation, the code path,
+repacking, the dtype of long prefills' matmuls), and where derived data is kept.
+`load_model` applies it (kernels.configure) before building the model.
+
+Where the settings come from: the server reads its options once (command line over
+GGUF_SERVE_* environment over defaults, server.settings) and passes the EngineConfig it
+builds from them; the engine then reads nothing else. Only a library caller who passes
+no configuration gets the environment read for it (`EngineConfig.resolve`: the arguments
+given over GGUF_SERVE_* over the defaults). Nothing in the engine reads the environment
+otherwise, or caches a setting at import. The choices and variable names are
+engine.options'.
 
 The kernels' settings are the process's (one thread pool, one code path): a model
 loaded later with other settings changes them for the models loaded before it."""
@@ -12,37 +18,14 @@ loaded later with other settings changes them for the models loaded before it.""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping
 
 import torch
 
-from .cache import KV_TYPES
+from .options import CACHE_TYPES, ENV, KERNEL_CHOICES, PREFILL_DTYPES, SPEC_CHOICES, VISION_DTYPES
 
 MAX_BATCH = 512  # tokens per forward pass; longer prompts run in chunks of this size
-
-# environment variables for the settings library users (and the tests) set that way;
-# the server's own options (server.settings) carry the same names
-ENV = {
-    "device": "GGUF_SERVE_DEVICE",
-    "threads": "GGUF_SERVE_THREADS",
-    "kernels": "GGUF_SERVE_KERNELS",
-    "cpu_isa": "GGUF_SERVE_CPU_ISA",
-    "cpu_repack": "GGUF_SERVE_CPU_REPACK",
-    "prefill_dtype": "GGUF_SERVE_PREFILL_DTYPE",
-    "cache_ram": "GGUF_SERVE_CACHE_RAM",
-    "spec": "GGUF_SERVE_SPEC",
-    "draft_model": "GGUF_SERVE_DRAFT_MODEL",
-    "mmproj": "GGUF_SERVE_MMPROJ",
-    "cache_type_k": "GGUF_SERVE_CACHE_TYPE_K",
-    "cache_type_v": "GGUF_SERVE_CACHE_TYPE_V",
-    "vision_dtype": "GGUF_SERVE_VISION_DTYPE",
-}
-CACHE_TYPES = tuple(KV_TYPES)  # the KV cache row types engine.cache has
-SPEC_CHOICES = ("auto", "off", "ngram", "mtp", "draft")
-KERNEL_CHOICES = ("reference", "hub", "cpu")
-PREFILL_DTYPES = ("float32", "bfloat16")
-VISION_DTYPES = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -70,6 +53,9 @@ class EngineConfig:
     # the dtype the vision tower's F16/BF16 matrices multiply in on CPU (VISION_DTYPES); None:
     # bfloat16 where the CPU computes it natively (AVX512-BF16, AMX), else float32
     vision_dtype: str | None = None
+    # the folder where loads keep what they derive from a file for later loads (a SentencePiece
+    # vocabulary's merges); None: ~/.cache/gguf-serve
+    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.kernels is not None and self.kernels not in KERNEL_CHOICES:
@@ -97,20 +83,25 @@ class EngineConfig:
 
     @classmethod
     def resolve(cls, config: "EngineConfig | None" = None, **given: Any) -> "EngineConfig":
-        """`config` (or the defaults) with the arguments given (those not None) over it,
-        and, for fields neither sets, the environment (ENV)."""
-        defaults = cls()
-        base = config or defaults
-        values = {f.name: getattr(base, f.name) for f in fields(cls)}
-        explicit = {k for k, v in given.items() if v is not None}
-        unknown = set(given) - set(values)
+        """The settings a load runs with: the arguments given (those not None) over `config`
+        as it is, or, where no configuration is passed (a library caller), over the
+        environment (ENV) and the defaults (`from_env`). A configuration passed is taken
+        whole: the server's was built from its own options, which read the environment
+        once, so the environment never overrides what its command line said."""
+        explicit = {k: v for k, v in given.items() if v is not None}
+        unknown = set(given) - {f.name for f in fields(cls)}
         if unknown:
             raise TypeError(f"unknown engine settings: {', '.join(sorted(unknown))}")
-        for name, var in ENV.items():
-            raw = os.environ.get(var)
-            if raw and name not in explicit and getattr(base, name) == getattr(defaults, name):
-                values[name] = _parse(name, raw)
-        values.update({k: given[k] for k in explicit})
+        base = config if config is not None else cls.from_env(skip=explicit)
+        return replace(base, **explicit)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, skip=()) -> "EngineConfig":
+        """The defaults with the GGUF_SERVE_* variables set in `environ` (the process's when
+        None) over them, those of the settings in `skip` left unread."""
+        environ = os.environ if environ is None else environ
+        values = {name: _parse(name, environ[var]) for name, var in ENV.items()
+                  if name not in skip and environ.get(var)}
         return cls(**values)
 
 

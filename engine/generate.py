@@ -9,9 +9,12 @@ from __future__ import annotations
 import threading
 from typing import Iterator
 
+from .chat import prompt_ids, render
 from .sampling import SamplingParams
 from .scheduler import run_one
 from .text import Step
+from .tokenizer import encode
+from .vision import template_images
 
 
 def prompt_ids_for(lm, prompt, **template_kwargs) -> list[int]:
@@ -24,12 +27,8 @@ def prompt_for(lm, prompt, **template_kwargs) -> tuple[list[int], dict]:
     """prompt_ids_for, and the images of chat messages by content key: parts
     {"type": "image", "image": <PNG, JPEG, WebP or GIF bytes>} (with a vision file)."""
     if isinstance(prompt, str):
-        from .tokenizer import encode
-
         return encode(lm.tokenizer, prompt), {}
     if prompt and isinstance(prompt[0], dict):
-        from .chat import prompt_ids, render, template_images
-
         messages, images = template_images(lm, list(prompt))
         return prompt_ids(lm, render(lm.tokenizer, lm.chat_template, messages, **template_kwargs), images)
     return [int(i) for i in prompt], {}
@@ -40,5 +39,5 @@ def generate(lm, prompt, params: SamplingParams | None = None,
     """Stream a completion of `prompt`: token ids, a text, or chat messages (which may
     hold images, see prompt_for). This is the scheduler (engine.scheduler) with one
     request: one sequence slot of the model's KV cache is held for the generation."""
-    prompt_ids, media = prompt_for(lm, prompt, **template_kwargs)
-    return run_one(lm, prompt_ids, params or SamplingParams(), cancel, media=media)
+    ids, media = prompt_for(lm, prompt, **template_kwargs)
+    return run_one(lm, ids, params or SamplingParams(), cancel, media=media)

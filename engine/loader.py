@@ -17,12 +17,18 @@ import torch
 
 from ..gguf_io import GGUFReader, Keys
 from . import kernels
-from .config import MAX_BATCH, EngineConfig  # noqa: F401 (MAX_BATCH: callers know it here)
 from .batch import Batch
-from .cache import KVCache, bytes_per_token, checkpoint_bytes, fixed_bytes, kv_types
+from .cache import KVCache, bytes_per_token, checkpoint_bytes, fixed_bytes
+from .chat import chat_template_for, fallback_name
+from .config import MAX_BATCH, EngineConfig  # noqa: F401 (MAX_BATCH: callers know it here)
+from .fetch import download, parse
+from .generate import generate
+from .kv_rows import kv_types
 from .models import Architecture, Model, TextParams, architecture_for
 from .modules import Weights
 from .threads import ThreadPolicy
+from .tokenizer import load_tokenizer
+from .vision import load_vision, vision_products
 
 log = logging.getLogger("gguf_serve.engine")
 
@@ -93,8 +99,6 @@ class LoadedModel:
         return logits
 
     def generate(self, *args, **kwargs):
-        from .generate import generate
-
         return generate(self, *args, **kwargs)
 
 
@@ -104,8 +108,6 @@ def resolve_path(path_or_id: str | os.PathLike) -> str:
     p = os.fspath(path_or_id)
     if os.path.exists(p):
         return p
-    from .fetch import download, parse
-
     ref = parse(p)
     if ref is not None and ref.filename is not None:
         return download(ref.repo, ref.filename, ref.revision)
@@ -222,7 +224,7 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     dev = pick_device(cfg.device)
     dtype = cfg.dtype or default_dtype(dev)
     step(LOAD_STAGES[1])
-    kernels.configure(cfg)
+    kernels.configure(cfg.kernels, cfg.threads, cfg.cpu_isa, cfg.cpu_repack, cfg.prefill_dtype)
     ops = kernels.ops_for(dev)
     native = dev.type == "cpu" and kernels.native_cpu_in_use()
     weights = Weights(reader, dev, dtype, native_cpu=native)
@@ -238,15 +240,10 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     budget = checkpoint_budget(cfg.cache_ram, checkpoint_bytes(specs, ctx, cfg.max_batch, types))
     cache = KVCache(specs, seqs, ctx, cfg.max_batch, dtype, dev, checkpoint_budget=budget, types=types)
     log.info("%s (%s): %s", cache.describe(), dtype, why)
-    from .chat import chat_template_for
-    from .tokenizer import load_tokenizer
-
     step(LOAD_STAGES[2])
-    tokenizer = load_tokenizer(reader)
+    tokenizer = load_tokenizer(reader, cfg.cache_dir)
     template = chat_template_for(reader, arch)
     if not reader.get(Keys.CHAT_TEMPLATE):
-        from .chat import fallback_name
-
         log.info("%s has no chat template (a base model?); chat requests use the %r fallback", path,
                  fallback_name(reader, arch))
     for key in VOCABULARY_KEYS:
@@ -256,8 +253,6 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     log.info("loaded %s (%s) on %s in %s; %s", path, arch.name, dev, dtype, threads.describe())
     lm = LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads, cfg)
     if cfg.mmproj:
-        from .vision import load_vision, vision_products
-
         lm.vision = load_vision(resolve_path(cfg.mmproj), reader, params.hidden, dev, dtype, native,
                                 products=vision_products(cfg.vision_dtype, dev))
         lm.vision.bind(tokenizer)

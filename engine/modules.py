@@ -10,6 +10,7 @@ import torch
 
 from ..gguf_io import GGMLType, GGUFReader, TensorInfo
 from . import kernels
+from .kernels import cpu
 from .kernels.reference import as_tensor
 
 
@@ -34,8 +35,6 @@ class GgufLinear:
         self.native = None  # what the native CPU kernels read: (bytes, type code), the file's or repacked
         self.repacked = False
         if self.kernels.native_cpu:
-            from .kernels import cpu
-
             rep = cpu.repack(packed, self.ggml_type, out_features, in_features)
             self.repacked = rep is not None
             self.native = rep or (packed, int(self.ggml_type))
@@ -62,8 +61,6 @@ class DenseLinear:
         self.out_features, self.in_features = weight.shape
         self._native = None
         if native_cpu and weight.device.type == "cpu" and weight.dtype is torch.float32:
-            from .kernels import cpu
-
             self._native = cpu.LinearF32(weight)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -84,8 +81,6 @@ class LinearGroup:
         self.out_features, self.in_features = sum(self.sizes), linears[0].in_features
         self.native = None
         if len(linears) > 1 and all(isinstance(m, GgufLinear) and m.kernels.native_cpu for m in linears):
-            from .kernels import cpu
-
             self.native = cpu.MulMatGroup([m.native[0] for m in linears], [m.native[1] for m in linears], self.sizes,
                                           linears[0].in_features)
             self._cpu = cpu
@@ -112,8 +107,6 @@ class GgufEmbedding:
         self._scale = None if scale is None else torch.tensor(scale, dtype=dtype)
         self._rows = None  # the native row-by-row lookup for a decode step's few ids
         if self.kernels.native_cpu and dtype is torch.float32 and packed.dim() == 2:
-            from .kernels import cpu
-
             self._rows = cpu.RowLookup(packed, self.ggml_type, dim)
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
@@ -165,8 +158,6 @@ class GgufExperts:
         self.repacked = [False] * len(mats)
         self._pair = None  # separate gate and up in one native call
         if any(k.native_cpu for k in self.kernels):
-            from .kernels import cpu
-
             for i, (w, rows, cols, t, k) in enumerate(mats):
                 if not k.native_cpu:
                     continue

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MODES = ("off", "ngram", "mtp", "draft")  # what --spec and a request's `speculative` may name ("auto": the model's default)
+from .options import SPEC_MODES
+
+MODES = SPEC_MODES  # what --spec and a request's `speculative` may name ("auto": the model's default)
 
 
 class SpeculationError(ValueError):

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .kernels import cpu
+
 
 @dataclass
 class ThreadPolicy:
@@ -27,8 +29,6 @@ class ThreadPolicy:
             if threads:
                 torch.set_num_threads(threads)
             return cls(False, torch.get_num_threads())
-        from .kernels import cpu
-
         policy = cls(True, cpu.threads())
         torch.set_num_threads(1)
         return policy
@@ -40,9 +40,7 @@ class ThreadPolicy:
 
     @contextlib.contextmanager
     def run(self, n_tokens: int):
-        from .kernels.cpu import GEMV_MAX_ROWS
-
-        if not self.native or n_tokens <= GEMV_MAX_ROWS or self.threads <= 1:
+        if not self.native or n_tokens <= cpu.GEMV_MAX_ROWS or self.threads <= 1:
             if self.native and torch.get_num_threads() != 1:
                 torch.set_num_threads(1)  # someone changed it since load
             yield

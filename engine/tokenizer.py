@@ -96,12 +96,17 @@ def _spm_merges(tokens: list[str], scores: list[float], types: list[int]) -> tup
     return ia[order], ib[order]
 
 
-def _cached_spm_merges(reader: GGUFReader, tokens, scores, types) -> list[tuple[str, str]]:
-    """Merges are a pure function of the vocabulary; keep them beside the Hub cache,
-    keyed by the file's identity, so later loads skip deriving them."""
+def default_cache_dir() -> str:
+    """Where loads keep what they derive from a file when no cache_dir is set (EngineConfig.cache_dir)."""
+    return os.path.join(os.path.expanduser("~"), ".cache", "gguf-serve")
+
+
+def _cached_spm_merges(reader: GGUFReader, tokens, scores, types, cache_dir: str | None) -> list[tuple[str, str]]:
+    """Merges are a pure function of the vocabulary; keep them in `cache_dir` (None:
+    default_cache_dir()), keyed by the file's identity, so later loads skip deriving them."""
     st = os.stat(reader.path)
     key = hashlib.sha1(f"{os.path.abspath(reader.path)}|{st.st_size}|{st.st_mtime_ns}|{len(tokens)}".encode()).hexdigest()
-    folder = os.path.join(os.environ.get("GGUF_SERVE_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "gguf-serve")), "merges")
+    folder = os.path.join(cache_dir or default_cache_dir(), "merges")
     path = os.path.join(folder, f"{key}.npy")
     pairs = None
     try:
@@ -128,12 +133,13 @@ def _cached_spm_merges(reader: GGUFReader, tokens, scores, types) -> list[tuple[
     return list(zip(a, b))
 
 
-def _spm(reader: GGUFReader, tokens, types) -> tuple[Tokenizer, bool]:
+def _spm(reader: GGUFReader, tokens, types, cache_dir: str | None = None) -> tuple[Tokenizer, bool]:
     scores = reader.metadata.get(Keys.TOKENIZER_SCORES) or [0.0] * len(tokens)
     vocab = {t: i for i, t in enumerate(tokens)}
     unk_id = reader.metadata.get(Keys.TOKENIZER_UNK_ID)
     unk = tokens[unk_id] if unk_id is not None and unk_id < len(tokens) else None
-    model = models.BPE(vocab=vocab, merges=_cached_spm_merges(reader, tokens, scores, types), unk_token=unk,
+    merges = _cached_spm_merges(reader, tokens, scores, types, cache_dir)
+    model = models.BPE(vocab=vocab, merges=merges, unk_token=unk,
                        fuse_unk=True, byte_fallback=True, dropout=None)
     tok = Tokenizer(model)
     add_prefix = reader.metadata.get(Keys.TOKENIZER_ADD_SPACE_PREFIX, True)
@@ -187,14 +193,16 @@ def _gemma4(reader: GGUFReader, tokens, types) -> tuple[Tokenizer, bool]:
     return tok, True
 
 
-def load_tokenizer(reader: GGUFReader) -> PreTrainedTokenizerFast:
+def load_tokenizer(reader: GGUFReader, cache_dir: str | None = None) -> PreTrainedTokenizerFast:
+    """The file's tokenizer as a transformers fast tokenizer; `cache_dir` (EngineConfig.cache_dir;
+    None: default_cache_dir()) keeps a SentencePiece vocabulary's derived merges for later loads."""
     kind = reader.metadata.get(Keys.TOKENIZER_MODEL)
     tokens = reader.metadata.get(Keys.TOKENIZER_TOKENS)
     if kind is None or tokens is None:
         raise TokenizerError(f"{reader.path}: no tokenizer in the file ({Keys.TOKENIZER_MODEL} / {Keys.TOKENIZER_TOKENS})")
     types = reader.metadata.get(Keys.TOKENIZER_TOKEN_TYPE) or [NORMAL] * len(tokens)
     if kind == "llama":
-        tok, default_bos = _spm(reader, tokens, types)
+        tok, default_bos = _spm(reader, tokens, types, cache_dir)
     elif kind == "gpt2":
         tok, default_bos = _gpt2(reader, tokens, types)
     elif kind == "gemma4":
@@ -245,3 +253,10 @@ def encode(tokenizer: PreTrainedTokenizerFast, text: str, *, add_special: bool =
         if tokenizer.add_eos_token:
             ids = ids + [tokenizer.eos_token_id]
     return ids
+
+
+def rendered_ids(tokenizer: PreTrainedTokenizerFast, text: str) -> list[int]:
+    """A rendered chat prompt's token ids. The template writes BOS and every turn's
+    markup itself, so nothing is added (the one place this is decided, for the engine's
+    generate() and the server alike)."""
+    return encode(tokenizer, text, add_special=False)

@@ -3,7 +3,7 @@
 with Pillow within limits, and the prompt's image tokens.
 
 An image in a prompt is a run of its tokens, each a negative id that names the image's
-content hash and the token's place in the image (`media_token`): the prefix cache
+content hash and the token's place in the image (`batch.media_token`): the prefix cache
 compares prompts id by id, so a later prompt with the same image at the same place
 reuses its cached state, and a different image never matches. The ids the tokenizer
 gave those places (the family's image token) never reach the model: the batch carries
@@ -16,6 +16,7 @@ does not encode it again even where the prefix cache no longer holds it."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import logging
@@ -26,9 +27,12 @@ from types import ModuleType
 import torch
 
 from ..gguf_io import GGUFReader, Keys
+from .batch import KEY_BITS, media_of, media_token
+from .kernels.cpu import has_native_bf16
 from .models import projectors
 from .models.vision import ImagePlan, VisionMetadata
 from .modules import Weights
+from .tokenizer import rendered_ids
 
 log = logging.getLogger("gguf_serve.engine")
 
@@ -36,8 +40,6 @@ MAX_IMAGE_BYTES = 20 << 20  # an image's encoded size
 MAX_IMAGE_PIXELS = 40_000_000  # width x height once decoded (Pillow's bomb check warns at ~89M)
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
 KEEP_ENCODED = 16  # encoded images kept for follow-ups
-MEDIA_SHIFT = 20  # a media token: (content key << MEDIA_SHIFT | index within the image), negated
-KEY_BITS = 40
 
 
 class ImageError(ValueError):
@@ -47,16 +49,6 @@ class ImageError(ValueError):
 
 class VisionFileError(ValueError):
     """A vision file that does not fit (not a clip file, an unknown tower, another text model's)."""
-
-
-def media_token(key: int, index: int) -> int:
-    return -((key << MEDIA_SHIFT) | index) - 1
-
-
-def media_of(token: int) -> tuple[int, int]:
-    """(content key, index within the image) of a media token (< 0)."""
-    v = -token - 1
-    return v >> MEDIA_SHIFT, v & ((1 << MEDIA_SHIFT) - 1)
 
 
 def decode_image(data: bytes, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: int = MAX_IMAGE_PIXELS):
@@ -107,8 +99,6 @@ class VisionModel:
         self.threads = None  # the text model's ThreadPolicy (set by the loader): the tower runs as a long prefill
 
     def _threads(self):
-        import contextlib
-
         return self.threads.run(1 << 20) if self.threads is not None else contextlib.nullcontext()
 
     def bind(self, tokenizer) -> None:
@@ -180,8 +170,6 @@ class VisionModel:
 
     def rendered_ids(self, text: str, images: list[PromptImage]) -> list[int]:
         """A rendered chat prompt's ids with its images' media tokens in place."""
-        from .chat import rendered_ids
-
         if self.image_token_id is not None:
             return self.prompt_ids(rendered_ids(self.tokenizer, self.expand(text, images)), images)
         parts = self._marks(text, images)  # no image token: the text between images tokenized piece by piece
@@ -215,6 +203,30 @@ class VisionModel:
         return out
 
 
+def template_images(lm, messages: list[dict]) -> tuple[list[dict], list]:
+    """Messages as the template reads them, and their images in order: each content part
+    {"type": "image", "image": bytes or PromptImage} becomes {"type": "image"} (the
+    family's template writes its image mark there). ImageError for an image part when
+    the model has no vision file."""
+    images, out = [], []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "image" for p in content):
+            if lm.vision is None:
+                raise ImageError("this model has no vision file, so it cannot take images (--mmproj)")
+            parts = []
+            for p in content:
+                if p.get("type") == "image":
+                    image = p.get("image")
+                    images.append(image if isinstance(image, PromptImage) else lm.vision.prepare(bytes(image)))
+                    parts.append({"type": "image"})
+                else:
+                    parts.append(p)
+            m = {**m, "content": parts}
+        out.append(m)
+    return out, images
+
+
 def goes_with(path: str, text_path: str) -> bool:
     """Whether the vision file at `path` is one for the text model at `text_path` (its
     architecture and width, from the headers): a folder's vision file is paired with the
@@ -240,8 +252,6 @@ def vision_products(setting: str | None, device: torch.device, native: bool | No
         return None
     if setting is None:
         if native is None:
-            from .kernels.cpu import has_native_bf16
-
             native = has_native_bf16()
         return torch.bfloat16 if native else None
     return torch.bfloat16 if setting == "bfloat16" else None

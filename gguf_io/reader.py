@@ -33,6 +33,7 @@ from .constants import (
     Keys,
 )
 from .errors import GGUFError
+from .quants import dequantize
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -77,8 +78,6 @@ class TensorInfo:
         return self._base[self.offset : self.offset + self.nbytes].view(dtype).reshape(self.shape)
 
     def dequantize(self) -> np.ndarray:
-        from .quants import dequantize
-
         return dequantize(self.data, self.ggml_type, self.shape)
 
 

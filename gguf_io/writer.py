@@ -29,6 +29,7 @@ from .constants import (
     Keys,
     ValueSpec,
 )
+from .quants import quantize
 
 MAX_TENSOR_NAME_BYTES = 63  # ggml's GGML_MAX_NAME minus the terminator
 
@@ -242,8 +243,6 @@ class GGUFWriter:
         arr = np.asarray(data)
         packed = arr.dtype == np.uint8
         if not packed and _DTYPE_TO_GGML.get(arr.dtype.newbyteorder("=")) != t.ggml_type:
-            from .quants import quantize
-
             arr = quantize(arr.reshape(t.shape), t.ggml_type)
         raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
         if raw.nbytes != t.nbytes:

@@ -15,7 +15,7 @@ import typing
 
 from ..gguf_io import GGUFError, GGUFReader, describe
 from ..gguf_io.summary import format_description
-from .default_model import default_model_path
+from .models.default_model import default_model_path
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -73,17 +73,23 @@ def _option(name: str, field) -> tuple[list[str], dict]:
     return flags, kw
 
 
+def _settings_class():
+    """server.settings.ServerSettings, imported when the serve command runs: it brings the
+    engine and torch (seconds to import), which `gguf-serve inspect` does without."""
+    from .settings import ServerSettings  # deferred: the engine and torch, not needed by inspect
+
+    return ServerSettings
+
+
 def serve_parser() -> argparse.ArgumentParser:
     """The serve command's options, one per ServerSettings field (the only place they
     are defined; `models` is positional)."""
-    from .settings import ServerSettings
-
     p = argparse.ArgumentParser(
         prog="gguf-serve",
         description="Serve GGUF models over the OpenAI API at http://HOST:PORT/v1. "
                     "`gguf-serve inspect FILE` shows what a file holds.",
         epilog="Every option can also be set as GGUF_SERVE_<OPTION> in the environment; the command line wins.")
-    fields = ServerSettings.model_fields
+    fields = _settings_class().model_fields
     p.add_argument("models", nargs="*", help=fields["models"].description)
     for name, field in fields.items():
         if name == "models":
@@ -93,19 +99,23 @@ def serve_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _serve(argv: list[str]) -> int:
+def parse_settings(argv: list[str]):
+    """The serve command's ServerSettings: the options given on the command line over the
+    GGUF_SERVE_* environment over the defaults (the one place the settings are read)."""
     args = serve_parser().parse_args(argv)
-    from .settings import ServerSettings
-
     overrides = {k: v for k, v in vars(args).items() if v not in (None, [])}
-    settings = ServerSettings(**overrides)
+    return _settings_class()(**overrides)
+
+
+def _serve(argv: list[str]) -> int:
+    settings = parse_settings(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("huggingface_hub").propagate = False  # it prints its own warnings; not each twice
     if settings.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
     import uvicorn
 
-    from .app import create_app
+    from .app import create_app  # deferred with the settings: the web stack and the engine, not needed by inspect
 
     app = create_app(settings)
     if settings.models:
@@ -115,9 +125,7 @@ def _serve(argv: list[str]) -> int:
               "its first request", flush=True)
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:  # Ctrl-C / SIGTERM: running generations end at their next step
-            for entry in app.state.registry.entries.values():
-                if entry.worker is not None:
-                    entry.worker.cancel_all()
+            app.state.residency.cancel_all()
             super().handle_exit(sig, frame)
 
     server = Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))

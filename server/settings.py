@@ -1,7 +1,9 @@
-"""The server's configuration, each option defined once here: from the command line
-(server.cli builds its options and their help from these fields), GGUF_SERVE_<OPTION>
-environment variables, and the defaults. The engine's part becomes an
-engine.config.EngineConfig for every model it loads."""
+"""The server's configuration, each option defined once here and read once, at startup:
+the command line (server.cli builds its options and their help from these fields) over
+GGUF_SERVE_<OPTION> environment variables over the defaults. The engine's part becomes
+an engine.config.EngineConfig, built explicitly (`engine_config`), for every model it
+loads; the engine reads no environment of its own then. The engine's options take their
+choices from engine.options' tuples."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Literal, Optional
 from pydantic import ByteSize, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ..engine.config import EngineConfig
+from ..engine import CacheType, DeviceChoice, EngineConfig, KernelChoice, PrefillDtype, SpecChoice, VisionDtype
 
 
 class ServerSettings(BaseSettings):
@@ -29,10 +31,11 @@ class ServerSettings(BaseSettings):
     reasoning_budget: Optional[int] = Field(default=None, ge=0, description=(
         "thinking tokens a reply may spend before the server closes its reasoning block (default: no limit; a "
         "request's thinking_budget_tokens overrides it)"))
-    api_key: Optional[str] = Field(default=None, description="require 'Authorization: Bearer KEY' on /v1/*")
+    api_key: Optional[str] = Field(default=None, description=(
+        "require 'Authorization: Bearer KEY' (or x-api-key) on every path but /health and the chat page"))
     api_key_file: Optional[str] = Field(default=None, description=(
         "read the API key from this file (e.g. a mounted secret)"))
-    device: Literal["auto", "cpu", "cuda", "mps"] = Field(default="auto", description="where to run")
+    device: DeviceChoice = Field(default="auto", description="where to run")
     ctx_size: Optional[int] = Field(default=None, ge=1, description=(
         "tokens per sequence, prompt + completion (default: the trained context, as far as a quarter of the memory "
         "available holds it)"))
@@ -42,25 +45,25 @@ class ServerSettings(BaseSettings):
     max_tokens: int = Field(default=4096, ge=1, description=(
         "completion tokens for a chat request that sets no max_tokens (/v1/completions keeps OpenAI's 16)"))
     threads: Optional[int] = Field(default=None, ge=1, description="CPU threads for the kernels (default: torch's)")
-    kernels: Optional[Literal["reference", "hub", "cpu"]] = Field(default=None, description=(
+    kernels: Optional[KernelChoice] = Field(default=None, description=(
         "force a kernel implementation (default: the native one where it runs, else the portable reference)"))
     cpu_isa: Optional[str] = Field(default=None, description=(
         "force a CPU code path: scalar, avx2, avx512 (x86-64) or scalar, neon (AArch64); default: the best this CPU "
         "runs"))
     cpu_repack: bool = Field(default=True, description=(
         "repack weights at load into the layout this CPU's kernels read fastest (memory stays the file's size)"))
-    prefill_dtype: Optional[Literal["float32", "bfloat16"]] = Field(default=None, description=(
+    prefill_dtype: Optional[PrefillDtype] = Field(default=None, description=(
         "dtype of long prefills' matmuls (default: bfloat16 where the CPU has AMX, else float32)"))
     cache_ram: Optional[int] = Field(default=None, ge=0, description=(
         "MiB for state checkpoints that let a new turn reuse a hybrid or sliding-window model's history (default: "
         "a tenth of the memory available, at most 8192; 0: none)"))
-    cache_type_k: Optional[Literal["f32", "f16", "bf16", "q8_0", "q4_0"]] = Field(
+    cache_type_k: Optional[CacheType] = Field(
         default=None, json_schema_extra={"flags": ["-ctk"]}, description=(
             "the KV cache's key rows: f16 (default on CPU), bf16, f32, or q8_0 / q4_0 (CPU only: half or a quarter "
             "of f16's memory and of the bytes a decode step reads at depth)"))
-    cache_type_v: Optional[Literal["f32", "f16", "bf16", "q8_0", "q4_0"]] = Field(
+    cache_type_v: Optional[CacheType] = Field(
         default=None, json_schema_extra={"flags": ["-ctv"]}, description="the KV cache's value rows, as --cache-type-k")
-    spec: Literal["auto", "off", "ngram", "mtp", "draft"] = Field(default="auto", description=(
+    spec: SpecChoice = Field(default="auto", description=(
         "speculative decoding: drafts verified in one batch forward, output unchanged (auto: the draft model if one "
         "is given, else the file's multi-token-prediction head where it has one, else n-gram lookup over the prompt "
         "and output; off: none); a request's `speculative` field overrides it"))
@@ -69,9 +72,12 @@ class ServerSettings(BaseSettings):
     mmproj: Optional[str] = Field(default=None, description=(
         "the vision file (a local mmproj .gguf or <repo>:<file>.gguf) of the first model named; default: the one "
         "beside each model (its directory, or its Hub repository, as llama-server's -hf finds it)"))
-    vision_dtype: Optional[Literal["float32", "bfloat16"]] = Field(default=None, description=(
+    vision_dtype: Optional[VisionDtype] = Field(default=None, description=(
         "the dtype a vision file's F16/BF16 matrices multiply in on CPU (default: bfloat16 where the CPU computes "
         "it natively, AVX512-BF16 or AMX: several times faster; else float32)"))
+    cache: Optional[str] = Field(default=None, description=(
+        "the folder where loads keep what they derive from a file for the next load (a SentencePiece vocabulary's "
+        "merges; default: ~/.cache/gguf-serve)"))
     no_mmproj: bool = Field(default=False, description="serve text only: load no vision file, even where one is found")
     image_urls: bool = Field(default=False, description=(
         "fetch http(s) image URLs in messages (with --max-image-bytes and a 10 s limit); default: data URLs only"))
@@ -105,4 +111,4 @@ class ServerSettings(BaseSettings):
                             prefill_dtype=self.prefill_dtype, cache_ram=self.cache_ram,
                             cache_type_k=self.cache_type_k, cache_type_v=self.cache_type_v, spec=self.spec,
                             draft_model=self.draft_model, mmproj=None if self.no_mmproj else mmproj,
-                            vision_dtype=self.vision_dtype)
+                            vision_dtype=self.vision_dtype, cache_dir=self.cache)

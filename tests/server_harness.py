@@ -134,6 +134,17 @@ def server(*args: str, env: dict | None = None):
         log.close()
 
 
+def until(predicate, seconds: float = 15.0) -> bool:
+    """Whether `predicate()` holds within `seconds` (asked every 0.1 s): for waiting on a server's state,
+    not on its clock."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
 def rss_mib(base: str) -> float:
     """The resident memory of the server at `base` (started by `server`), in MiB."""
     with open(f"/proc/{PIDS[base]}/status") as f:

@@ -10,10 +10,13 @@ logits."""
 
 from __future__ import annotations
 
+import base64
+import io
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from PIL import Image
 from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
 from gguf_serve.gguf_io import GGMLType, GGUFWriter, dequantize, quantize
@@ -321,3 +324,19 @@ def tiny_qwen35_vlm(folder, text_mix: str = "F32", vision_ftype: str = "F32", se
     missing = vlm.load_state_dict(vision, strict=False)
     assert not missing.unexpected_keys, missing.unexpected_keys
     return TinyVLM(str(text_path), str(vision_path), vlm, cfg.image_token_id, 0, 0)
+
+
+# chat requests with images, as the server tests send them
+def data_url(seed: int = 0, fmt: str = "PNG", size=(60, 40)) -> str:
+    a = np.random.default_rng(seed).integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(a).save(buf, fmt)
+    return f"data:image/{fmt.lower()};base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def image(url: str, **extra) -> dict:
+    return {"type": "image_url", "image_url": {"url": url, **extra}}
+
+
+def user(*parts) -> dict:
+    return {"role": "user", "content": [{"type": "text", "text": "look at this"}, *parts]}

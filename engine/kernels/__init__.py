@@ -9,38 +9,27 @@ Selection order: the implementation the engine's configuration forces (`kernels`
 `reference`, `hub`, or a registered one such as `cpu`; GGUF_SERVE_KERNELS), then a
 registered native kernel for the device and type, then on MPS the hub kernel when it
 loads, then the reference. One log line says which was chosen and why. `configure`
-applies an engine.config.EngineConfig (load_model calls it).
+applies the settings, given as plain values (load_model passes its EngineConfig's): the
+kernels know nothing of the engine's configuration object.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from ...gguf_io import GGMLType
-from ..config import ENV, EngineConfig
-from . import reference
+from ..options import ENV
+from . import cpu, hub_kernel
+from .cpu_ops import cpu_ops
+from .interface import REFERENCE, KernelOps
+from .ops import TORCH_OPS
 
 log = logging.getLogger("gguf_serve.kernels")
 
 ENV_OVERRIDE = ENV["kernels"]  # the environment's name for the `kernels` setting
-
-
-@dataclass(frozen=True)
-class KernelOps:
-    name: str
-    mul_mat: Callable  # (weight, x, ggml_type, out_features) -> y
-    get_rows: Callable  # (weight, indices, ggml_type, cols, dtype) -> rows
-    dequantize: Callable  # (weight, ggml_type, rows, cols, dtype) -> matrix
-    mul_mat_id: Callable = reference.mul_mat_id  # (weight, x, ids, ggml_type, out_features) -> y
-    native_cpu: bool = False  # the native CPU library's: modules bind to it directly
-
-
-REFERENCE = KernelOps("reference", reference.mul_mat_vec, reference.get_rows, reference.dequantize,
-                      reference.mul_mat_id)
 
 # name -> (supports(device_type, ggml_type) -> bool, KernelOps); filled by native back-ends
 _REGISTRY: dict[str, tuple[Callable[[str, GGMLType], bool], KernelOps]] = {}
@@ -50,24 +39,22 @@ _FORCED: list[str | None] = [None]  # the configured `kernels` setting
 _NATIVE_TRIED: list[bool] = []  # whether the native CPU library was looked for
 
 
-def configure(config: EngineConfig) -> None:
-    """Apply an engine configuration: the forced implementation (choices made under
-    another one are forgotten) and the native CPU kernels' settings."""
-    if config.kernels != _FORCED[0]:
-        _FORCED[0] = config.kernels
+def configure(kernels: str | None = None, threads: int | None = None, isa: str | None = None, repack: bool = True,
+              prefill_dtype: str | None = None) -> None:
+    """Apply the kernel settings (EngineConfig's kernels, threads, cpu_isa, cpu_repack,
+    prefill_dtype): the forced implementation (None: the best per device and type; choices
+    made under another one are forgotten) and the native CPU kernels' settings (cpu.configure)."""
+    if kernels != _FORCED[0]:
+        _FORCED[0] = kernels
         _CHOSEN.clear()
     _register_native_cpu()
     if "cpu" in _REGISTRY:
-        from . import cpu
-
-        cpu.configure(config.threads, config.cpu_isa, config.cpu_repack, config.prefill_dtype)
+        cpu.configure(threads, isa, repack, prefill_dtype)
 
 
 def hub_ops() -> KernelOps | None:
     """The hub kernel's ops, loaded once (None when it cannot be had)."""
     if not _HUB:
-        from . import hub_kernel
-
         mod = hub_kernel.load()
         _HUB.append(hub_kernel.ops_from_module(mod, f"hub:{hub_kernel.HUB_REPO}") if mod is not None else None)
     return _HUB[0]
@@ -91,8 +78,6 @@ def _register_native_cpu() -> None:
     if _NATIVE_TRIED:
         return
     _NATIVE_TRIED.append(True)
-    from . import cpu
-
     if cpu.load() is None:
         return
     ops = KernelOps(f"cpu-native ({cpu.best_isa()})", cpu.mul_mat, cpu.get_rows, cpu.dequantize, cpu.mul_mat_id,
@@ -150,11 +135,7 @@ def select(device: torch.device | str, ggml_type: GGMLType) -> KernelOps:
 def ops_for(device: torch.device | str):
     """The dense ops (kernels.ops) for a device: the native CPU ones where the native
     kernels are in use, else the torch implementation."""
-    from .ops import TORCH_OPS
-
     if torch.device(device).type == "cpu" and native_cpu_in_use():
-        from .cpu_ops import cpu_ops
-
         ops = cpu_ops()
         log.info("dense ops for cpu: %s", ops.name)
         return ops

@@ -3,9 +3,9 @@ build and loaded with ctypes: activation rows are quantized once to 8-bit blocks
 multiplied against the packed weight blocks with integer dot products, threads over
 output rows (one pool).
 
-Their settings are the process's, applied by `configure` from the engine's
-configuration at load (engine.config): threads (torch's count when the library is first
-loaded, until configured), the code path (scalar, avx2, avx512 on x86-64; scalar, neon on
+Their settings are the process's, applied by `configure` with the values of the
+engine's configuration at load (engine.config, through kernels.configure): threads
+(torch's count when the library is first loaded, until configured), the code path (scalar, avx2, avx512 on x86-64; scalar, neon on
 AArch64; by default the best the CPU runs), repacking, and the dtype of long
 prefills' matmuls."""
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from ...gguf_io import GGMLType
-from ..config import PREFILL_DTYPES
+from ..options import ENV, PREFILL_DTYPES
 from . import reference
 
 log = logging.getLogger("gguf_serve.kernels")
@@ -38,7 +38,7 @@ _repack = True
 
 def configure(threads: int | None = None, isa: str | None = None, repack: bool = True,
               prefill_dtype: str | None = None) -> None:
-    """Apply the engine's kernel settings (engine.config.EngineConfig): threads (None:
+    """Apply the kernel settings (EngineConfig's threads, cpu_isa, cpu_repack, prefill_dtype): threads (None:
     keep the current count), the code path (None: the best this CPU runs), repacking,
     the prefill dtype (None: bfloat16 where the CPU has AMX, else float32)."""
     global _repack
@@ -284,7 +284,7 @@ def set_prefill_dtype(name: str | None) -> None:
     where the CPU has AMX) and with it GEMV_MAX_ROWS."""
     global PREFILL_DTYPE, GEMV_MAX_ROWS
     if name is not None and name not in PREFILL_DTYPES:
-        raise ValueError(f"prefill_dtype={name!r} (GGUF_SERVE_PREFILL_DTYPE): expected float32 or bfloat16")
+        raise ValueError(f"prefill_dtype={name!r} ({ENV['prefill_dtype']}): expected {' or '.join(PREFILL_DTYPES)}")
     PREFILL_DTYPE = getattr(torch, name) if name else (torch.bfloat16 if _has_amx() else torch.float32)
     GEMV_MAX_ROWS = 256 if PREFILL_DTYPE is torch.bfloat16 else 1024
 

@@ -11,6 +11,7 @@ import torch
 
 from ...gguf_io import GGMLType
 from . import reference
+from .interface import KernelOps
 
 log = logging.getLogger("gguf_serve.kernels")
 
@@ -22,7 +23,7 @@ HUB_GEMV_ROWS = 8  # rows the hub kernel's own GEMV takes (its mul_mat_vec serve
 def load(repo: str = HUB_REPO):
     """The hub kernel module, or None with the reason logged once."""
     try:
-        from kernels import get_kernel
+        from kernels import get_kernel  # not a project import: the hub loader, needed only on MPS or when forced
 
         return get_kernel(repo, version=HUB_VERSION)
     except Exception as e:  # any failure to fetch, resolve or import means "not available"
@@ -32,8 +33,6 @@ def load(repo: str = HUB_REPO):
 
 def ops_from_module(mod, name: str):
     """KernelOps over a module with the ggml-quantization interface."""
-    from . import KernelOps
-
     gemv_types = {int(t) for t in getattr(mod, "GEMV_TYPES", ())}
 
     def mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_features: int) -> torch.Tensor:

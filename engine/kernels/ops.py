@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from ...gguf_io.quants import dequantize, quantize
 from ..batch import Batch
-from ..cache import KVType
+from ..kv_rows import KVType
 
 SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT = 1.702, 7.0  # gpt-oss's clamped SwiGLU (llama.cpp's swiglu_oai)
 

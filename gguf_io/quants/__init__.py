@@ -1,35 +1,23 @@
 """Block (de)quantization of every ggml tensor type, in vectorized numpy.
 
-Each type registers a function over `(n_blocks, type_size)` uint8 arrays:
-dequantizers return `(n_blocks, block_size)` float32 and quantizers the reverse.
+Each type registers a function over `(n_blocks, type_size)` uint8 arrays (in
+`registry`, a leaf the codec modules import): dequantizers return
+`(n_blocks, block_size)` float32 and quantizers the reverse.
 `dequantize` and `quantize` are the public entry points; they work in bounded
 chunks of blocks so temporaries stay small whatever the tensor size.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..constants import TYPE_INFO, GGMLType
-
-Dequantizer = Callable[[np.ndarray], np.ndarray]
-Quantizer = Callable[[np.ndarray], np.ndarray]
-
-DEQUANTIZERS: dict[GGMLType, Dequantizer] = {}
-QUANTIZERS: dict[GGMLType, Quantizer] = {}
+from . import iquants, kquants, legacy  # noqa: F401  (each registers its types)
+from .registry import DEQUANTIZERS, QUANTIZERS
 
 _CHUNK_BLOCKS = 1 << 14
-
-
-def register(table: dict, *types: GGMLType):
-    def deco(fn):
-        for t in types:
-            table[t] = fn
-        return fn
-
-    return deco
 
 
 def _n_elements(shape: Sequence[int]) -> int:
@@ -100,8 +88,5 @@ def _to_bf16(arr: np.ndarray) -> np.ndarray:
     rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
     quiet = ((bits >> 16) | 64) & 0xFFFF
     return np.where(nan, quiet, rounded).astype("<u2")
-
-
-from . import iquants, kquants, legacy  # noqa: E402,F401  (registration)
 
 __all__ = ["dequantize", "quantize", "DEQUANTIZERS", "QUANTIZERS"]

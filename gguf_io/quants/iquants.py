@@ -8,7 +8,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..constants import QK_K, GGMLType
-from . import DEQUANTIZERS, QUANTIZERS, register
+from .registry import DEQUANTIZERS, QUANTIZERS, register
 from .common import f16, nibbles, u16, u32
 from .grids import grid
 

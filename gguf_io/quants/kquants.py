@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..constants import QK_K, GGMLType
-from . import DEQUANTIZERS, QUANTIZERS, register
+from .registry import DEQUANTIZERS, QUANTIZERS, register
 from .common import bits, f16, f16_bytes, nearest_int
 
 GROUP_MAX_EPS = np.float32(1e-15)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..constants import GGMLType
-from . import DEQUANTIZERS, QUANTIZERS, register
+from .registry import DEQUANTIZERS, QUANTIZERS, register
 from .common import bits, f16, f16_bytes, nibbles, round_away, safe_inverse, u32
 
 # ---------------------------------------------------------------- dequantization

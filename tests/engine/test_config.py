@@ -1,6 +1,8 @@
 """The engine's settings are decided once: EngineConfig from arguments over the
-environment over the defaults, read when a model loads (not at import), applied by
-load_model and kept on the model; the server's options are the same settings."""
+environment over the defaults where no configuration is passed (a library caller), a
+configuration passed taken whole (the server's), read when a model loads (not at
+import), applied by load_model and kept on the model; the server's options are the
+same settings."""
 
 import subprocess
 import sys
@@ -47,9 +49,17 @@ def test_arguments_win_over_the_environment_which_wins_over_the_defaults(monkeyp
     c = EngineConfig.resolve(n_ctx=64)
     assert (c.threads, c.cpu_repack, c.kernels, c.n_ctx) == (3, False, "reference", 64)
     assert EngineConfig.resolve(threads=1).threads == 1
-    given = EngineConfig(threads=2, kernels="cpu")  # a config's own settings stay; the environment fills the rest
-    c = EngineConfig.resolve(given)
-    assert (c.threads, c.kernels, c.cpu_repack) == (2, "cpu", False)
+    given = EngineConfig(threads=2, kernels="cpu")  # a configuration passed is taken whole: no environment read
+    c = EngineConfig.resolve(given, n_ctx=64)
+    assert (c.threads, c.kernels, c.cpu_repack, c.n_ctx) == (2, "cpu", True, 64)
+    assert EngineConfig.resolve(EngineConfig()) == EngineConfig()  # the defaults passed stay the defaults
+
+
+def test_a_bad_environment_value_is_not_read_for_a_setting_given(monkeypatch):
+    monkeypatch.setenv(ENV["kernels"], "bogus")
+    assert EngineConfig.resolve(kernels="cpu").kernels == "cpu"
+    with pytest.raises(ValueError, match=r"kernels='bogus' \(GGUF_SERVE_KERNELS\)"):
+        EngineConfig.resolve()
 
 
 @pytest.mark.parametrize("bad,match", [({"kernels": "fast"}, "kernels='fast'"), ({"n_ctx": 0}, "n_ctx must be"),

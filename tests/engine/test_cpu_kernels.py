@@ -668,7 +668,7 @@ def test_gemma_q5_0_matrices_are_repacked_and_decode_as_before(gemma_path, monke
     assert all(m.repacked for m in q5)
     from gguf_serve.engine.config import EngineConfig
 
-    files = load_model(gemma_path, device="cpu", n_seq=1, config=EngineConfig(cpu_repack=False))
+    files = load_model(gemma_path, device="cpu", n_seq=1, config=EngineConfig.resolve(cpu_repack=False))
     assert not any(m.repacked for layer in files.model.layers for m in layer.mlp.gate_up.linears)
     ids = lm.tokenizer("The capital of France is the city of")["input_ids"]
     for model in (lm, files):

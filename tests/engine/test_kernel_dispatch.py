@@ -124,8 +124,6 @@ def test_hub_unavailable_offline_falls_back(monkeypatch, clean_kernels, tmp_path
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     assert hub.load() is None
-    from gguf_serve.engine.config import EngineConfig
-
-    kernels.configure(EngineConfig(kernels="hub"))
+    kernels.configure(kernels="hub")
     with pytest.raises(RuntimeError, match="hub kernel could not be loaded"):
         kernels.select("cpu", GGMLType.Q4_K)

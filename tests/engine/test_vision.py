@@ -46,7 +46,7 @@ def f32(tmp_path_factory):
 
 
 def load(vlm, **kw):
-    return load_model(vlm.text_path, config=EngineConfig(mmproj=vlm.vision_path, n_ctx=512, n_seq=3, **kw))
+    return load_model(vlm.text_path, config=EngineConfig.resolve(mmproj=vlm.vision_path, n_ctx=512, n_seq=3, **kw))
 
 
 def reference(vlm, ids: list[int], pixels: list[torch.Tensor]) -> torch.Tensor:
@@ -246,19 +246,19 @@ def test_bad_images_are_refused_with_the_reason(f32):
 
 
 def test_images_need_a_vision_file(f32):
-    lm = load_model(f32.text_path, config=EngineConfig(n_ctx=256, n_seq=1))
+    lm = load_model(f32.text_path, config=EngineConfig.resolve(n_ctx=256, n_seq=1))
     with pytest.raises(ImageError, match="no vision file"):
         prompt_for(lm, chat(png(0)))
 
 
 def test_mismatched_vision_files_are_refused_at_load(tmp_path, f32):
     with pytest.raises(VisionFileError, match="not a vision file"):
-        load_model(f32.text_path, config=EngineConfig(mmproj=f32.text_path, n_ctx=256, n_seq=1))
+        load_model(f32.text_path, config=EngineConfig.resolve(mmproj=f32.text_path, n_ctx=256, n_seq=1))
     s = spec("qwen3")
     other = tmp_path / "qwen3.gguf"
     write_gguf(s, random_model(s), other, "F32")
     with pytest.raises(VisionFileError, match="goes with gemma3 text models, not qwen3"):
-        load_model(str(other), config=EngineConfig(mmproj=f32.vision_path, n_ctx=256, n_seq=1))
+        load_model(str(other), config=EngineConfig.resolve(mmproj=f32.vision_path, n_ctx=256, n_seq=1))
 
 
 @pytest.mark.parametrize("family", ["gemma3", "qwen35"])
@@ -525,4 +525,4 @@ def test_qwen3vl_deepstack_files_are_refused(tmp_path, qwen):
     deep = copy_gguf(qwen.vision_path, tmp_path / "mmproj-deepstack.gguf",
                      metadata={"clip.vision.is_deepstack_layers": [True, False]})
     with pytest.raises(VisionFileError, match="deepstack"):
-        load_model(qwen.text_path, config=EngineConfig(mmproj=deep, n_ctx=256, n_seq=1))
+        load_model(qwen.text_path, config=EngineConfig.resolve(mmproj=deep, n_ctx=256, n_seq=1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import time
 
@@ -12,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from server_harness import ids, no_end, scrape, server, value
+from server_harness import ids, no_end, scrape, server, until, value
 
 @pytest.fixture(scope="module")
 def srv(tiny_path):
@@ -360,8 +361,8 @@ def test_measuring_in_pieces_refuses_only_what_is_over(gemma_path):
 
     from gguf_serve.engine.tokenizer import load_tokenizer
     from gguf_serve.gguf_io import GGUFReader
-    from gguf_serve.server.errors import ContextLengthExceeded
-    from gguf_serve.server.service import MEASURE_PIECE, Service
+    from gguf_serve.server.core.errors import ContextLengthExceeded
+    from gguf_serve.server.chat.serving import MEASURE_PIECE, ChatServing
     from gguf_serve.server.settings import ServerSettings
 
     tok = load_tokenizer(GGUFReader(gemma_path))
@@ -369,7 +370,7 @@ def test_measuring_in_pieces_refuses_only_what_is_over(gemma_path):
             "    indented code();  ") * 4000
     assert len(para) > 4 * MEASURE_PIECE
     n = len(tok.backend_tokenizer.encode(para, add_special_tokens=False).ids)
-    service = Service(None, ServerSettings())
+    service = ChatServing(None, ServerSettings())
     for ctx, refused in ((n + 1, False), (n - 200, True)):
         entry = SimpleNamespace(lm=SimpleNamespace(n_ctx=ctx, tokenizer=tok))
         try:
@@ -424,28 +425,30 @@ def test_disconnect_cancels_and_full_queue_is_429(srv, tiny_path, gemma_path):
 
 
 def test_non_streaming_clients_that_hang_up_are_cancelled(gemma_path):
-    """Four clients give up after half a second: the two running leave the batch, the two
-    waiting never start (the real Gemma file, slow enough to tell)."""
+    """Four clients hang up while they wait for whole answers: the two running leave the batch, the two
+    waiting never start (the real Gemma file; they hang up once the server shows two running and two
+    queued, and the test waits on its counters, not on a clock)."""
     with server(gemma_path, "--parallel", "2") as base:
-        outcomes = []
-
-        def impatient():
-            try:
-                httpx.post(f"{base}/v1/completions", timeout=httpx.Timeout(60, read=0.5), json={
-                    "model": gemma_path, "prompt": "The history of Paris", "max_tokens": 200, "ignore_eos": True})
-                outcomes.append("answered")
-            except httpx.ReadTimeout:
-                outcomes.append("gave up")
-
-        threads = [threading.Thread(target=impatient) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        time.sleep(3)  # generating all four would take ~10 s
-        m = scrape(base)
-        assert outcomes == ["gave up"] * 4
         name = os.path.basename(gemma_path)
+        body = json.dumps({"model": gemma_path, "prompt": "The history of Paris", "max_tokens": 200,
+                           "ignore_eos": True}).encode()
+        head = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        clients = [socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1]))) for _ in range(4)]
+        for c in clients:
+            c.sendall(head + body)
+
+        def gauges():
+            m = scrape(base)
+            return value(m, "gguf_serve_requests_running", model=name), value(m, "gguf_serve_queue_depth", model=name)
+
+        assert until(lambda: gauges() == (2, 2), 60), gauges()
+        for c in clients:
+            c.close()
+        assert until(lambda: value(scrape(base), "gguf_serve_requests_total", endpoint="/v1/completions",
+                                   status="499") == 4, 60)
+        assert until(lambda: gauges() == (0, 0), 30), gauges()
+        m = scrape(base)
         forwarded = value(m, "gguf_serve_batch_tokens_sum", model=name)
         assert 0 < forwarded < 300  # not 4 x 200
         assert value(m, "gguf_serve_sequences_running", model=name) == 0

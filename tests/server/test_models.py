@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from server_harness import THINKING_TEMPLATE, no_end, rss_mib, scrape, server, value
+from server_harness import THINKING_TEMPLATE, no_end, rss_mib, scrape, server, until, value
 from tiny_models import tiny_chat_model
 
 
@@ -29,15 +29,6 @@ def folder(tmp_path_factory, gemma_path):
 
 def statuses(base) -> dict[str, str]:
     return {m["id"]: m["status"] for m in httpx.get(f"{base}/v1/models").json()["data"]}
-
-
-def until(predicate, seconds: float = 15.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
 
 
 def rotate(base, models: list[str], clients: int, rounds: int, bound: float) -> tuple[list, list, float]:

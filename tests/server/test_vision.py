@@ -8,38 +8,20 @@ while the server keeps serving."""
 from __future__ import annotations
 
 import base64
-import io
 
 import httpx
-import numpy as np
 import openai
 import pytest
-from PIL import Image
 
 from hub_server import HubServer
 from server_harness import server
-from tiny_vision import tiny_gemma3_vlm, tiny_qwen35_vlm
+from tiny_vision import data_url, image, tiny_gemma3_vlm, tiny_qwen35_vlm, user
 
 MODEL = "tiny-gemma3-vl.gguf"
 ADD = {"type": "function", "function": {"name": "add", "parameters": {
     "type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9},
                                      "b": {"type": "integer", "minimum": 0, "maximum": 9}},
     "required": ["a", "b"], "additionalProperties": False}}}
-
-
-def data_url(seed: int = 0, fmt: str = "PNG", size=(60, 40)) -> str:
-    a = np.random.default_rng(seed).integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(a).save(buf, fmt)
-    return f"data:image/{fmt.lower()};base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-def image(url: str, **extra) -> dict:
-    return {"type": "image_url", "image_url": {"url": url, **extra}}
-
-
-def user(*parts) -> dict:
-    return {"role": "user", "content": [{"type": "text", "text": "look at this"}, *parts]}
 
 
 @pytest.fixture(scope="module")

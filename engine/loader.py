@@ -21,7 +21,6 @@ from .batch import Batch
 from .cache import KVCache, bytes_per_token, checkpoint_bytes, fixed_bytes
 from .chat import chat_template_for, fallback_name
 from .config import MAX_BATCH, EngineConfig  # noqa: F401 (MAX_BATCH: callers know it here)
-from .embed import PoolingHead
 from .fetch import download, parse
 from .generate import generate
 from .kv_rows import kv_types
@@ -230,7 +229,6 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     native = dev.type == "cpu" and kernels.native_cpu_in_use()
     weights = Weights(reader, dev, dtype, native_cpu=native)
     model = arch.build(params, weights, ops)
-    model.pool = PoolingHead.build(reader, weights, params.hidden)  # None but for embedding and reranking files
     weights.release_copies()
     specs = model.cache_specs()
     half = DEFAULT_CACHE_TYPE.get(dtype)

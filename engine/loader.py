@@ -20,6 +20,7 @@ from . import kernels
 from .batch import Batch
 from .cache import KVCache, bytes_per_token, checkpoint_bytes, fixed_bytes
 from .chat import chat_template_for, fallback_name
+from .chat_format import ChatFormat
 from .config import MAX_BATCH, EngineConfig  # noqa: F401 (MAX_BATCH: callers know it here)
 from .fetch import download, parse
 from .generate import generate
@@ -78,6 +79,7 @@ class LoadedModel:
     config: EngineConfig  # the settings it was loaded with
     draft: "LoadedModel | None" = None  # the draft model speculative decoding runs beside it (--draft-model)
     vision: Any = None  # engine.vision.VisionModel: the vision file images go through (--mmproj)
+    chat_format: ChatFormat = ChatFormat()  # its template's and vocabulary's chat format, read once at load
 
     @property
     def n_ctx(self) -> int:
@@ -251,7 +253,8 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     _return_freed_memory()  # the tokenizer build's transient Python objects (~35 MB for Gemma's 262k vocabulary)
     threads = ThreadPolicy.decide(dev, native, cfg.threads)
     log.info("loaded %s (%s) on %s in %s; %s", path, arch.name, dev, dtype, threads.describe())
-    lm = LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads, cfg)
+    lm = LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads, cfg,
+                     chat_format=ChatFormat.of(template, tokenizer, reader.metadata))
     if cfg.mmproj:
         lm.vision = load_vision(resolve_path(cfg.mmproj), reader, params.hidden, dev, dtype, native,
                                 products=vision_products(cfg.vision_dtype, dev))

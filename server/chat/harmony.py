@@ -21,6 +21,7 @@ import json
 import re
 
 from ...engine import held_back
+from ...engine import writes_harmony as is_harmony  # noqa: F401  a template's test (a model's: ChatFormat.harmony)
 from .tool_grammar import _lark_str, _parameters, _with_ws, chosen_functions
 from .tools import TOOL_CLOSE, TOOL_OPEN
 
@@ -34,11 +35,6 @@ EFFORTS = {"none": "low", "minimal": "low", "low": "low", "medium": "medium", "h
 
 _CHANNEL = re.compile(re.escape(CHANNEL) + r"\s*([A-Za-z_]+)")
 _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
-
-
-def is_harmony(template: str | None) -> bool:
-    """Whether a chat template writes the harmony format (gpt-oss's)."""
-    return bool(template) and CHANNEL in template and "<|start|>assistant" in template
 
 
 def reasoning_effort(requested: str | None, thinking: bool | None) -> str | None:

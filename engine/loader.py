@@ -62,7 +62,8 @@ def default_dtype(device: torch.device) -> torch.dtype:
 
 @dataclass
 class LoadedModel:
-    """What `load_model` returns: the model and its KV cache, tokenizer, chat template,
+    """What `load_model` returns: the model and its KV cache, tokenizer, chat template (and
+    the chat format read from it and the vocabulary, `chat_format`),
     the hyperparameters read from the file (`params`, the architecture's Params), and the reader (whose vocabulary lists,
     VOCABULARY_KEYS, are dropped once the tokenizer holds them)."""
 

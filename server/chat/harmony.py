@@ -8,7 +8,7 @@ or, for a tool call, `<|start|>assistant<|channel|>commentary to=functions.NAME
 <|constrain|>json<|message|>{…arguments…}<|call|>` (the recipient may also come before
 the channel). The analysis channel is the reasoning; the final channel, and commentary
 addressed to no one (a preamble), the answer; a message to `functions.NAME` a call.
-`<|return|>` and `<|call|>` end generation, `<|end|>` only a message (engine.text).
+`<|return|>` and `<|call|>` end generation, `<|end|>` only a message (engine.chat_format).
 
 Here: the template's inputs (reasoning_effort from the request, earlier reasoning as
 `thinking`, one call per assistant message as its template assumes), the split of the

@@ -7,6 +7,10 @@ insides can move without the server changing."""
 
 from .loader import LOAD_STAGES, LoadedModel, available_memory, load_model, trim_heap
 from .chat import prompt_ids, render
+from .chat_format import (BRACKET_THINK, CHANNEL_THOUGHT, GEMMA4, HERMES, LFM2, LLAMA3, MISTRAL, THINK_CLOSE, THINK_OPEN,
+                          TOOL_CLOSE, TOOL_OPEN, CallFormat, ChatFormat, Family, call_format, family_of,
+                          reasoning_markers, template_has_switch, template_renders_tools, template_writes_xml,
+                          writes_harmony)
 from .config import EngineConfig
 from .options import CacheType, DeviceChoice, KernelChoice, PrefillDtype, SpecChoice, VisionDtype
 from .embed import EmbeddingError, embed, rank
@@ -32,6 +36,10 @@ __all__ = [
     "model_id", "parse",
     # prompts: tokenizing, the chat template, images
     "ImageError", "encode", "prompt_ids", "render",
+    # a model's chat format (LoadedModel.chat_format): reasoning markers, tool-call families, harmony
+    "BRACKET_THINK", "CHANNEL_THOUGHT", "CallFormat", "ChatFormat", "Family", "GEMMA4", "HERMES", "LFM2", "LLAMA3",
+    "MISTRAL", "THINK_CLOSE", "THINK_OPEN", "TOOL_CLOSE", "TOOL_OPEN", "call_format", "family_of", "reasoning_markers",
+    "template_has_switch", "template_renders_tools", "template_writes_xml", "writes_harmony",
     # generation: sampling, constraints, the scheduler, speculation, streamed text
     "GrammarError", "GrammarMask", "Request", "SamplingParams", "Scheduler", "SpeculationError", "ThinkingBudget",
     "check_speculative", "closed_objects", "held_back", "json_grammar", "schema_of",

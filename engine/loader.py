@@ -20,8 +20,8 @@ from . import kernels
 from .batch import Batch
 from .cache import KVCache, bytes_per_token, checkpoint_bytes, fixed_bytes
 from .chat import chat_template_for, fallback_name
+from .chat_format import ChatFormat
 from .config import MAX_BATCH, EngineConfig  # noqa: F401 (MAX_BATCH: callers know it here)
-from .embed import PoolingHead
 from .fetch import download, parse
 from .generate import generate
 from .kv_rows import kv_types
@@ -63,7 +63,8 @@ def default_dtype(device: torch.device) -> torch.dtype:
 
 @dataclass
 class LoadedModel:
-    """What `load_model` returns: the model and its KV cache, tokenizer, chat template,
+    """What `load_model` returns: the model and its KV cache, tokenizer, chat template (and
+    the chat format read from it and the vocabulary, `chat_format`),
     the hyperparameters read from the file (`params`, the architecture's Params), and the reader (whose vocabulary lists,
     VOCABULARY_KEYS, are dropped once the tokenizer holds them)."""
 
@@ -80,6 +81,7 @@ class LoadedModel:
     config: EngineConfig  # the settings it was loaded with
     draft: "LoadedModel | None" = None  # the draft model speculative decoding runs beside it (--draft-model)
     vision: Any = None  # engine.vision.VisionModel: the vision file images go through (--mmproj)
+    chat_format: ChatFormat = ChatFormat()  # its template's and vocabulary's chat format, read once at load
 
     @property
     def n_ctx(self) -> int:
@@ -231,7 +233,6 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     native = dev.type == "cpu" and kernels.native_cpu_in_use()
     weights = Weights(reader, dev, dtype, native_cpu=native)
     model = arch.build(params, weights, ops)
-    model.pool = PoolingHead.build(reader, weights, params.hidden)  # None but for embedding and reranking files
     weights.release_copies()
     specs = model.cache_specs()
     half = DEFAULT_CACHE_TYPE.get(dtype)
@@ -254,7 +255,8 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     _return_freed_memory()  # the tokenizer build's transient Python objects (~35 MB for Gemma's 262k vocabulary)
     threads = ThreadPolicy.decide(dev, native, cfg.threads)
     log.info("loaded %s (%s) on %s in %s; %s", path, arch.name, dev, dtype, threads.describe())
-    lm = LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads, cfg)
+    lm = LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads, cfg,
+                     chat_format=ChatFormat.of(template, tokenizer, reader.metadata))
     if cfg.mmproj:
         lm.vision = load_vision(resolve_path(cfg.mmproj), reader, params.hidden, dev, dtype, native,
                                 products=vision_products(cfg.vision_dtype, dev))

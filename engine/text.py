@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..gguf_io import Keys
-
 
 # <turn|> ends a Gemma 4 turn, and <|tool_response> is where Gemma 4 hands over to the tool
 # after its calls (llama.cpp's EOG list has both)
@@ -64,17 +62,10 @@ class Detokenizer:
 
 
 def end_of_generation_ids(lm) -> set[int]:
-    """EOS and every end-of-turn token the vocabulary has (llama.cpp's EOG set, in spirit).
-    A harmony vocabulary (gpt-oss: it has <|return|> and <|call|>) ends generation with
-    those two; its <|end|> ends one message of a reply, not the reply (as llama.cpp does)."""
-    md = lm.gguf.metadata
-    to_id = lm.tokenizer.backend_tokenizer.token_to_id
-    ids = {md.get(k) for k in (Keys.TOKENIZER_EOS_ID, Keys.TOKENIZER_EOT_ID, Keys.TOKENIZER_EOM_ID)}
-    ids |= {to_id(t) for t in END_OF_GENERATION_TEXTS}
-    harmony = {to_id(t) for t in HARMONY_ENDS}
-    if None not in harmony:
-        ids = (ids - {to_id("<|end|>")}) | harmony
-    return {i for i in ids if isinstance(i, int)}
+    """The tokens that end `lm`'s generation: EOS and every end-of-turn token its vocabulary
+    has, <|return|> and <|call|> (not <|end|>) for a harmony model (decided once, at load:
+    engine.chat_format.end_ids)."""
+    return set(lm.chat_format.end_ids)
 
 
 def held_back(text: str, needles: list[str]) -> int:

@@ -8,7 +8,7 @@ or, for a tool call, `<|start|>assistant<|channel|>commentary to=functions.NAME
 <|constrain|>json<|message|>{…arguments…}<|call|>` (the recipient may also come before
 the channel). The analysis channel is the reasoning; the final channel, and commentary
 addressed to no one (a preamble), the answer; a message to `functions.NAME` a call.
-`<|return|>` and `<|call|>` end generation, `<|end|>` only a message (engine.text).
+`<|return|>` and `<|call|>` end generation, `<|end|>` only a message (engine.chat_format).
 
 Here: the template's inputs (reasoning_effort from the request, earlier reasoning as
 `thinking`, one call per assistant message as its template assumes), the split of the
@@ -21,6 +21,7 @@ import json
 import re
 
 from ...engine import held_back
+from ...engine import writes_harmony as is_harmony  # noqa: F401  a template's test (a model's: ChatFormat.harmony)
 from .tool_grammar import _lark_str, _parameters, _with_ws, chosen_functions
 from .tools import TOOL_CLOSE, TOOL_OPEN
 
@@ -34,11 +35,6 @@ EFFORTS = {"none": "low", "minimal": "low", "low": "low", "medium": "medium", "h
 
 _CHANNEL = re.compile(re.escape(CHANNEL) + r"\s*([A-Za-z_]+)")
 _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
-
-
-def is_harmony(template: str | None) -> bool:
-    """Whether a chat template writes the harmony format (gpt-oss's)."""
-    return bool(template) and CHANNEL in template and "<|start|>assistant" in template
 
 
 def reasoning_effort(requested: str | None, thinking: bool | None) -> str | None:

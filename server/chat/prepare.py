@@ -9,14 +9,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from ...engine import (GrammarError, GrammarMask, SamplingParams, SpeculationError, check_speculative, json_grammar,
-                      render, schema_of)
+from ...engine import (THINK_CLOSE, THINK_OPEN, GrammarError, GrammarMask, SamplingParams, SpeculationError,
+                      check_speculative, json_grammar, render, schema_of)
 from ..core.errors import BadRequest
 from ..models.worker import Job
 from . import harmony
 from .protocol import unsupported_fields
 from .tool_grammar import required_grammar
-from .tools import HERMES, Family, call_format, for_template, render_fallback, template_renders_tools
+from .reasoning import ReasoningSplitter
+from .tools import HERMES, Family, for_template, render_fallback
 
 
 def _stops(stop) -> list[str]:
@@ -113,12 +114,30 @@ def render_chat(lm, messages: list[dict], kwargs: dict) -> str:
         raise BadRequest(f"the chat template rejected these messages: {e}", param="messages") from None
 
 
+@dataclass(frozen=True)
+class Split:
+    """How a reply's text is split into reasoning and answer: by harmony's channels
+    (`harmony`), else by the reasoning `markers` where `enabled`, `in_reasoning` where the
+    prompt leaves a reasoning block open."""
+
+    in_reasoning: bool = False
+    enabled: bool = False
+    markers: tuple[str, str] = (THINK_OPEN, THINK_CLOSE)
+    harmony: bool = False
+
+    def splitter(self, breaks: tuple[str, ...] = ()):
+        """A new splitter for one choice; `breaks`: markers that also end a reasoning block."""
+        if self.harmony:
+            return harmony.HarmonySplitter()
+        return ReasoningSplitter(self.in_reasoning, self.enabled, breaks, self.markers)
+
+
 @dataclass
 class Prepared:
     entry: object
     prompt_ids: list[int]
     params: list[SamplingParams]
-    splitter_args: dict = field(default_factory=dict)
+    split: Split = Split()
     job: Job | None = None  # queued before a stream starts
     tools: list = field(default_factory=list)  # the tools the reply may call (their calls parsed out)
     family: Family = HERMES  # how the model writes them
@@ -157,13 +176,13 @@ def tools_for(req, lm, messages: list[dict], kwargs: dict) -> tuple[list[dict], 
         if not isinstance(f, dict) or not isinstance(f.get("name"), str):
             raise BadRequest("each tool must be {'type': 'function', 'function': {'name': ..., ...}}",
                              param=f"tools.{j}")
-    fmt = call_format(lm.chat_template, lm.tokenizer.backend_tokenizer.token_to_id)
-    in_harmony = harmony.is_harmony(lm.chat_template)  # its calls reach the parser in the Hermes form
+    chat = lm.chat_format
+    fmt, in_harmony = chat.calls, chat.harmony  # harmony's calls reach the parser in the Hermes form
     if in_harmony:
         kwargs["tools"] = harmony.tools_for_template(req.tools)
-    elif template_renders_tools(lm.chat_template):
+    elif chat.renders_tools:
         kwargs["tools"] = req.tools
-        for_template(messages, fmt.family, lm.chat_template)
+        for_template(messages, fmt.family, chat.renders_calls)
     else:
         render_fallback(messages, req.tools)
     name = None

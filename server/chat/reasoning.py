@@ -6,27 +6,10 @@ from __future__ import annotations
 
 import logging
 
-from ...engine import held_back
+from ...engine import (BRACKET_THINK, CHANNEL_THOUGHT, THINK_CLOSE, THINK_OPEN, held_back,  # noqa: F401
+                       reasoning_markers, template_has_switch)
 
 log = logging.getLogger("gguf_serve.server")
-
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-BRACKET_THINK = ("[THINK]", "[/THINK]")  # Mistral's reasoning models (Magistral, Ministral 3 Reasoning)
-CHANNEL_THOUGHT = ("<|channel>thought", "<channel|>")  # Gemma 4's thought channel
-
-
-def reasoning_markers(template: str | None) -> tuple[str, str]:
-    """The (open, close) tags of a template's reasoning blocks: Mistral's `[THINK]` where the
-    template writes those and no `<think>`, Gemma 4's thought channel, else `<think>`."""
-    if template and BRACKET_THINK[0] in template and THINK_OPEN not in template:
-        return BRACKET_THINK
-    if template and CHANNEL_THOUGHT[0] in template and CHANNEL_THOUGHT[1] in template:
-        return CHANNEL_THOUGHT
-    return THINK_OPEN, THINK_CLOSE
-
-
-def template_has_switch(template: str | None) -> bool:
-    return bool(template) and "enable_thinking" in template
 
 
 def enable_thinking(request_kwargs: dict | None, reasoning_effort: str | None, server_flag: str) -> bool | None:

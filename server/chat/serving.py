@@ -21,12 +21,11 @@ from ..models.residency import Residency
 from ..models.worker import Job
 from . import harmony
 from .images import bad_image, load_image
-from .prepare import (Prepared, constrain, origin_param, per_choice, refuse_parts, refuse_unsupported, render_chat,
+from .prepare import (Prepared, Split, constrain, origin_param, per_choice, refuse_parts, refuse_unsupported, render_chat,
                       template_tool_calls, tools_for)
 from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Completion,
                        CompletionChoice, CompletionRequest, Delta, ResponseMessage)
-from .reasoning import (ReasoningSplitter, enable_thinking, reasoning_markers, starts_in_reasoning,
-                        template_has_switch)
+from .reasoning import enable_thinking, starts_in_reasoning
 from .tool_parse import ToolCallSplitter
 from .wire import SYSTEM_FINGERPRINT, Piece, Tally, chat_logprobs, completion_logprobs, reply_content
 
@@ -137,15 +136,14 @@ class ChatServing:
             messages.append(msg)
         kwargs = dict(req.chat_template_kwargs or {})
         thinking = enable_thinking(req.chat_template_kwargs, req.reasoning_effort, self.settings.reasoning)
-        has_switch = template_has_switch(lm.chat_template)
-        is_harmony = harmony.is_harmony(lm.chat_template)
-        if is_harmony:  # gpt-oss: a reasoning level in its system prompt instead of a switch
+        chat = lm.chat_format  # read once, when the model loaded
+        if chat.harmony:  # gpt-oss: a reasoning level in its system prompt instead of a switch
             messages = harmony.for_template(messages)
             effort = harmony.reasoning_effort(req.reasoning_effort, thinking)
             if effort is not None:
                 kwargs.setdefault("reasoning_effort", effort)
         elif thinking is not None:
-            if has_switch:
+            if chat.has_switch:
                 kwargs["enable_thinking"] = thinking
             elif entry.id not in self._warned_no_switch:
                 self._warned_no_switch.add(entry.id)
@@ -166,26 +164,23 @@ class ChatServing:
         params = per_choice(req, max_tokens, lm, (req.top_logprobs or 0) if req.logprobs else None)
         json_format = req.response_format if req.response_format and req.response_format.get("type") in (
             "json_object", "json_schema") else None
-        if is_harmony:
+        if chat.harmony:
             await self._constrain_harmony(lm, params, grammar_for_tools, json_format)
-            return Prepared(entry, ids, params, {"harmony": True}, tools=tools, family=family, media=media)
-        markers = reasoning_markers(lm.chat_template)
-        think_open, think_close = (lm.tokenizer.backend_tokenizer.token_to_id(t) for t in markers)
-        vocab_thinks = think_open is not None or (lm.chat_template and markers[0] in lm.chat_template)
-        split = {"in_reasoning": starts_in_reasoning(prompt, markers) and thinking is not False,
-                 "enabled": bool(vocab_thinks) and thinking is not False, "markers": markers}
+            return Prepared(entry, ids, params, Split(harmony=True), tools=tools, family=family, media=media)
+        think_open, think_close = chat.think_open, chat.think_close
+        split = Split(in_reasoning=starts_in_reasoning(prompt, chat.markers) and thinking is not False,
+                      enabled=chat.thinks and thinking is not False, markers=chat.markers)
         # a grammar mask waits for the reasoning block to close, or lets one open first
-        think = {"after": think_close, "optional": think_open, "waiting": split["in_reasoning"]} \
-            if split["enabled"] else {}
+        think = {"after": think_close, "optional": think_open, "waiting": split.in_reasoning} if split.enabled else {}
         if grammar_for_tools is not None:
             await asyncio.to_thread(constrain, lm, grammar_for_tools, params, think, "tool_choice")
         elif json_format is not None:
             await asyncio.to_thread(constrain, lm, json_format, params, think, "response_format")
         budget = req.thinking_budget_tokens
         budget = self.settings.reasoning_budget if budget is None else budget
-        if budget is not None and split["enabled"] and think_close is not None:  # else: no block to close
+        if budget is not None and split.enabled and think_close is not None:  # else: no block to close
             for p in params:
-                p.logits_processor = ThinkingBudget(budget, think_close, think_open, split["in_reasoning"],
+                p.logits_processor = ThinkingBudget(budget, think_close, think_open, split.in_reasoning,
                                                     inner=p.logits_processor)
         return Prepared(entry, ids, params, split, tools=tools, family=family, media=media)
 
@@ -234,8 +229,7 @@ class ChatServing:
         m, name = self.metrics, prep.entry.id
         job = prep.job
         breaks = (prep.family.open,) if prep.tools else ()  # a call ends an unclosed reasoning block
-        splitters = [harmony.HarmonySplitter() if prep.splitter_args.get("harmony")
-                     else ReasoningSplitter(**prep.splitter_args, breaks=breaks) for _ in prep.params]
+        splitters = [prep.split.splitter(breaks) for _ in prep.params]
         pending: list[list] = [[] for _ in prep.params]  # logprobs of tokens whose text is held back
         tools = [ToolCallSplitter(prep.tools, prep.family) if prep.tools else None for _ in prep.params]
         called = [False] * len(prep.params)
@@ -361,7 +355,7 @@ class ChatServing:
         ids = await asyncio.to_thread(encode, entry.lm.tokenizer, prompt)
         self._check_length(entry, len(ids), req.max_tokens, "prompt")
         params = per_choice(req, req.max_tokens, entry.lm, req.logprobs)
-        return Prepared(entry, ids, params, {"in_reasoning": False, "enabled": False})
+        return Prepared(entry, ids, params, Split())
 
     async def completion_stream(self, req: CompletionRequest) -> tuple[AsyncIterator[str], threading.Event]:
         prep = await self.prepare_completion(req)

@@ -18,7 +18,9 @@ per template, chosen from its markers:
 
 A template that renders no tools of its own gets them in a system message asking for
 the Hermes form (the generic fallback). Hermes calls stream their JSON arguments in
-fragments; Mistral and Llama calls come whole when the reply ends."""
+fragments; Mistral and Llama calls come whole when the reply ends. The families and a
+template's format (`family_of`, `call_format`) are the engine's (engine.chat_format): a
+model's is read once at load, `LoadedModel.chat_format.calls`."""
 
 from __future__ import annotations
 
@@ -27,8 +29,9 @@ import re
 import uuid
 from dataclasses import dataclass
 
+from ...engine import (GEMMA4, HERMES, LFM2, LLAMA3, MISTRAL, TOOL_CLOSE, TOOL_OPEN, CallFormat, Family,  # noqa: F401
+                       call_format, family_of, template_renders_tools, template_writes_xml)
 
-TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 
 FALLBACK_SYSTEM = (
     "You can call these functions. To call one, reply with nothing but\n"
@@ -50,47 +53,6 @@ class ToolCall:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
-@dataclass(frozen=True)
-class Family:
-    """How a template's model writes calls: `open` starts one; `close` ends it (None: the
-    calls run to the end of the reply); `leading`: a reply that starts as a JSON object
-    may be a call without the marker."""
-
-    name: str
-    open: str
-    close: str | None
-    leading: bool = False
-
-
-HERMES = Family("hermes", TOOL_OPEN, TOOL_CLOSE)
-GEMMA4 = Family("gemma4", "<|tool_call>", "<tool_call|>")  # call:NAME{key:value,...}, strings in <|"|>
-LFM2 = Family("lfm2", "<|tool_call_start|>", "<|tool_call_end|>")  # [f(a=1), g(b="x")]: Python calls
-MISTRAL = Family("mistral", "[TOOL_CALLS]", None)
-LLAMA3 = Family("llama3", "<|python_tag|>", None, leading=True)
-
-
-def family_of(template: str | None) -> Family:
-    """The call format of a chat template (Hermes for one that renders no tools: the fallback)."""
-    template = template or ""
-    if MISTRAL.open in template:
-        return MISTRAL
-    if GEMMA4.open in template:
-        return GEMMA4
-    if LFM2.open in template or "List of tools: [" in template:  # LFM2.5-Instruct's lists the tools only
-        return LFM2
-    if TOOL_OPEN not in template and (LLAMA3.open in template or "<|start_header_id|>ipython" in template
-                                      or "ipython<|end_header_id|>" in template):
-        return LLAMA3
-    return HERMES
-
-
-def template_renders_tools(template: str | None) -> bool:
-    if not template or "tools" not in template:
-        return False
-    family = family_of(template)
-    return family is not HERMES or TOOL_OPEN in template
-
-
 def mistral_id(call_id: str | None) -> str:
     """A tool call id as Mistral's templates demand it: 9 letters and digits (others mapped
     to one, the same every time)."""
@@ -105,11 +67,11 @@ def pythonic_call(name: str, arguments: dict) -> str:
     return f"{name}(" + ", ".join(f"{k}={v!r}" for k, v in arguments.items()) + ")"
 
 
-def for_template(messages: list[dict], family: Family, template: str | None = None) -> None:
+def for_template(messages: list[dict], family: Family, renders_calls: bool = False) -> None:
     """Adapt rendered messages to the family's template (Mistral's call ids; for an LFM2
-    template that does not render calls, an assistant's calls written into its content in
-    LFM2's own form)."""
-    if family is LFM2 and "tool_calls" not in (template or ""):
+    template that does not render calls, `renders_calls` False, an assistant's calls
+    written into its content in LFM2's own form)."""
+    if family is LFM2 and not renders_calls:
         for m in messages:
             calls = m.pop("tool_calls", None)
             if calls:
@@ -149,33 +111,3 @@ def functions(tools: list[dict]) -> list[dict]:
 
 def fallback_system(tools: list[dict]) -> str:
     return FALLBACK_SYSTEM + "\n".join(json.dumps(f, ensure_ascii=False) for f in functions(tools))
-
-
-def template_writes_xml(template: str | None) -> bool:
-    """Whether the template's calls are the Qwen3.5 / Qwen3-Coder XML body."""
-    return bool(template) and "<function=" in template
-
-
-@dataclass(frozen=True)
-class CallFormat:
-    """A template's call format in full: its family, and within it the body's form (Qwen3.5's
-    XML, GLM-4.5's key/value pairs, Mistral's `NAME[ARGS]{…}`) and the opening marker's
-    token id when it is one token."""
-
-    family: Family = HERMES
-    xml: bool = False
-    named_args: bool = False
-    open_token: int | None = None
-    arg_pairs: bool = False  # GLM-4.5: NAME, then <arg_key>/<arg_value> pairs, inside the Hermes markers
-
-
-def call_format(template: str | None, token_id) -> CallFormat:
-    """`token_id(text)`: the vocabulary's id of a one-token text, else None."""
-    if not template_renders_tools(template):
-        return CallFormat()
-    family = family_of(template)
-    return CallFormat(family, xml=family is HERMES and template_writes_xml(template),
-                      named_args=family is MISTRAL and "[ARGS]" in template, open_token=token_id(family.open),
-                      arg_pairs=family is HERMES and "<arg_key>" in template)
-
-

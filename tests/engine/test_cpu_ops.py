@@ -1,4 +1,4 @@
-"""The native CPU dense ops (csrc/ops.c through kernels.cpu_ops) against their torch
+"""The native CPU dense ops (csrc/ops/ through kernels.cpu_ops) against their torch
 twins (kernels.ops.TorchOps), on random inputs with the layouts the models pass
 (strided rows, views of a fused projection), at every ISA level of this machine."""
 

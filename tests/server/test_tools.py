@@ -189,7 +189,7 @@ def test_lfm2_instruct_template_gets_earlier_calls_in_lfm2s_own_form(tmp_path):
     call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}
     messages = [{"role": "user", "content": "1+2?"}, {"role": "assistant", "content": "", "tool_calls": [call]},
                 {"role": "tool", "tool_call_id": "c1", "content": "3"}]
-    for_template(messages, LFM2, template)
+    for_template(messages, LFM2, "tool_calls" in template)
     rendered = render(tok, template, messages, tools=TOOLS)
     start = rendered.index(LFM2.open)
     _, calls, _ = run_splitter([rendered[start:rendered.index(LFM2.close) + len(LFM2.close)]], LFM2)

@@ -1,8 +1,9 @@
 """Packed weights: the only parts of the engine that hold GGUF blocks. Each keeps the
 file's bytes (a uint8 tensor over the memory map, or a copy on another device) and
 calls the kernels its model's settings (kernels.KernelSettings, handed over at build)
-chose once for its device and type; nothing here dequantizes a whole weight. Plain callables, not nn.Modules: a decode step makes a hundred of
-these calls and nn.Module's call machinery would cost more than some of them."""
+chose once for its device and type; nothing here dequantizes a whole weight. Plain
+callables, not nn.Modules: a decode step makes a hundred of these calls and
+nn.Module's call machinery would cost more than some of them."""
 
 from __future__ import annotations
 

@@ -92,7 +92,8 @@ def test_a_long_prefill_of_each_takes_its_own_path(two, monkeypatch):
     a, b, _ = two
     tiles, dequantized = [], []  # the BLAS path's input dtypes; the kernels whose dequantization fed it
     by_tiles = reference.matmul_by_tiles
-    monkeypatch.setattr(reference, "matmul_by_tiles", lambda w, x, *args: tiles.append(x.dtype) or by_tiles(w, x, *args))
+    monkeypatch.setattr(reference, "matmul_by_tiles",
+                        lambda w, x, *args: tiles.append(x.dtype) or by_tiles(w, x, *args))
     native = cpu.CpuKernels.dequantize_rows
     monkeypatch.setattr(cpu.CpuKernels, "dequantize_rows", lambda k, *args: dequantized.append(k) or native(k, *args))
     threads = []

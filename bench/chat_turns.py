@@ -41,7 +41,7 @@ ANSWERS = ("It is about a journey along a river.", "A traveller and a ferryman."
 
 
 def gemma_path() -> str:
-    from gguf_serve.server.default_model import default_model_path
+    from gguf_serve.server.models.default_model import default_model_path
 
     return default_model_path()
 

@@ -71,7 +71,7 @@ STORIES = ["Once upon a time, in a village at the edge of a great forest, there 
 
 
 def gemma_path() -> str:
-    from gguf_serve.server.default_model import default_model_path
+    from gguf_serve.server.models.default_model import default_model_path
 
     return default_model_path()
 

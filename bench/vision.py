@@ -55,7 +55,7 @@ SIGLIP = dict(image=896, patch=14, hidden=1152, ffn=4304, layers=27, heads=16)
 
 def text_with_template(out: str) -> str:
     """The Gemma 3 270M file with TEMPLATE as its chat template."""
-    from gguf_serve.server.default_model import default_model_path
+    from gguf_serve.server.models.default_model import default_model_path
 
     if os.path.exists(out):
         return out

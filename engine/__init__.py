@@ -1,6 +1,38 @@
 """gguf_serve.engine: GGUF → torch model with packed layers, kernels per device,
-tokenizer and chat template, generation. Built on gguf_io; knows nothing of HTTP."""
+tokenizer and chat template, generation. Built on gguf_io; knows nothing of HTTP.
 
-from .loader import LoadedModel, load_model
+This module is the engine's public face: the server (and any library caller) imports
+these names from `gguf_serve.engine`, never from its submodules, so the engine's
+insides can move without the server changing."""
 
-__all__ = ["LoadedModel", "load_model"]
+from .loader import LOAD_STAGES, LoadedModel, available_memory, load_model, trim_heap
+from .chat import prompt_ids, render
+from .config import EngineConfig
+from .options import CacheType, DeviceChoice, KernelChoice, PrefillDtype, SpecChoice, VisionDtype
+from .embed import EmbeddingError, embed, rank
+from .fetch import (ModelRef, best_companion, cached_gguf_models, companion_kind, download, is_model_file, model_id,
+                    parse)
+from .grammar import GrammarError, GrammarMask, ThinkingBudget, closed_objects, json_grammar, schema_of
+from .sampling import SamplingParams
+from .scheduler import Request, Scheduler, check_speculative
+from .speculative import SpeculationError
+from .text import held_back
+from .tokenizer import encode
+from .vision import ImageError, goes_with
+
+__all__ = [
+    # loading a model and the memory it takes
+    "LOAD_STAGES", "LoadedModel", "EngineConfig", "available_memory", "load_model", "trim_heap",
+    # the engine's option choices, as types
+    "CacheType", "DeviceChoice", "KernelChoice", "PrefillDtype", "SpecChoice", "VisionDtype",
+    # model files: Hub IDs, files and the vision files that go with them
+    "ModelRef", "best_companion", "cached_gguf_models", "companion_kind", "download", "goes_with", "is_model_file",
+    "model_id", "parse",
+    # prompts: tokenizing, the chat template, images
+    "ImageError", "encode", "prompt_ids", "render",
+    # generation: sampling, constraints, the scheduler, speculation, streamed text
+    "GrammarError", "GrammarMask", "Request", "SamplingParams", "Scheduler", "SpeculationError", "ThinkingBudget",
+    "check_speculative", "closed_objects", "held_back", "json_grammar", "schema_of",
+    # embedding and reranking files
+    "EmbeddingError", "embed", "rank",
+]

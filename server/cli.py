@@ -15,7 +15,7 @@ import typing
 
 from ..gguf_io import GGUFError, GGUFReader, describe
 from ..gguf_io.summary import format_description
-from .default_model import default_model_path
+from .models.default_model import default_model_path
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -125,9 +125,7 @@ def _serve(argv: list[str]) -> int:
               "its first request", flush=True)
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:  # Ctrl-C / SIGTERM: running generations end at their next step
-            for entry in app.state.registry.entries.values():
-                if entry.worker is not None:
-                    entry.worker.cancel_all()
+            app.state.residency.cancel_all()
             super().handle_exit(sig, frame)
 
     server = Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))

@@ -12,8 +12,7 @@ from typing import Literal, Optional
 from pydantic import ByteSize, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ..engine.config import EngineConfig
-from ..engine.options import CacheType, DeviceChoice, KernelChoice, PrefillDtype, SpecChoice, VisionDtype
+from ..engine import CacheType, DeviceChoice, EngineConfig, KernelChoice, PrefillDtype, SpecChoice, VisionDtype
 
 
 class ServerSettings(BaseSettings):
@@ -32,7 +31,8 @@ class ServerSettings(BaseSettings):
     reasoning_budget: Optional[int] = Field(default=None, ge=0, description=(
         "thinking tokens a reply may spend before the server closes its reasoning block (default: no limit; a "
         "request's thinking_budget_tokens overrides it)"))
-    api_key: Optional[str] = Field(default=None, description="require 'Authorization: Bearer KEY' on /v1/*")
+    api_key: Optional[str] = Field(default=None, description=(
+        "require 'Authorization: Bearer KEY' (or x-api-key) on every path but /health and the chat page"))
     api_key_file: Optional[str] = Field(default=None, description=(
         "read the API key from this file (e.g. a mounted secret)"))
     device: DeviceChoice = Field(default="auto", description="where to run")

@@ -361,8 +361,8 @@ def test_measuring_in_pieces_refuses_only_what_is_over(gemma_path):
 
     from gguf_serve.engine.tokenizer import load_tokenizer
     from gguf_serve.gguf_io import GGUFReader
-    from gguf_serve.server.errors import ContextLengthExceeded
-    from gguf_serve.server.service import MEASURE_PIECE, Service
+    from gguf_serve.server.core.errors import ContextLengthExceeded
+    from gguf_serve.server.chat.serving import MEASURE_PIECE, ChatServing
     from gguf_serve.server.settings import ServerSettings
 
     tok = load_tokenizer(GGUFReader(gemma_path))
@@ -370,7 +370,7 @@ def test_measuring_in_pieces_refuses_only_what_is_over(gemma_path):
             "    indented code();  ") * 4000
     assert len(para) > 4 * MEASURE_PIECE
     n = len(tok.backend_tokenizer.encode(para, add_special_tokens=False).ids)
-    service = Service(None, ServerSettings())
+    service = ChatServing(None, ServerSettings())
     for ctx, refused in ((n + 1, False), (n - 200, True)):
         entry = SimpleNamespace(lm=SimpleNamespace(n_ctx=ctx, tokenizer=tok))
         try:

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from gguf_serve.server.harmony import (HarmonySplitter, for_template, forced_grammar, is_harmony,
+from gguf_serve.server.chat.harmony import (HarmonySplitter, for_template, forced_grammar, is_harmony,
                                        reasoning_effort, tools_for_template)
-from gguf_serve.server.tool_parse import ToolCallSplitter
+from gguf_serve.server.chat.tool_parse import ToolCallSplitter
 
 from server_harness import TOOLS, accepts
 from tiny_models import HARMONY_TOKENS, tiny_chat_model

@@ -9,8 +9,8 @@ import httpx
 import openai
 import pytest
 
-from gguf_serve.server import resolve
-from gguf_serve.server.errors import BadRequest, ModelNotFound
+from gguf_serve.server.models import resolve
+from gguf_serve.server.core.errors import BadRequest, ModelNotFound
 
 from helpers import split_gguf
 from hub_server import HubServer

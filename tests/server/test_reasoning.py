@@ -2,7 +2,7 @@
 
 import pytest
 
-from gguf_serve.server.reasoning import (BRACKET_THINK, CHANNEL_THOUGHT, ReasoningSplitter, enable_thinking,
+from gguf_serve.server.chat.reasoning import (BRACKET_THINK, CHANNEL_THOUGHT, ReasoningSplitter, enable_thinking,
                                         reasoning_markers, starts_in_reasoning, template_has_switch)
 
 

@@ -9,8 +9,8 @@ import time
 
 from gguf_serve.engine import load_model
 from gguf_serve.engine.sampling import SamplingParams
-from gguf_serve.server.errors import Overloaded
-from gguf_serve.server.worker import Job, Worker
+from gguf_serve.server.core.errors import Overloaded
+from gguf_serve.server.models.worker import Job, Worker
 
 
 def test_stop_with_a_full_queue_returns_at_once(tiny_path):

@@ -122,27 +122,27 @@ float dot_q8_0_s(const void *vw, const void *vx, int nb) {
     return acc;
 }
 
+/* IQ4_NL and MXFP4: 32 four-bit indices into a table of 16 values (low nibbles the first
+ * 16 weights, high nibbles the next), one scale a block: IQ4_NL's float16, MXFP4's E8M0 */
+static inline int table_block_dot(const int8_t table[16], const uint8_t qs[16], const int8_t *x) {
+    int s = 0;
+    for (int j = 0; j < 16; j++) s += table[qs[j] & 0xF] * x[j] + table[qs[j] >> 4] * x[j + 16];
+    return s;
+}
+
+static inline void table_block_deq(const int8_t table[16], const uint8_t qs[16], float d, float *y) {
+    for (int j = 0; j < 16; j++) { y[j] = d * table[qs[j] & 0xF]; y[j + 16] = d * table[qs[j] >> 4]; }
+}
+
 float dot_iq4_nl_s(const void *vw, const void *vx, int nb) {
     const blk_iq4_nl *w = vw; const act32 *x = vx; float acc = 0.f;
-    for (int i = 0; i < nb; i++) {
-        int s = 0;
-        for (int j = 0; j < 16; j++) {
-            s += kvalues_iq4nl[w[i].qs[j] & 0xF] * x[i].qs[j] + kvalues_iq4nl[w[i].qs[j] >> 4] * x[i].qs[j + 16];
-        }
-        acc += h2f(w[i].d) * x[i].d * (float)s;
-    }
+    for (int i = 0; i < nb; i++) acc += h2f(w[i].d) * x[i].d * (float)table_block_dot(kvalues_iq4nl, w[i].qs, x[i].qs);
     return acc;
 }
 
 float dot_mxfp4_s(const void *vw, const void *vx, int nb) {
     const blk_mxfp4 *w = vw; const act32 *x = vx; float acc = 0.f;
-    for (int i = 0; i < nb; i++) {
-        int s = 0;
-        for (int j = 0; j < 16; j++) {
-            s += kvalues_mxfp4[w[i].qs[j] & 0xF] * x[i].qs[j] + kvalues_mxfp4[w[i].qs[j] >> 4] * x[i].qs[j + 16];
-        }
-        acc += e8m0_half(w[i].e) * x[i].d * (float)s;
-    }
+    for (int i = 0; i < nb; i++) acc += e8m0_half(w[i].e) * x[i].d * (float)table_block_dot(kvalues_mxfp4, w[i].qs, x[i].qs);
     return acc;
 }
 
@@ -298,18 +298,12 @@ void deq_q8_0(const void *v, float *y, int nb) {
 
 void deq_iq4_nl(const void *v, float *y, int nb) {
     const blk_iq4_nl *b = v;
-    for (int i = 0; i < nb; i++, y += 32) {
-        const float d = h2f(b[i].d);
-        for (int j = 0; j < 16; j++) { y[j] = d * kvalues_iq4nl[b[i].qs[j] & 0xF]; y[j + 16] = d * kvalues_iq4nl[b[i].qs[j] >> 4]; }
-    }
+    for (int i = 0; i < nb; i++, y += 32) table_block_deq(kvalues_iq4nl, b[i].qs, h2f(b[i].d), y);
 }
 
 void deq_mxfp4(const void *v, float *y, int nb) {
     const blk_mxfp4 *b = v;
-    for (int i = 0; i < nb; i++, y += 32) {
-        const float d = e8m0_half(b[i].e);
-        for (int j = 0; j < 16; j++) { y[j] = d * kvalues_mxfp4[b[i].qs[j] & 0xF]; y[j + 16] = d * kvalues_mxfp4[b[i].qs[j] >> 4]; }
-    }
+    for (int i = 0; i < nb; i++, y += 32) table_block_deq(kvalues_mxfp4, b[i].qs, e8m0_half(b[i].e), y);
 }
 
 void deq_q2_K(const void *v, float *y, int nb) {

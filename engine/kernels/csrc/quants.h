@@ -1,8 +1,9 @@
 /* What the kernel sources share: the GGUF block formats they read, the activation
  * blocks they quantize to, the kernel table's entry, and each function one source defines
  * for another: the scalar code (quants.c), the Q5_0 eight-row layout (repack.c), the SIMD
- * code (arch/x86.c, arch/arm.c), the table and the ISA choice (dispatch.c); matmul.c runs
- * them over a matrix on the thread pool (pool.c). Not part of the library's ABI. */
+ * code (arch/x86_avx2.c, arch/x86_avx512.c, arch/x86_tiles.c, arch/arm.c), the table and
+ * the ISA choice (dispatch.c); matmul.c runs them over a matrix on the thread pool
+ * (pool.c). Not part of the library's ABI. */
 #ifndef GC_QUANTS_H
 #define GC_QUANTS_H
 
@@ -172,7 +173,7 @@ GC_HIDDEN void deq8_q5_0x8(const void *vw, float *y, int nb, int64_t n_cols);
 GC_HIDDEN void repack_mxfp4x8(const uint8_t *w, int64_t row_bytes, int nb, blk_mxfp4x8 *out);
 GC_HIDDEN void dot8_mxfp4x8_s(const void *vw, const void *vx, int nb, float *out);
 GC_HIDDEN void deq8_mxfp4x8(const void *vw, float *y, int nb, int64_t n_cols);
-/* arch/x86.c: AVX2 and AVX-512 */
+/* arch/x86_avx2.c, x86_avx512.c, x86_tiles.c: AVX2 and AVX-512 */
 #define GC_X86_DOTS(t) GC_HIDDEN float dot_##t##_avx2(const void *vw, const void *vx, int nb); \
                        GC_HIDDEN float dot_##t##_avx512(const void *vw, const void *vx, int nb);
 GC_TYPES(GC_X86_DOTS)

@@ -1,0 +1,137 @@
+/* The KV cache's rows by type (float32, float16, bfloat16, Q8_0, Q4_0): their sizes, one
+ * head's floats stored into a row (ggml's rounding), a row read back as floats (the
+ * portable version; vec_impl.h has the SIMD ones), and gc_kv_rows, which reads many rows
+ * for the attention of long prompt chunks in torch. */
+#include "ops.h"
+
+int64_t kv_row_bytes(int type, int64_t d) {
+    switch (type) {
+    case KV_F32: return 4 * d;
+    case KV_F16: case KV_BF16: return 2 * d;
+    case KV_Q8_0: return d / 32 * (int64_t)sizeof(blk_q8_0);
+    case KV_Q4_0: return d / 32 * (int64_t)sizeof(blk_q4_0);
+    default: return -1;
+    }
+}
+
+/* float32 -> float16 bits, rounded to nearest even (numpy's astype, bit for bit) */
+static inline uint16_t f2h(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* 65520 and up: inf */
+    if (ax < 0x38800000u) {                                    /* below 2^-14: a half subnormal (or 0) */
+        float a;
+        memcpy(&a, &ax, 4);
+        return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.f));
+    }
+    return (uint16_t)(sign | ((ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13));
+}
+
+static inline uint16_t f2bf(float f) { /* round to nearest even; NaNs kept quiet */
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 64u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/* one head's d floats into a cache row of `type` (ggml's reference quantizers, as
+ * gguf_io's: Q8_0 d = amax / 127, q = round(x / d); Q4_0 d = -max / 8 for the value of
+ * largest magnitude, q = trunc(x / d + 8.5) up to 15) */
+void kv_store(int type, const float *x, uint8_t *dst, int64_t d) {
+    switch (type) {
+    case KV_F32: memcpy(dst, x, sizeof(float) * (size_t)d); break;
+    case KV_F16: for (int64_t i = 0; i < d; i++) ((uint16_t *)dst)[i] = f2h(x[i]); break;
+    case KV_BF16: for (int64_t i = 0; i < d; i++) ((uint16_t *)dst)[i] = f2bf(x[i]); break;
+    case KV_Q8_0:
+        for (int64_t b = 0; b < d / 32; b++) {
+            const float *xb = x + 32 * b;
+            blk_q8_0 blk;
+            float amax = 0.f;
+            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+            const float dd = amax / 127.f, id = dd != 0.f ? 1.f / dd : 0.f;
+            blk.d = f2h(dd);
+            for (int j = 0; j < 32; j++) blk.qs[j] = (int8_t)roundf(xb[j] * id);
+            memcpy(dst + b * sizeof(blk_q8_0), &blk, sizeof blk);
+        }
+        break;
+    case KV_Q4_0:
+        for (int64_t b = 0; b < d / 32; b++) {
+            const float *xb = x + 32 * b;
+            blk_q4_0 blk;
+            float amax = 0.f, mx = 0.f;
+            for (int j = 0; j < 32; j++)
+                if (fabsf(xb[j]) > amax) { amax = fabsf(xb[j]); mx = xb[j]; }
+            const float dd = mx / -8.f, id = dd != 0.f ? 1.f / dd : 0.f;
+            blk.d = f2h(dd);
+            for (int j = 0; j < 16; j++) {
+                const int lo = (int)(xb[j] * id + 8.5f), hi = (int)(xb[j + 16] * id + 8.5f);
+                blk.qs[j] = (uint8_t)((lo < 15 ? (lo < 0 ? 0 : lo) : 15) | ((hi < 15 ? (hi < 0 ? 0 : hi) : 15) << 4));
+            }
+            memcpy(dst + b * sizeof(blk_q4_0), &blk, sizeof blk);
+        }
+        break;
+    }
+}
+
+/* a cache row of `type` as d floats */
+void kv_load_s(int type, const uint8_t *src, float *y, int d) {
+    switch (type) {
+    case KV_F32: memcpy(y, src, sizeof(float) * (size_t)d); break;
+    case KV_F16: for (int i = 0; i < d; i++) y[i] = h2f(((const uint16_t *)src)[i]); break;
+    case KV_BF16:
+        for (int i = 0; i < d; i++) {
+            const uint32_t bits = (uint32_t)((const uint16_t *)src)[i] << 16;
+            memcpy(y + i, &bits, 4);
+        }
+        break;
+    case KV_Q8_0:
+        for (int b = 0; b < d / 32; b++) {
+            const blk_q8_0 *blk = (const blk_q8_0 *)src + b;
+            const float s = h2f(blk->d);
+            for (int j = 0; j < 32; j++) y[32 * b + j] = s * (float)blk->qs[j];
+        }
+        break;
+    case KV_Q4_0:
+        for (int b = 0; b < d / 32; b++) {
+            const blk_q4_0 *blk = (const blk_q4_0 *)src + b;
+            const float s = h2f(blk->d);
+            for (int j = 0; j < 16; j++) {
+                y[32 * b + j] = s * (float)((blk->qs[j] & 15) - 8);
+                y[32 * b + j + 16] = s * (float)((blk->qs[j] >> 4) - 8);
+            }
+        }
+        break;
+    }
+}
+
+typedef struct {
+    int type;
+    const uint8_t *src;
+    int64_t group_stride, n, d;
+    float *dst;
+} kv_rows_ctx;
+
+static void kv_rows_task(void *vctx, int64_t start, int64_t end) {
+    const kv_rows_ctx *c = vctx;
+    const attn_vec_t *A = attn_vec();
+    const int64_t rb = kv_row_bytes(c->type, c->d);
+    for (int64_t i = start; i < end; i++) {
+        const int64_t g = i / c->n, r = i % c->n;
+        A->load(c->type, c->src + g * c->group_stride + r * rb, c->dst + i * c->d, (int)c->d);
+    }
+}
+
+/* Cache rows of `type` as floats: `groups` runs of n rows each (a slot's kv heads, their
+ * cells; runs `group_stride` bytes apart, rows back to back) into dst (groups, n, d), for
+ * the attention of long prompt chunks over a quantized cache. */
+int gc_kv_rows(int type, const uint8_t *src, int64_t groups, int64_t group_stride, int64_t n, int64_t d, float *dst,
+               int n_threads) {
+    if (kv_row_bytes(type, d) < 0 || (type != KV_F32 && type != KV_F16 && type != KV_BF16 && d % 32))
+        return GC_UNSUPPORTED;
+    kv_rows_ctx c = {type, src, group_stride, n, d, dst};
+    const int64_t rows = groups * n;
+    gc_parallel_for(rows >= 256 ? n_threads : 1, rows, chunk_of(rows, n_threads, 64), kv_rows_task, &c);
+    return GC_OK;
+}

@@ -1,0 +1,76 @@
+"""The administrative endpoints' logic: health (startup's progress and failures), the
+model list, loading and unloading on request, /tokenize and /detokenize, the metrics."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi.responses import JSONResponse, Response
+
+from ...engine import encode
+from ..chat.wire import token_text
+from ..core.errors import BadRequest
+from ..core.metrics import Metrics
+from ..models.catalog import Catalog, Entry
+from ..models.residency import Residency
+from .protocol import DetokenizeRequest, Model, ModelAction, ModelActionResult, ModelList, TokenizeRequest
+
+
+def tokenize(lm, text: str, add_special: bool, with_pieces: bool) -> dict:
+    ids = encode(lm.tokenizer, text, add_special=add_special)
+    if not with_pieces:
+        return {"tokens": ids}
+    return {"tokens": [{"id": t, "piece": token_text(lm.tokenizer, t)} for t in ids]}
+
+
+def detokenize(lm, ids: list[int]) -> dict:
+    n = lm.model.vocab_size
+    bad = next((i for i, t in enumerate(ids) if not 0 <= t < n), None)
+    if bad is not None:
+        raise BadRequest(f"token id {ids[bad]} is outside the vocabulary (0..{n - 1})", param=f"tokens.{bad}")
+    return {"content": lm.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)}
+
+
+class AdminServing:
+    """Over the catalog, its residency, startup's state (server.lifespan) and the metrics."""
+
+    def __init__(self, catalog: Catalog, residency: Residency, startup: dict, metrics: Metrics):
+        self.catalog, self.residency, self.startup, self.metrics = catalog, residency, startup, metrics
+
+    def health(self):
+        state = self.startup
+        if state["error"] is not None:
+            return JSONResponse({"status": "error", "error": str(state["error"])}, status_code=503)
+        if not state["ready"]:
+            return JSONResponse({"status": "loading"}, status_code=503)
+        return {"status": "ok", **({"failed": state["failed"]} if state["failed"] else {})}
+
+    def prometheus(self) -> Response:
+        return Response(self.metrics.render(), media_type=self.metrics.content_type)
+
+    def describe(self, e: Entry) -> Model:
+        return Model(id=e.id, loaded=e.lm is not None, status=self.residency.state(e), memory_bytes=e.memory or None,
+                     error=e.error, vision=e.vision, **(e.info or {}))
+
+    def models(self) -> ModelList:
+        return ModelList(data=[self.describe(e) for e in self.catalog.entries.values()])
+
+    def model(self, model_id: str) -> Model:
+        return self.describe(self.catalog.get(model_id))
+
+    async def load(self, req: ModelAction) -> ModelActionResult:
+        entry = await asyncio.to_thread(self.residency.ensure_loaded, self.catalog.get(req.model), req.keep_alive)
+        return ModelActionResult(model=entry.id, status=self.residency.state(entry))
+
+    async def unload(self, req: ModelAction) -> ModelActionResult:
+        entry = self.catalog.get(req.model)
+        await asyncio.to_thread(self.residency.unload, entry)
+        return ModelActionResult(model=entry.id, status=self.residency.state(entry))
+
+    async def tokenize(self, req: TokenizeRequest) -> dict:
+        async with self.residency.holding(req.model, req.keep_alive) as entry:
+            return await asyncio.to_thread(tokenize, entry.lm, req.content, req.add_special, req.with_pieces)
+
+    async def detokenize(self, req: DetokenizeRequest) -> dict:
+        async with self.residency.holding(req.model, req.keep_alive) as entry:
+            return await asyncio.to_thread(detokenize, entry.lm, req.tokens)

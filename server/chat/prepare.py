@@ -1,0 +1,201 @@
+"""An OpenAI request made ready for the engine: its sampling settings per choice (with
+every value checked and the field at fault named), the chat messages as the template
+reads them, the tools the reply may call and the grammar a forced call imposes, and
+what the server refuses rather than drops (content it cannot use, fields it does not
+honour yet). `Prepared` is the result the service queues."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+from ...engine import (GrammarError, GrammarMask, SamplingParams, SpeculationError, check_speculative, json_grammar,
+                      render, schema_of)
+from ..core.errors import BadRequest
+from ..models.worker import Job
+from . import harmony
+from .protocol import unsupported_fields
+from .tool_grammar import required_grammar
+from .tools import HERMES, Family, call_format, for_template, render_fallback, template_renders_tools
+
+
+def _stops(stop) -> list[str]:
+    if stop is None:
+        return []
+    return [stop] if isinstance(stop, str) else list(stop)
+
+
+def _sampling(req, max_tokens: int | None, vocab_size: int) -> SamplingParams:
+    bias = {}
+    for k, v in (req.logit_bias or {}).items():
+        try:
+            token = int(k)
+        except ValueError:
+            raise BadRequest(f"logit_bias keys must be token ids, got {k!r}", param="logit_bias") from None
+        if not 0 <= token < vocab_size:
+            raise BadRequest(f"logit_bias: token id {token} is outside the vocabulary (0..{vocab_size - 1})",
+                             param="logit_bias")
+        bias[token] = float(v)
+    return SamplingParams(
+        temperature=req.temperature if req.temperature is not None else 1.0,
+        top_p=req.top_p if req.top_p is not None else 1.0,
+        top_k=req.top_k or 0,
+        min_p=req.min_p or 0.0,
+        repetition_penalty=req.repetition_penalty or 1.0,
+        presence_penalty=req.presence_penalty or 0.0,
+        frequency_penalty=req.frequency_penalty or 0.0,
+        seed=req.seed,
+        stop=_stops(req.stop),
+        max_tokens=max_tokens,
+        logit_bias=bias,
+        ignore_eos=bool(req.ignore_eos),
+        speculative=req.speculative,
+    )
+
+
+def template_tool_calls(calls: list[dict], i: int) -> list[dict]:
+    """An assistant message's tool_calls as chat templates read them: arguments as a mapping."""
+    out = []
+    for j, c in enumerate(calls):
+        f = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+            raise BadRequest("a tool call needs function.name", param=f"messages.{i}.tool_calls.{j}")
+        args = f.get("arguments") or "{}"
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                raise BadRequest("tool call arguments must be a JSON object",
+                                 param=f"messages.{i}.tool_calls.{j}.function.arguments") from None
+        out.append({"id": c.get("id"), "type": "function", "function": {"name": f["name"], "arguments": args}})
+    return out
+
+
+def refuse_parts(m, i: int) -> None:
+    """Content this server cannot use is refused, never dropped: parts other than text and
+    images (audio, files)."""
+    if isinstance(m.content, list):
+        for j, part in enumerate(m.content):
+            if part.type not in ("text", "image_url"):
+                raise BadRequest(f"content parts of type {part.type!r} are not supported (text and image_url are)",
+                                 param=f"messages.{i}.content.{j}", code="unsupported_parameter")
+
+
+def refuse_unsupported(req) -> None:
+    bad = unsupported_fields(req)
+    if bad:
+        raise BadRequest(f"'{bad[0]}' is not supported by this server yet", param=bad[0], code="unsupported_parameter")
+
+
+def per_choice(req, max_tokens: int | None, lm, logprobs: int | None) -> list[SamplingParams]:
+    """One SamplingParams per requested choice (n), built and checked once; a seed
+    advances by one per choice (within the 64 bits a generator takes)."""
+    n = req.n or 1
+    if n > lm.cache.n_seq:
+        raise BadRequest(f"n={n} choices need as many sequence slots; this server runs {lm.cache.n_seq} "
+                         f"(--parallel)", param="n")
+    base = _sampling(req, max_tokens, lm.model.vocab_size)
+    base.logprobs = logprobs
+    try:
+        check_speculative(lm, base.speculative)
+    except SpeculationError as e:
+        raise BadRequest(str(e), param="speculative") from None
+    if base.seed is None:
+        return [replace(base) for _ in range(n)]
+    return [replace(base, seed=base.seed + i if base.seed + i < 2 ** 64 else base.seed + i - 2 ** 64)
+            for i in range(n)]
+
+
+def render_chat(lm, messages: list[dict], kwargs: dict) -> str:
+    try:
+        return render(lm.tokenizer, lm.chat_template, messages, **kwargs)
+    except Exception as e:  # a template raising on these messages (e.g. role order)
+        raise BadRequest(f"the chat template rejected these messages: {e}", param="messages") from None
+
+
+@dataclass
+class Prepared:
+    entry: object
+    prompt_ids: list[int]
+    params: list[SamplingParams]
+    splitter_args: dict = field(default_factory=dict)
+    job: Job | None = None  # queued before a stream starts
+    tools: list = field(default_factory=list)  # the tools the reply may call (their calls parsed out)
+    family: Family = HERMES  # how the model writes them
+    media: dict = field(default_factory=dict)  # the prompt's images by content key
+
+    # the model's tokenizer, kept from the request's start: the model may be unloaded as soon
+    # as its generation has ended, before the reply is put together
+    tokenizer: object = field(init=False)
+
+    def __post_init__(self):
+        self.tokenizer = self.entry.lm.tokenizer
+
+
+def origin_param(param: str | None, origins: list[str] | None, renamed: dict[str, str]) -> str | None:
+    """A chat path error's `param` in the terms of the request it was made from (the
+    Responses or Messages API): `messages.K...` as the part message K came from, other
+    fields by `renamed`."""
+    if param is None:
+        return None
+    parts = param.split(".")
+    if origins and parts[0] == "messages" and len(parts) > 1 and parts[1].isdigit() and int(parts[1]) < len(origins):
+        return ".".join([origins[int(parts[1])]] + parts[2:])
+    return renamed.get(parts[0], param)
+
+
+def tools_for(req, lm, messages: list[dict], kwargs: dict) -> tuple[list[dict], str | None, Family]:
+    """The tools the reply may call (empty: none), for `tool_choice` required or a named
+    function the grammar its reply must follow, and the family its calls are written
+    in. Renders them: through the template when it knows tools, else as a system
+    message (the generic fallback)."""
+    choice = req.tool_choice
+    if not req.tools or choice == "none":
+        return [], None, HERMES
+    for j, t in enumerate(req.tools):
+        f = t.get("function") if t.get("type") == "function" else None
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+            raise BadRequest("each tool must be {'type': 'function', 'function': {'name': ..., ...}}",
+                             param=f"tools.{j}")
+    fmt = call_format(lm.chat_template, lm.tokenizer.backend_tokenizer.token_to_id)
+    in_harmony = harmony.is_harmony(lm.chat_template)  # its calls reach the parser in the Hermes form
+    if in_harmony:
+        kwargs["tools"] = harmony.tools_for_template(req.tools)
+    elif template_renders_tools(lm.chat_template):
+        kwargs["tools"] = req.tools
+        for_template(messages, fmt.family, lm.chat_template)
+    else:
+        render_fallback(messages, req.tools)
+    name = None
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        if not isinstance(name, str):
+            raise BadRequest("tool_choice must be 'none', 'auto', 'required' or "
+                             "{'type': 'function', 'function': {'name': ...}}", param="tool_choice")
+    elif choice not in (None, "auto", "required"):
+        raise BadRequest(f"tool_choice {choice!r} is not 'none', 'auto' or 'required'", param="tool_choice")
+    grammar = None
+    if choice == "required" or name is not None:
+        try:
+            # a named function is one call (as OpenAI and vLLM make it); `required`, one or more
+            parallel = name is None and req.parallel_tool_calls is not False
+            if in_harmony:  # one call a reply: <|call|> ends it
+                grammar = harmony.forced_grammar(lm.tokenizer.backend_tokenizer.token_to_id, req.tools, name)
+            else:
+                grammar = required_grammar(req.tools, name, parallel, fmt)
+        except ValueError as e:
+            raise BadRequest(str(e), param="tool_choice") from None
+    return req.tools, grammar, HERMES if in_harmony else fmt.family
+
+def constrain(lm, constraint: dict | str, params: list[SamplingParams], think: dict, field: str) -> None:
+    """A grammar mask per choice (llguidance): a response_format's JSON, or a grammar
+    (a forced tool call's); for a thinking model (`think`: GrammarMask's reasoning
+    arguments) it starts once the reasoning block closes. `field`: the request field
+    a failure is reported against. Off the event loop: the first one builds the
+    grammar vocabulary (~3 s for a 262k-token one)."""
+    try:
+        grammar = constraint if isinstance(constraint, str) else json_grammar(schema_of(constraint))
+        for p in params:
+            p.logits_processor = GrammarMask(lm, grammar, **think)
+    except (GrammarError, json.JSONDecodeError) as e:
+        raise BadRequest(f"{field}: {e}", param=field) from None

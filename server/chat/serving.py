@@ -1,0 +1,415 @@
+"""From an OpenAI request to the engine and back: the chat or completion prompt (its
+templating, the context check; the settings themselves come from server.chat.prepare), the
+worker queue, the reasoning and tool-call split of what the model writes, and the
+response in its streamed or folded form (wire details in server.chat.wire). The
+non-streaming reply is built by folding the stream, so there is one generation path."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from typing import AsyncIterator
+
+from ...engine import GrammarError, ImageError, ThinkingBudget, encode, prompt_ids, schema_of
+from ..core.errors import APIError, BadRequest, ContextLengthExceeded
+from ..core.protocol import new_id, now
+from ..models.catalog import refuse_kind
+from ..models.residency import Residency
+from ..models.worker import Job
+from . import harmony
+from .images import bad_image, load_image
+from .prepare import (Prepared, constrain, origin_param, per_choice, refuse_parts, refuse_unsupported, render_chat,
+                      template_tool_calls, tools_for)
+from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Completion,
+                       CompletionChoice, CompletionRequest, Delta, ResponseMessage)
+from .reasoning import (ReasoningSplitter, enable_thinking, reasoning_markers, starts_in_reasoning,
+                        template_has_switch)
+from .tool_parse import ToolCallSplitter
+from .wire import SYSTEM_FINGERPRINT, Piece, Tally, chat_logprobs, completion_logprobs, reply_content
+
+log = logging.getLogger("gguf_serve.server")
+
+MEASURE_PIECE = 1 << 16  # characters tokenized at a time while a long prompt is measured
+
+
+class ChatServing:
+    """The chat and completions endpoints, and the generation path the Responses and
+    Messages APIs run through (`through_chat`, `pieces`)."""
+
+    def __init__(self, residency: Residency, settings, metrics=None):
+        self.residency = residency
+        self.settings = settings
+        self.metrics = metrics
+        self._warned_no_switch: set[str] = set()
+
+    async def _prepared(self, model: str | None, keep_alive: float | None, prepare) -> Prepared:
+        """Hold the model, run `prepare(entry)` (a coroutine giving a Prepared) and queue
+        its job; the hold ends with the job (or here, if anything fails first)."""
+        entry = await self.residency.hold(model, keep_alive)
+        try:
+            refuse_kind(entry, "generate")
+            prep = await prepare(entry)
+            job = Job(prep.prompt_ids, prep.params, asyncio.get_running_loop(), asyncio.Queue(), media=prep.media)
+            job.done_callbacks.append(lambda: self.residency.release(entry))
+            entry.worker.submit(job)  # Overloaded (429) when the queue is full
+            prep.job = job
+            return prep
+        except BaseException:
+            self.residency.release(entry)
+            raise
+
+    def _context(self, entry) -> int:
+        return entry.lm.n_ctx  # the cache's, sized at load from --ctx-size or the memory available
+
+    def _check_length(self, entry, n_prompt: int, max_tokens: int | None, param: str) -> None:
+        if n_prompt == 0:  # nothing to condition on (a model that adds no BOS, an empty prompt)
+            raise BadRequest(f"the {param} is empty", param=param)
+        ctx = self._context(entry)
+        if n_prompt >= ctx or (max_tokens is not None and n_prompt + max_tokens > ctx):
+            want = n_prompt + (max_tokens or 0)
+            raise ContextLengthExceeded(
+                f"This model's maximum context length is {ctx} tokens. However, you requested {want} tokens "
+                f"({n_prompt} in the {param}, {max_tokens or 0} in the completion).", param=param)
+
+    async def _measure(self, entry, text: str, param: str) -> None:
+        """Refuse a text far over the context before tokenizing all of it. The tokenizer
+        holds the GIL while it works (seconds for megabytes, and /health would wait), so a
+        long text is counted in pieces, each on a worker thread, the event loop running in
+        between; once the count is sure to be over the context, it is refused. A text that
+        fits is then tokenized whole (at most about a context's worth of work)."""
+        if len(text) <= MEASURE_PIECE:
+            return
+        ctx, tok = self._context(entry), entry.lm.tokenizer.backend_tokenizer
+        count, start, pieces = 0, 0, 0
+        while start < len(text):
+            end = min(len(text), start + MEASURE_PIECE)
+            cut = text.rfind(" ", start + MEASURE_PIECE // 2, end) if end < len(text) else -1
+            end = cut if cut > 0 else end  # at a space: a piece changes the count by a token or two
+            count += len(await asyncio.to_thread(tok.encode, text[start:end], add_special_tokens=False))
+            start, pieces = end, pieces + 1
+            at_least = count - 16 * pieces  # what the pieces' boundaries could have added, generously
+            if at_least >= ctx:
+                verb = "are" if param == "messages" else "is"
+                raise ContextLengthExceeded(f"This model's maximum context length is {ctx} tokens. However, the "
+                                            f"{param} alone {verb} more than {at_least} tokens.", param=param)
+
+    # ------------------------------------------------------------- chat
+
+    async def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
+        """The request's prompt and settings, its job queued on the model's worker."""
+        refuse_unsupported(req)
+        return await self._prepared(req.model, req.keep_alive, lambda entry: self._prepare_chat(entry, req))
+
+    async def through_chat(self, to_chat, req, renamed: dict[str, str], use=None):
+        """`use` (default: prepare_chat) on the chat request `to_chat(req)` makes from another
+        API's request (Responses, Messages); an error names its field in that request's terms."""
+        chat = None
+        try:
+            chat = to_chat(req)
+            return await (use or self.prepare_chat)(chat)
+        except APIError as e:
+            e.param = origin_param(e.param, getattr(chat, "_origins", None), renamed)
+            raise
+
+    async def count_chat(self, req: ChatCompletionRequest) -> int:
+        """The prompt tokens of a chat request (as it would be prepared), generating nothing."""
+        refuse_unsupported(req)
+        async with self.residency.holding(req.model, req.keep_alive) as entry:
+            refuse_kind(entry, "generate")
+            return len((await self._prepare_chat(entry, req)).prompt_ids)
+
+    async def _prepare_chat(self, entry, req: ChatCompletionRequest) -> Prepared:
+        lm = entry.lm
+        messages, images = [], []
+        for i, m in enumerate(req.messages):
+            refuse_parts(m, i)
+            msg = {"role": "system" if m.role == "developer" else m.role,
+                   "content": await self._content(lm, m, i, images)}
+            if m.tool_calls:
+                msg["tool_calls"] = template_tool_calls(m.tool_calls, i)
+            if m.tool_call_id:
+                msg["tool_call_id"] = m.tool_call_id
+            if m.reasoning_content:
+                msg["reasoning_content"] = m.reasoning_content
+            messages.append(msg)
+        kwargs = dict(req.chat_template_kwargs or {})
+        thinking = enable_thinking(req.chat_template_kwargs, req.reasoning_effort, self.settings.reasoning)
+        has_switch = template_has_switch(lm.chat_template)
+        is_harmony = harmony.is_harmony(lm.chat_template)
+        if is_harmony:  # gpt-oss: a reasoning level in its system prompt instead of a switch
+            messages = harmony.for_template(messages)
+            effort = harmony.reasoning_effort(req.reasoning_effort, thinking)
+            if effort is not None:
+                kwargs.setdefault("reasoning_effort", effort)
+        elif thinking is not None:
+            if has_switch:
+                kwargs["enable_thinking"] = thinking
+            elif entry.id not in self._warned_no_switch:
+                self._warned_no_switch.add(entry.id)
+                log.info("%s: its chat template has no thinking switch; the reasoning setting is ignored", entry.id)
+        tools, grammar_for_tools, family = tools_for(req, lm, messages, kwargs)
+        prompt = await asyncio.to_thread(render_chat, lm, messages, kwargs)
+        await self._measure(entry, prompt, "messages")
+        try:
+            ids, media = await asyncio.to_thread(prompt_ids, lm, prompt, images)
+        except ImageError as e:  # the template placed the images otherwise than given
+            raise BadRequest(str(e), param="messages") from None
+        max_tokens = req.max_completion_tokens or req.max_tokens
+        if req._fit_max_tokens and max_tokens is not None:  # a cap, as llama-server takes Anthropic's max_tokens
+            max_tokens = max(1, min(max_tokens, self._context(entry) - len(ids)))
+        self._check_length(entry, len(ids), max_tokens, "messages")
+        if max_tokens is None:  # the server's cap for requests that set none, within the context left
+            max_tokens = min(self.settings.max_tokens, self._context(entry) - len(ids))
+        params = per_choice(req, max_tokens, lm, (req.top_logprobs or 0) if req.logprobs else None)
+        json_format = req.response_format if req.response_format and req.response_format.get("type") in (
+            "json_object", "json_schema") else None
+        if is_harmony:
+            await self._constrain_harmony(lm, params, grammar_for_tools, json_format)
+            return Prepared(entry, ids, params, {"harmony": True}, tools=tools, family=family, media=media)
+        markers = reasoning_markers(lm.chat_template)
+        think_open, think_close = (lm.tokenizer.backend_tokenizer.token_to_id(t) for t in markers)
+        vocab_thinks = think_open is not None or (lm.chat_template and markers[0] in lm.chat_template)
+        split = {"in_reasoning": starts_in_reasoning(prompt, markers) and thinking is not False,
+                 "enabled": bool(vocab_thinks) and thinking is not False, "markers": markers}
+        # a grammar mask waits for the reasoning block to close, or lets one open first
+        think = {"after": think_close, "optional": think_open, "waiting": split["in_reasoning"]} \
+            if split["enabled"] else {}
+        if grammar_for_tools is not None:
+            await asyncio.to_thread(constrain, lm, grammar_for_tools, params, think, "tool_choice")
+        elif json_format is not None:
+            await asyncio.to_thread(constrain, lm, json_format, params, think, "response_format")
+        budget = req.thinking_budget_tokens
+        budget = self.settings.reasoning_budget if budget is None else budget
+        if budget is not None and split["enabled"] and think_close is not None:  # else: no block to close
+            for p in params:
+                p.logits_processor = ThinkingBudget(budget, think_close, think_open, split["in_reasoning"],
+                                                    inner=p.logits_processor)
+        return Prepared(entry, ids, params, split, tools=tools, family=family, media=media)
+
+    async def _constrain_harmony(self, lm, params, grammar_for_tools, json_format) -> None:
+        """A harmony template's (gpt-oss) forced call or JSON answer: a grammar in the format
+        itself (its reply is split by channels, so nothing waits for a reasoning block)."""
+        if grammar_for_tools is not None:
+            await asyncio.to_thread(constrain, lm, grammar_for_tools, params, {}, "tool_choice")
+        elif json_format is not None:
+            try:
+                grammar = harmony.forced_grammar(lm.tokenizer.backend_tokenizer.token_to_id,
+                                                 schema=schema_of(json_format))
+            except (GrammarError, ValueError) as e:
+                raise BadRequest(str(e), param="response_format") from None
+            await asyncio.to_thread(constrain, lm, grammar, params, {}, "response_format")
+
+    async def _content(self, lm, m, i: int, images: list):
+        """A message's content as the template reads it: its text, or, with images, its parts
+        (each image_url part an image, prepared for the vision file and added to `images`)."""
+        if not isinstance(m.content, list) or not any(p.type == "image_url" for p in m.content):
+            return m.text()
+        parts = []
+        for j, part in enumerate(m.content):
+            where = f"messages.{i}.content.{j}"
+            if part.type == "text":
+                parts.append({"type": "text", "text": part.text or ""})
+                continue
+            if m.role != "user":
+                raise BadRequest(f"{where}: images go in user messages, not {m.role} ones", param=where,
+                                 code="invalid_image")
+            try:
+                image = await asyncio.to_thread(load_image, lm, part, self.settings)
+            except ImageError as e:
+                raise bad_image(e, where) from None
+            if lm.vision.family.BIDIRECTIONAL and image.n_tokens > lm.cache.max_batch:
+                raise BadRequest(f"{where}: the image is {image.n_tokens} tokens; a forward pass takes at most "
+                                 f"{lm.cache.max_batch}", param=where, code="invalid_image")
+            images.append(image)
+            parts.append({"type": "image"})
+        return parts
+
+    async def pieces(self, prep: Prepared, tally: Tally) -> AsyncIterator[Piece]:
+        """The choices' pieces as the scheduler makes them (one prefill, the choices
+        decoded side by side); cancels generation if abandoned."""
+        tally.prompt_tokens = len(prep.prompt_ids)
+        m, name = self.metrics, prep.entry.id
+        job = prep.job
+        breaks = (prep.family.open,) if prep.tools else ()  # a call ends an unclosed reasoning block
+        splitters = [harmony.HarmonySplitter() if prep.splitter_args.get("harmony")
+                     else ReasoningSplitter(**prep.splitter_args, breaks=breaks) for _ in prep.params]
+        pending: list[list] = [[] for _ in prep.params]  # logprobs of tokens whose text is held back
+        tools = [ToolCallSplitter(prep.tools, prep.family) if prep.tools else None for _ in prep.params]
+        called = [False] * len(prep.params)
+        last = [time.perf_counter()] * len(prep.params)
+        first = [True] * len(prep.params)
+        if m:
+            m.prompt_tokens.labels(name).inc(len(prep.prompt_ids))
+        try:
+            while True:
+                step = await job.out.get()
+                if step is None:
+                    break
+                if isinstance(step, Exception):
+                    raise step
+                i, splitter = step.index, splitters[step.index]
+                tally.cached_tokens = step.cached_tokens
+                if step.drafted_tokens:
+                    tally.drafts[i] = (step.drafted_tokens, step.accepted_tokens)
+                if step.token_id is not None:
+                    tally.completion_tokens += 1
+                    if m:
+                        t = time.perf_counter()
+                        (m.ttft if first[i] else m.tpot).labels(name).observe(t - last[i])
+                        m.generated_tokens.labels(name).inc()
+                        last[i], first[i] = t, False
+                    if splitter.in_reasoning:
+                        tally.reasoning_tokens += 1
+                reasoning, content = splitter.feed(step.text)
+                finish = step.finish_reason
+                if step.logprob is not None and finish != "stop":  # the token that stopped is not output
+                    pending[i].append((step.token_id, step.logprob, step.top_logprobs or []))
+                if finish is not None:
+                    r2, c2 = splitter.flush()
+                    reasoning, content = reasoning + r2, content + c2
+                    finish = "length" if finish == "cancelled" else finish
+                calls, deltas = [], []
+                if tools[i] is not None:
+                    content, calls = tools[i].feed(content)
+                    if finish is not None:
+                        c3, more = tools[i].flush()
+                        content, calls = content + c3, calls + more
+                    deltas = tools[i].take_deltas()
+                    called[i] = called[i] or bool(calls)
+                    if finish == "stop" and called[i]:
+                        finish = "tool_calls"
+                if reasoning or content or finish or calls or deltas:
+                    yield Piece(i, content, reasoning, finish, pending[i], calls, deltas,
+                                step.stop_sequence if finish == "stop" else None)
+                    pending[i] = []
+        finally:
+            job.cancel.set()
+
+    async def chat_stream(self, req: ChatCompletionRequest) -> tuple[AsyncIterator[str], threading.Event]:
+        """The SSE lines, and the job's cancel flag (for the response to set on hang-up)."""
+        prep = await self.prepare_chat(req)  # queued now: a refusal (429) is the response's status
+        return self._chat_sse(req, prep), prep.job.cancel
+
+    async def _chat_sse(self, req, prep) -> AsyncIterator[str]:
+        cid, created, tally = new_id("chatcmpl"), now(), Tally()
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+        def chunk(choices, usage=None) -> str:
+            c = ChatCompletionChunk(id=cid, created=created, model=req.model, choices=choices, usage=usage,
+                                    system_fingerprint=SYSTEM_FINGERPRINT)
+            data = c.model_dump(exclude_none=True)
+            for ch in data["choices"]:  # OpenAI's chunks say these are null until they are not
+                ch.setdefault("logprobs", None)
+                ch.setdefault("finish_reason", None)
+            return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+        tok = prep.tokenizer
+        for i in range(len(prep.params)):
+            yield chunk([ChunkChoice(index=i, delta=Delta(role="assistant", content=""))])
+        async for p in self.pieces(prep, tally):
+            delta = Delta(content=p.content or None, reasoning_content=p.reasoning or None)
+            lp = chat_logprobs(tok, p.logprobs) if req.logprobs and p.logprobs else None
+            if p.content or p.reasoning:
+                yield chunk([ChunkChoice(index=p.index, delta=delta, logprobs=lp)])
+                lp = None
+            if p.tool_deltas:  # names first, then argument fragments as they are generated
+                yield chunk([ChunkChoice(index=p.index, delta=Delta(tool_calls=p.tool_deltas))])
+            if p.finish_reason:
+                yield chunk([ChunkChoice(index=p.index, delta=Delta(), logprobs=lp, finish_reason=p.finish_reason)])
+        if include_usage:
+            yield chunk([], usage=tally.usage())
+        yield "data: [DONE]\n\n"
+
+    async def chat(self, req: ChatCompletionRequest) -> ChatCompletion:
+        prep = await self.prepare_chat(req)
+        tally = Tally()
+        texts = [{"content": [], "reasoning": [], "finish": None, "logprobs": [], "calls": []} for _ in prep.params]
+        async for p in self.pieces(prep, tally):
+            t = texts[p.index]
+            t["calls"] += p.tool_calls
+            t["content"].append(p.content)
+            t["reasoning"].append(p.reasoning)
+            t["finish"] = p.finish_reason or t["finish"]
+            t["logprobs"] += p.logprobs
+        tok = prep.tokenizer
+        choices = [Choice(index=i, message=ResponseMessage(content=reply_content(t),
+                                                           reasoning_content="".join(t["reasoning"]) or None,
+                                                           tool_calls=[c.openai() for c in t["calls"]] or None),
+                          logprobs=chat_logprobs(tok, t["logprobs"]) if req.logprobs else None,
+                          finish_reason=t["finish"]) for i, t in enumerate(texts)]
+        return ChatCompletion(id=new_id("chatcmpl"), created=now(), model=req.model, choices=choices,
+                              usage=tally.usage(), system_fingerprint=SYSTEM_FINGERPRINT)
+
+    # ------------------------------------------------------- completions
+
+    async def prepare_completion(self, req: CompletionRequest) -> Prepared:
+        refuse_unsupported(req)
+        if isinstance(req.prompt, list):
+            if len(req.prompt) != 1:
+                raise BadRequest("only one prompt string per request is supported", param="prompt")
+            prompt = req.prompt[0]
+        else:
+            prompt = req.prompt
+        return await self._prepared(req.model, req.keep_alive,
+                                    lambda entry: self._prepare_completion(entry, req, prompt))
+
+    async def _prepare_completion(self, entry, req: CompletionRequest, prompt: str) -> Prepared:
+        await self._measure(entry, prompt, "prompt")
+        ids = await asyncio.to_thread(encode, entry.lm.tokenizer, prompt)
+        self._check_length(entry, len(ids), req.max_tokens, "prompt")
+        params = per_choice(req, req.max_tokens, entry.lm, req.logprobs)
+        return Prepared(entry, ids, params, {"in_reasoning": False, "enabled": False})
+
+    async def completion_stream(self, req: CompletionRequest) -> tuple[AsyncIterator[str], threading.Event]:
+        prep = await self.prepare_completion(req)
+        return self._completion_sse(req, prep), prep.job.cancel
+
+    async def _completion_sse(self, req, prep) -> AsyncIterator[str]:
+        cid, created, tally = new_id("cmpl"), now(), Tally()
+        tok, offsets = prep.tokenizer, [0] * len(prep.params)
+        async for p in self.pieces(prep, tally):
+            lp = None
+            if req.logprobs is not None:
+                lp = completion_logprobs(tok, p.logprobs, offsets[p.index])
+                offsets[p.index] += sum(len(t) for t in lp.tokens)
+            c = Completion(id=cid, created=created, model=req.model,
+                           choices=[CompletionChoice(text=p.content, index=p.index, logprobs=lp,
+                                                     finish_reason=p.finish_reason)])
+            yield f"data: {c.model_dump_json(exclude_none=True)}\n\n"
+        if req.stream_options and req.stream_options.include_usage:
+            c = Completion(id=cid, created=created, model=req.model, choices=[], usage=tally.usage())
+            yield f"data: {c.model_dump_json(exclude_none=True)}\n\n"
+        yield "data: [DONE]\n\n"
+
+    async def completion(self, req: CompletionRequest) -> Completion:
+        prep = await self.prepare_completion(req)
+        tally = Tally()
+        texts = [{"text": [], "finish": None, "logprobs": []} for _ in prep.params]
+        async for p in self.pieces(prep, tally):
+            texts[p.index]["text"].append(p.content)
+            texts[p.index]["finish"] = p.finish_reason or texts[p.index]["finish"]
+            texts[p.index]["logprobs"] += p.logprobs
+        tok = prep.tokenizer
+        return Completion(id=new_id("cmpl"), created=now(), model=req.model,
+                          choices=[CompletionChoice(text="".join(t["text"]), index=i, finish_reason=t["finish"],
+                                                    logprobs=completion_logprobs(tok, t["logprobs"])
+                                                    if req.logprobs is not None else None)
+                                   for i, t in enumerate(texts)], usage=tally.usage())
+
+
+class OverChat:
+    """An API whose requests run through the chat path (Responses, Messages): `translate`
+    makes the chat request one of its requests means, `renamed` names the chat fields an
+    error may name as that API's own."""
+
+    translate: staticmethod
+    renamed: dict[str, str]
+
+    def __init__(self, chat: ChatServing):
+        self.service = chat
+
+    async def _prepare(self, req):
+        return await self.service.through_chat(type(self).translate, req, self.renamed)

@@ -1,0 +1,90 @@
+"""The ASGI middleware in front of the routes: the body size limit, enforced however the
+body is framed, and the guard (API key, Content-Length, the request counter)."""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..settings import ServerSettings
+from .errors import APIError, PayloadTooLarge, Unauthorized, anthropic_path
+from .metrics import Metrics
+from .webui import is_public
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over `limit` bytes is refused with 413 while it is
+    read, whatever its framing (Content-Length is checked before, in `guard`; a chunked
+    body has none). The error is raised from `receive`, inside the app, so it becomes
+    the usual error response."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        seen = 0
+
+        async def limited():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise StarletteHTTPException(413, f"request body over the {self.limit}-byte limit")
+            return message
+
+        await self.app(scope, limited, send)
+
+
+class Guard:
+    """ASGI middleware in front of everything: the API key (every path but /health and the
+    chat page's own files: `/metrics` and the docs name models and traffic), a Content-Length over the body
+    limit refused before the body is read, and the request counter by route and status.
+    Plain ASGI, so that `receive` reaches the routes untouched (a route watching for the
+    client's `http.disconnect` sees it)."""
+
+    def __init__(self, app, settings: ServerSettings, metrics: Metrics):
+        self.app, self.settings, self.metrics = app, settings, metrics
+
+    def _authorized(self, headers: dict) -> bool:
+        """`Authorization: Bearer <key>` (the scheme in any case, RFC 9110) or Anthropic's
+        `x-api-key: <key>`, compared in constant time."""
+        scheme, _, key = headers.get("authorization", "").strip().partition(" ")
+        want = self.settings.api_key.encode()
+        if "x-api-key" in headers and hmac.compare_digest(headers["x-api-key"].strip().encode(), want):
+            return True
+        return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), want)
+
+    def _refusal(self, scope) -> APIError | None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        path, limit = scope.get("path", ""), self.settings.max_body_bytes
+        public = path == "/health" or (self.settings.webui and is_public(path))
+        if self.settings.api_key and not public and not self._authorized(headers):
+            return Unauthorized("Incorrect or missing API key")
+        length = headers.get("content-length")
+        if path.startswith("/v1/") and length is not None and length.isdigit() and int(length) > limit:
+            return PayloadTooLarge(f"request body of {length} bytes is over the {limit}-byte limit")
+        return None
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        status = [500]
+
+        async def counted(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                await refusal.response(anthropic_path(scope.get("path", "")))(scope, receive, counted)
+            else:
+                await self.app(scope, receive, counted)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            self.metrics.requests.labels(route, str(status[0])).inc()

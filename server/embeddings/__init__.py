@@ -1,0 +1,1 @@
+"""Embeddings (OpenAI's) and rerank (llama-server's and Jina's): protocol, serving, routes."""

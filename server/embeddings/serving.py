@@ -1,0 +1,120 @@
+"""/v1/embeddings (OpenAI's) and /v1/rerank (llama-server's and Jina's) for embedding and
+reranking files (engine.embed): inputs tokenized as the file asks (BOS/EOS), each
+request's inputs several to a forward on the model's EmbedWorker; a generative model
+asked for either, or an embedding model asked to chat, is a 400 saying which it is."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ...engine import EmbeddingError, encode
+from ..core.errors import BadRequest
+from ..models.catalog import refuse_kind
+from ..models.residency import Residency
+from ..models.worker import EmbedJob
+from .protocol import EmbeddingRequest, RerankRequest
+
+
+def _token_lists(req: EmbeddingRequest, tok) -> list[list[int]]:
+    given = req.input
+    if isinstance(given, str):
+        given = [given]
+    elif given and all(isinstance(t, int) for t in given):
+        given = [given]  # one input as token ids
+    if not given:
+        raise BadRequest("input: no inputs given", param="input")
+    vocab = len(tok)
+    out = []
+    for i, item in enumerate(given):
+        if isinstance(item, str):
+            if not item:
+                raise BadRequest(f"input.{i}: an empty string has nothing to embed", param=f"input.{i}")
+            out.append(encode(tok, item, add_special=True))
+        else:
+            bad = next((t for t in item if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise BadRequest(f"input.{i}: token id {bad} is outside the vocabulary (0..{vocab - 1})",
+                                 param=f"input.{i}")
+            out.append(list(item))
+    return out
+
+
+class EmbeddingsServing:
+    """The /v1/embeddings and /v1/rerank endpoints."""
+
+    def __init__(self, residency: Residency):
+        self.residency = residency
+
+    async def _run(self, entry, kind: str, inputs: list[list[int]], param: str) -> torch.Tensor:
+        loop = asyncio.get_running_loop()
+        job = EmbedJob(kind, inputs, loop, loop.create_future())
+        entry.worker.submit(job)  # Overloaded (429) when the queue is full
+        try:
+            return await job.future
+        except EmbeddingError as e:
+            raise BadRequest(f"{param}.{e.index}: {e}", param=f"{param}.{e.index}",
+                             code="context_length_exceeded") from None
+
+    async def embeddings(self, req: EmbeddingRequest) -> dict:
+        async with self.residency.holding(req.model, req.keep_alive) as entry:
+            refuse_kind(entry, "embed")
+            inputs = await asyncio.to_thread(_token_lists, req, entry.lm.tokenizer)
+            vectors = await self._run(entry, "embed", inputs, "input")
+        if req.dimensions is not None:  # Matryoshka: the first `dimensions`, renormalized
+            if req.dimensions > vectors.shape[1]:
+                raise BadRequest(f"dimensions: the model's embeddings have {vectors.shape[1]}", param="dimensions")
+            vectors = F.normalize(vectors[:, :req.dimensions], dim=-1)
+        data = []
+        for i, v in enumerate(vectors.numpy().astype(np.float32)):
+            value = base64.b64encode(v.astype("<f4").tobytes()).decode() if req.encoding_format == "base64" \
+                else v.tolist()
+            data.append({"object": "embedding", "index": i, "embedding": value})
+        n = sum(len(x) for x in inputs)
+        return {"object": "list", "data": data, "model": req.model,
+                "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+    async def rerank(self, req: RerankRequest) -> dict:
+        async with self.residency.holding(req.model, req.keep_alive) as entry:
+            refuse_kind(entry, "rank")
+            texts = []
+            for j, d in enumerate(req.documents):
+                text = d if isinstance(d, str) else d.get("text")
+                if not isinstance(text, str):
+                    raise BadRequest(f"documents.{j}: a document is a string or {{\"text\": ...}}",
+                                     param=f"documents.{j}")
+                texts.append(text)
+            inputs = await asyncio.to_thread(_rerank_inputs, entry.lm, req.query, texts)
+            scores = await self._run(entry, "rank", inputs, "documents")
+        order = sorted(range(len(texts)), key=lambda j: -float(scores[j]))[:req.top_n or len(texts)]
+        results = []
+        for j in order:
+            r = {"index": j, "relevance_score": float(scores[j])}
+            if req.return_documents:
+                r["document"] = {"text": texts[j]}
+            results.append(r)
+        n = sum(len(x) for x in inputs)
+        return {"object": "list", "model": req.model, "results": results,
+                "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+
+def _rerank_inputs(lm, query: str, documents: list[str]) -> list[list[int]]:
+    """Each (query, document) pair as the file's "rerank" template writes it (Qwen3-Reranker's,
+    as llama.cpp's converter stores it), else as llama-server pairs them: BOS query EOS SEP
+    document EOS."""
+    tok = lm.tokenizer
+    template = lm.gguf.metadata.get("tokenizer.chat_template.rerank")
+    out = []
+    for doc in documents:
+        if template:
+            out.append(encode(tok, template.replace("{query}", query).replace("{document}", doc), add_special=True))
+            continue
+        q = tok.backend_tokenizer.encode(query, add_special_tokens=False).ids
+        d = tok.backend_tokenizer.encode(doc, add_special_tokens=False).ids
+        bos, eos, sep = tok.bos_token_id, tok.eos_token_id, tok.sep_token_id
+        out.append([t for t in ([bos] + q + [eos, sep] + d + [eos]) if t is not None])
+    return out

@@ -1,0 +1,1 @@
+"""OpenAI's Responses API (stateless): protocol, serving, routes."""

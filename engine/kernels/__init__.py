@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...gguf_io import GGMLType
-from ..options import ENV
+from ..options import ENV, KERNEL_CHOICES
 from . import cpu, hub_kernel
 from .cpu_ops import CpuOps
 from .interface import REFERENCE, KernelOps
@@ -33,7 +33,6 @@ from .ops import TORCH_OPS
 log = logging.getLogger("gguf_serve.kernels")
 
 ENV_OVERRIDE = ENV["kernels"]  # the environment's name for the `kernels` setting
-NAMES = ("reference", "hub", "cpu")  # the implementations `kernels` may force
 
 _HUB: list = []  # [KernelOps | None] once tried: the process's (one loaded module)
 
@@ -111,9 +110,9 @@ def settings(kernels: str | None = None, threads: int | None = None, isa: str | 
     """A model's kernel settings from EngineConfig's kernels, threads, cpu_isa, cpu_repack
     and prefill_dtype: the native CPU kernels' where the library is built and `kernels`
     is None or "cpu"."""
-    if kernels is not None and kernels not in NAMES:
+    if kernels is not None and kernels not in KERNEL_CHOICES:
         raise ValueError(f"kernels={kernels!r} ({ENV_OVERRIDE}): no such kernel implementation; "
-                         f"known: {', '.join(NAMES)}")
+                         f"known: {', '.join(KERNEL_CHOICES)}")
     native = cpu.CpuKernels.make(threads, isa, repack, prefill_dtype) if kernels in (None, "cpu") else None
     return KernelSettings(kernels, threads, native)
 

@@ -22,7 +22,6 @@ from .batch import Batch
 from .cache import KVCache, bytes_per_token, checkpoint_bytes, fixed_bytes
 from .chat import chat_template_for, fallback_name
 from .config import MAX_BATCH, EngineConfig  # noqa: F401 (MAX_BATCH: callers know it here)
-from .embed import PoolingHead
 from .fetch import download, parse
 from .generate import generate
 from .kv_rows import kv_types
@@ -236,7 +235,6 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     weights = Weights(reader, dev, dtype, settings)
     with _code_path(settings):  # repacking at load follows the model's code path, as its calls do
         model = arch.build(params, weights, settings.ops_for(dev))
-        model.pool = PoolingHead.build(reader, weights, params.hidden)  # None but for embedding and reranking files
     weights.release_copies()
     specs = model.cache_specs()
     half = DEFAULT_CACHE_TYPE.get(dtype)

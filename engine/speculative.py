@@ -1,16 +1,16 @@
 """Speculative decoding's drafters and per-sequence bookkeeping: what a sequence proposes
 to verify in its next step (the scheduler verifies every running sequence's drafts in
-one batch forward, engine.scheduler), and how many tokens it proposes.
+one batch forward, engine.scheduler.speculation), and how many tokens it proposes.
 
 - n-gram lookup ("prompt lookup"): the sequence's own tokens (prompt and output) are
   indexed by their last `n` tokens; when the sequence's current ending occurred before,
   what followed it then is proposed. Costs no weights and almost no time; pays where the
   output repeats the prompt (editing a passage or code, quoting, extraction) or itself.
 - draft: a smaller model of the same vocabulary (--draft-model, loaded beside the target,
-  its KV cache slots mirroring the target's) decodes greedily ahead (`Scheduler._draft_pass`).
+  its KV cache slots mirroring the target's) decodes greedily ahead (`Speculation._draft_pass`).
 - mtp: the file's multi-token-prediction head (Qwen3.5's nextn block, models.qwen35.MtpHead)
   drafts a chain of tokens from the trunk's last output; the scheduler runs it after each
-  step (`Scheduler._mtp_pass`) and the drafts wait in `Drafting.pending`.
+  step (`Speculation._mtp_pass`) and the drafts wait in `Drafting.pending`.
 
 The draft length adapts per sequence: it grows while whole drafts are accepted, shrinks
 to what was accepted, and after repeated misses drafting pauses for a while (doubling),

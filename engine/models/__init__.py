@@ -1,6 +1,7 @@
 """The engine's forward passes: one file per GGUF `general.architecture` in this
 package, each with `ARCHITECTURE` (the name llama.cpp's converter writes), `Params`
-(a dataclass with `from_gguf(Metadata)`), `build(params, weights, ops) -> Model` and
+(a dataclass of params.py's, built by `from_gguf(Metadata)`), `build(params, weights,
+ops) -> Model` (base.py's, its optional parts given as it is built) and
 optionally `CHAT_TEMPLATE_FALLBACK`. The registry finds them by that name: adding an
 architecture is adding its file."""
 
@@ -14,12 +15,14 @@ from types import ModuleType
 from typing import Callable
 
 from ...gguf_io import GGUFReader
-from .base import Metadata, MissingMetadata, Model, TextParams
+from .base import Model
+from .params import Metadata, MissingMetadata, TextParams
 
 __all__ = ["Architecture", "MissingMetadata", "Metadata", "Model", "TextParams", "UnsupportedArchitecture",
            "architecture_for", "architectures", "projectors"]
 
-SHARED_MODULES = {"base", "layers", "vision"}  # the pieces architectures are built from, not architectures
+# the pieces architectures are built from, not architectures
+SHARED_MODULES = {"base", "layers", "params", "pooling", "vision"}
 
 
 class UnsupportedArchitecture(ValueError):

@@ -39,14 +39,13 @@ def expand(n_tokens: int) -> str:
 class Params(VisionParams):
     pool: int  # patches per token along each side
 
-    @classmethod
-    def from_gguf(cls, m: VisionMetadata) -> "Params":
-        p = cls(**cls.common(m), pool=m.get(Keys.VISION_PROJECTOR_SCALE_FACTOR, DEFAULT_SCALE_FACTOR))
-        side = p.image_size // p.patch_size
-        if p.image_size % p.patch_size or side % p.pool:
-            raise ValueError(f"{m.path}: image size {p.image_size}, patch {p.patch_size} and pooling {p.pool} "
-                             "do not make a whole grid")
-        return p
+    @staticmethod
+    def read(m: VisionMetadata, c: dict) -> dict:
+        image, patch = c["image_size"], c["patch_size"]
+        pool = m.get(Keys.VISION_PROJECTOR_SCALE_FACTOR, DEFAULT_SCALE_FACTOR)
+        if image % patch or (image // patch) % pool:
+            raise ValueError(f"{m.path}: image size {image}, patch {patch} and pooling {pool} do not make a whole grid")
+        return dict(pool=pool)
 
     @property
     def side(self) -> int:

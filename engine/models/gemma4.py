@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ...gguf_io import Keys
-from ..cache import LayerCache, attention, shared
-from ..modules import LinearGroup, Weights
-from .base import Metadata, Model, TextParams, kv_heads_per_layer, standard_model
-from .layers import MLP, AttentionSpec, Rope
+from ..modules import Weights
+from .base import Model, standard_model
+from .layers import MLP, Attention, Block, Rope
+from .params import Metadata, TextParams, kv_heads_per_layer, per_layer, sliding_layers
 
 ARCHITECTURE = "gemma4"
 CHAT_TEMPLATE_FALLBACK = "gemma"
@@ -57,32 +57,22 @@ class Params(TextParams):
     expert_ffn: int = 0
     final_softcap: float | None = None
 
-    @classmethod
-    def from_gguf(cls, m: Metadata) -> "Params":
-        c = cls.common(m)
+    @staticmethod
+    def read(m: Metadata, c: dict) -> dict:
         n = c["n_layers"]
-        pattern = m.get(Keys.SLIDING_WINDOW_PATTERN)
-        if not isinstance(pattern, list) or len(pattern) != n:
-            raise ValueError(f"{m.path}: {Keys.arch(Keys.SLIDING_WINDOW_PATTERN, m.arch)} must list each of the "
-                             f"{n} layers")
-        ffn = c["ffn"]
-        ffns = list(ffn) if isinstance(ffn, list) else [ffn] * n
-        if len(ffns) != n:
-            raise ValueError(f"{m.path}: {Keys.arch(Keys.FEED_FORWARD_LENGTH, m.arch)} has {len(ffns)} entries "
-                             f"for {n} layers")
-        c["ffn"] = ffns[0]
+        ffns = per_layer(m, Keys.FEED_FORWARD_LENGTH, c["ffn"], n)
         n_shared = m.get(Keys.SHARED_KV_LAYERS, 0)
         if not 0 <= n_shared < n:
             raise ValueError(f"{m.path}: {n_shared} shared key-value layers of {n}")
         head_swa = m.get(Keys.KEY_LENGTH_SWA)
-        return cls(**c, sliding=[bool(v) for v in pattern], window=m.get(Keys.SLIDING_WINDOW), head_dim_swa=head_swa,
-                   kv_heads=kv_heads_per_layer(m, c), ffns=ffns,
-                   rope_theta_swa=float(m.get(Keys.ROPE_FREQ_BASE_SWA, 10000.0)),
-                   rope_dims_swa=m.get(Keys.ROPE_DIMENSION_COUNT_SWA, head_swa), n_shared_kv=n_shared,
-                   per_layer=m.get(Keys.EMBEDDING_LENGTH_PER_LAYER, 0) or 0,
-                   n_experts=m.get(Keys.EXPERT_COUNT, 0) or 0, n_experts_used=m.get(Keys.EXPERT_USED_COUNT, 0) or 0,
-                   expert_ffn=m.get(Keys.EXPERT_FEED_FORWARD_LENGTH, 0) or 0,
-                   final_softcap=m.get(Keys.FINAL_LOGIT_SOFTCAPPING, None))
+        return dict(ffn=ffns[0], sliding=sliding_layers(m, n, None), window=m.get(Keys.SLIDING_WINDOW),
+                    head_dim_swa=head_swa, kv_heads=kv_heads_per_layer(m, c), ffns=ffns,
+                    rope_theta_swa=float(m.get(Keys.ROPE_FREQ_BASE_SWA, 10000.0)),
+                    rope_dims_swa=m.get(Keys.ROPE_DIMENSION_COUNT_SWA, head_swa), n_shared_kv=n_shared,
+                    per_layer=m.get(Keys.EMBEDDING_LENGTH_PER_LAYER, 0) or 0,
+                    n_experts=m.get(Keys.EXPERT_COUNT, 0) or 0, n_experts_used=m.get(Keys.EXPERT_USED_COUNT, 0) or 0,
+                    expert_ffn=m.get(Keys.EXPERT_FEED_FORWARD_LENGTH, 0) or 0,
+                    final_softcap=m.get(Keys.FINAL_LOGIT_SOFTCAPPING, None))
 
     def source(self, i: int) -> int:
         """The layer whose cache layer i attends over: itself, or for a shared layer the last
@@ -96,42 +86,14 @@ class Params(TextParams):
         raise ValueError(f"shared layer {i} has no earlier {'sliding' if self.sliding[i] else 'full'} layer")
 
 
-class Gemma4Attention:
-    def __init__(self, w: Weights, i: int, p: Params, rope: Rope, ops):
-        pre = f"blk.{i}."
-        src = p.source(i)
-        hd, n_kv = (p.head_dim_swa if p.sliding[i] else p.head_dim), p.kv_heads[src]
-        self.ops, self.width = ops, n_kv * hd
-        shared_kv = src != i
-        self.spec = AttentionSpec(
-            src, p.n_heads, n_kv, hd, rope, 1.0, p.eps, p.window if p.sliding[i] else 0,
-            q_norm=w.vector(pre + "attn_q_norm.weight", hd),
-            k_norm=None if shared_kv else w.vector(pre + "attn_k_norm.weight", hd),
-            v_norm=None if shared_kv else torch.ones(hd), kv_shared=shared_kv)
-        q = w.linear(pre + "attn_q.weight", p.n_heads * hd, p.hidden)
-        self.k_as_v = False
-        if shared_kv:
-            self.qkv = q
-        else:
-            parts = [q, w.linear(pre + "attn_k.weight", self.width, p.hidden)]
-            if w.has(pre + "attn_v.weight"):
-                parts.append(w.linear(pre + "attn_v.weight", self.width, p.hidden))
-            else:  # attention_k_eq_v: the keys' projection is the values'
-                self.k_as_v = True
-            self.qkv = LinearGroup(parts)
-        self.o = w.linear(pre + "attn_output.weight", p.hidden, p.n_heads * hd)
-
-    def cache_spec(self) -> LayerCache:
-        s = self.spec
-        return shared(s.layer) if s.kv_shared else attention(s.n_kv_heads, s.head_dim, s.window)
-
-    def __call__(self, x, batch, cache):
-        y = self.qkv(x)
-        if self.k_as_v:
-            y = torch.cat([y, y[:, -self.width:]], dim=1)
-        return self.o(self.ops.self_attention(y, self.spec, batch, cache))
-
-
+def attention(w: Weights, i: int, p: Params, rope: Rope, ops) -> Attention:
+    """Layer i's attention: its kind's head size, the key-value heads of the layer whose cache
+    it uses, no query scaling, q/k heads normalized and v heads without weight."""
+    src = p.source(i)
+    return Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.kv_heads[src],
+                     head_dim=p.head_dim_swa if p.sliding[i] else p.head_dim, eps=p.eps, rope=rope, scale=1.0,
+                     window=p.window if p.sliding[i] else 0, qk_norm="head", v_norm=True,
+                     keys_as_values=not w.has(f"blk.{i}.attn_v.weight"), cache_layer=src)
 class Experts:
     """Gemma 4's routed experts beside the dense MLP: the router reads the attention output
     RMS-normalized without weight, over sqrt(hidden), times its `scale` vector; the top k of
@@ -156,42 +118,48 @@ class Experts:
         return y if y.dtype is h.dtype else y.to(h.dtype)
 
 
-class Gemma4Layer:
-    def __init__(self, w: Weights, i: int, p: Params, rope: Rope, ops):
+class MlpAndExperts:
+    """A MoE layer's feed-forward: the dense MLP (after ffn_norm) and the routed experts (which
+    normalize their own input) side by side, each output normalized, then added."""
+
+    def __init__(self, w: Weights, i: int, p: Params, ops):
+        n = lambda name: w.vector(f"blk.{i}.{name}.weight", p.hidden)  # noqa: E731
+        self.ops, self.eps = ops, p.eps
+        self.mlp, self.moe = MLP(w, i, ops, hidden=p.hidden, ffn=p.ffns[i], act="gelu_tanh"), Experts(w, i, p, ops)
+        self.ffn_norm, self.post_norm_1, self.post_norm_2 = n("ffn_norm"), n("post_ffw_norm_1"), n("post_ffw_norm_2")
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        norm, eps = self.ops.rms_norm, self.eps
+        return norm(self.mlp(norm(h, self.ffn_norm, eps)), self.post_norm_1, eps) + \
+            norm(self.moe(h), self.post_norm_2, eps)
+
+
+class PerLayerInput:
+    """A layer's slice of the per-layer embeddings joined after its feed-forward: through a
+    GELU gate (inp_gate) and a projection (proj), normalized (post_norm)."""
+
+    def __init__(self, w: Weights, i: int, p: Params, ops):
         pre = f"blk.{i}."
-        n = lambda name: w.vector(f"{pre}{name}.weight", p.hidden)  # noqa: E731
-        self.ops, self.eps, self.index = ops, p.eps, i
-        self.attn_norm, self.post_attn_norm = n("attn_norm"), n("post_attention_norm")
-        self.ffn_norm, self.post_ffn_norm = n("ffn_norm"), n("post_ffw_norm")
-        self.attn = Gemma4Attention(w, i, p, rope, ops)
-        self.mlp = MLP(w, i, ops, hidden=p.hidden, ffn=p.ffns[i], act="gelu_tanh")
-        self.moe = None
-        if w.has(pre + "ffn_gate_inp.weight"):
-            self.moe = Experts(w, i, p, ops)
-            self.post_norm_1, self.post_norm_2 = n("post_ffw_norm_1"), n("post_ffw_norm_2")
-        self.per_layer = p.per_layer
-        if p.per_layer:
-            self.inp_gate = w.linear(pre + "inp_gate.weight", p.per_layer, p.hidden)
-            self.proj = w.linear(pre + "proj.weight", p.hidden, p.per_layer)
-            self.post_norm = n("post_norm")
-        self.out_scale = w.vector(pre + "layer_output_scale.weight", 1) if w.has(pre + "layer_output_scale.weight") \
-            else None
+        self.ops, self.eps, self.index, self.width = ops, p.eps, i, p.per_layer
+        self.inp_gate = w.linear(pre + "inp_gate.weight", p.per_layer, p.hidden)
+        self.proj = w.linear(pre + "proj.weight", p.hidden, p.per_layer)
+        self.post_norm = w.vector(pre + "post_norm.weight", p.hidden)
 
-    def cache_spec(self) -> LayerCache:
-        return self.attn.cache_spec()
+    def __call__(self, out: torch.Tensor, batch) -> torch.Tensor:
+        g = self.ops.gated_mul(torch.cat([self.inp_gate(out), batch.memo["per_layer"][self.index]], dim=1),
+                               self.width, "gelu_tanh")
+        return self.ops.rms_norm_add(self.proj(g), self.post_norm, self.eps, out)
 
-    def __call__(self, x, batch, cache):
-        norm, norm_add, eps = self.ops.rms_norm, self.ops.rms_norm_add, self.eps
-        h = norm_add(self.attn(norm(x, self.attn_norm, eps), batch, cache), self.post_attn_norm, eps, x)
-        f = self.mlp(norm(h, self.ffn_norm, eps))
-        if self.moe is not None:
-            f = norm(f, self.post_norm_1, eps) + norm(self.moe(h), self.post_norm_2, eps)
-        out = norm_add(f, self.post_ffn_norm, eps, h)
-        if self.per_layer:
-            g = self.ops.gated_mul(torch.cat([self.inp_gate(out), batch.memo["per_layer"][self.index]], dim=1),
-                                   self.per_layer, "gelu_tanh")
-            out = norm_add(self.proj(g), self.post_norm, eps, out)
-        return out if self.out_scale is None else out * self.out_scale.to(out.dtype)
+
+def layer(w: Weights, i: int, p: Params, rope: Rope, ops) -> Block:
+    pre = f"blk.{i}."
+    moe = w.has(pre + "ffn_gate_inp.weight")
+    mlp = MlpAndExperts(w, i, p, ops) if moe else MLP(w, i, ops, hidden=p.hidden, ffn=p.ffns[i], act="gelu_tanh")
+    scale = pre + "layer_output_scale.weight"
+    return Block(w, i, ops, hidden=p.hidden, eps=p.eps, mixer=attention(w, i, p, rope, ops), mlp=mlp,
+                 ffn_norm=None if moe else "ffn_norm", post_norms=True,
+                 per_layer_input=PerLayerInput(w, i, p, ops) if p.per_layer else None,
+                 out_scale=w.vector(scale, 1) if w.has(scale) else None)
 
 
 class PerLayerInputs:
@@ -219,8 +187,6 @@ def build(p: Params, w: Weights, ops) -> Model:
     freqs = w.vector("rope_freqs.weight", p.head_dim // 2) if w.has("rope_freqs.weight") else None
     full = Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, context_length=p.context_length, freq_factors=freqs)
     local = Rope.build(p.rope_theta_swa, p.rope_dims_swa, context_length=p.context_length)
-    layers = [Gemma4Layer(w, i, p, local if p.sliding[i] else full, ops) for i in range(p.n_layers)]
-    model = standard_model(ops, w, p, layers, embed_scale=p.hidden ** 0.5, softcap=p.final_softcap)
-    if p.per_layer:
-        model.before_layers = PerLayerInputs(w, p, ops)
-    return model
+    layers = [layer(w, i, p, local if p.sliding[i] else full, ops) for i in range(p.n_layers)]
+    return standard_model(ops, w, p, layers, embed_scale=p.hidden ** 0.5, softcap=p.final_softcap,
+                          before_layers=PerLayerInputs(w, p, ops) if p.per_layer else None)

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from ...gguf_io import Keys
 from ..modules import Weights
-from .base import Metadata, Model, TextParams, standard_model
+from .base import Model, standard_model
 from .layers import MLP, Attention, Block, MoE, Rope
+from .params import Metadata, TextParams
 
 ARCHITECTURE = "glm4moe"
 SIGMOID = 2  # llama.cpp's expert_gating_func for sigmoid
@@ -31,29 +32,27 @@ class Params(TextParams):
     n_dense: int = 0  # leading layers with a dense MLP
     norm_topk: bool = True
     expert_scale: float = 1.0
-    qk_norm: bool = False
+    qk_norm: str | None = None  # "head" where the file has per-head q/k norms
     groups: int = 1  # expert groups, and how many of them a token's experts come from
     groups_used: int = 1
 
-    @classmethod
-    def from_gguf(cls, m: Metadata) -> "Params":
-        c = cls.common(m)
+    @staticmethod
+    def read(m: Metadata, c: dict) -> dict:
         gating = m.get(Keys.EXPERT_GATING_FUNC, SIGMOID)
         if gating != SIGMOID:
-            raise ValueError(f"{m.path}: {Keys.arch(Keys.EXPERT_GATING_FUNC, m.arch)} is {gating}; GLM-4.5's "
+            raise ValueError(f"{m.path}: {m.key(Keys.EXPERT_GATING_FUNC)} is {gating}; GLM-4.5's "
                              f"router is sigmoid ({SIGMOID})")
         n_experts, groups = m.get(Keys.EXPERT_COUNT), m.get(Keys.EXPERT_GROUP_COUNT, 1) or 1
         groups_used = m.get(Keys.EXPERT_GROUP_USED_COUNT, 1) or 1
         if n_experts % groups or not 1 <= groups_used <= groups:
             raise ValueError(f"{m.path}: {n_experts} experts in {groups} groups, {groups_used} of them used, "
                              "is not a grouping")
-        return cls(**c, n_experts=n_experts, n_experts_used=m.get(Keys.EXPERT_USED_COUNT), groups=groups,
-                   groups_used=groups_used,
-                   expert_ffn=m.get(Keys.EXPERT_FEED_FORWARD_LENGTH), n_shared=m.get(Keys.EXPERT_SHARED_COUNT, 0),
-                   n_dense=m.get(Keys.LEADING_DENSE_BLOCK_COUNT, 0),
-                   norm_topk=bool(m.get(Keys.EXPERT_WEIGHTS_NORM, True)),
-                   expert_scale=float(m.get(Keys.EXPERT_WEIGHTS_SCALE, 1.0)),
-                   qk_norm=m.has_tensor("blk.0.attn_q_norm.weight"))
+        return dict(n_experts=n_experts, n_experts_used=m.get(Keys.EXPERT_USED_COUNT), groups=groups,
+                    groups_used=groups_used, expert_ffn=m.get(Keys.EXPERT_FEED_FORWARD_LENGTH),
+                    n_shared=m.get(Keys.EXPERT_SHARED_COUNT, 0), n_dense=m.get(Keys.LEADING_DENSE_BLOCK_COUNT, 0),
+                    norm_topk=bool(m.get(Keys.EXPERT_WEIGHTS_NORM, True)),
+                    expert_scale=float(m.get(Keys.EXPERT_WEIGHTS_SCALE, 1.0)),
+                    qk_norm="head" if m.has_tensor("blk.0.attn_q_norm.weight") else None)
 
 
 def feed_forward(w: Weights, i: int, p: Params, ops):
@@ -64,11 +63,13 @@ def feed_forward(w: Weights, i: int, p: Params, ops):
                scale=p.expert_scale, shared_gate=False, groups=p.groups, groups_used=p.groups_used)
 
 
+def layer(w: Weights, i: int, p: Params, rope: Rope, ops) -> Block:
+    attn = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads, head_dim=p.head_dim,
+                     eps=p.eps, rope=rope, qk_norm=p.qk_norm)
+    return Block(w, i, ops, hidden=p.hidden, eps=p.eps, mixer=attn, mlp=feed_forward(w, i, p, ops),
+                 ffn_norm="post_attention_norm")
+
+
 def build(p: Params, w: Weights, ops) -> Model:
     rope = Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, context_length=p.context_length)
-    layers = [Block(w, i, ops, hidden=p.hidden, eps=p.eps, ffn_norm="post_attention_norm", mlp=feed_forward(w, i, p, ops),
-                    mixer=Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads,
-                                    head_dim=p.head_dim, eps=p.eps, rope=rope, scale=p.head_dim ** -0.5,
-                                    qk_norm=p.qk_norm))
-              for i in range(p.n_layers)]
-    return standard_model(ops, w, p, layers)
+    return standard_model(ops, w, p, [layer(w, i, p, rope, ops) for i in range(p.n_layers)])

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field, replace
 
 from ...gguf_io import Keys
 from ..modules import Weights
-from .base import Metadata, Model, TextParams, standard_model
+from .base import Model, standard_model
 from .layers import Attention, Block, MoE, Rope
+from .params import Metadata, TextParams, sliding_layers
 
 ARCHITECTURE = "gpt-oss"
 SWA_PATTERN = 2  # llama.cpp's load_swa_pattern(ml, 2): layer i slides where i % 2 == 0
@@ -35,34 +36,22 @@ class Params(TextParams):
     window: int = 0
     sliding: list[bool] = field(default_factory=list)  # per layer
 
-    @classmethod
-    def from_gguf(cls, m: Metadata) -> "Params":
-        c = cls.common(m)
-        n = c["n_layers"]
-        pattern = m.get(Keys.SLIDING_WINDOW_PATTERN, None)
-        if isinstance(pattern, list):
-            if len(pattern) != n:
-                raise ValueError(f"{m.path}: {Keys.arch(Keys.SLIDING_WINDOW_PATTERN, m.arch)} has {len(pattern)} "
-                                 f"entries for {n} layers")
-            sliding = [bool(v) for v in pattern]
-        else:
-            sliding = [i % SWA_PATTERN < SWA_PATTERN - 1 for i in range(n)]
-        c["rope_scaling"] = replace(c["rope_scaling"], truncate=YARN_TRUNCATE)
-        return cls(**c, n_experts=m.get(Keys.EXPERT_COUNT), n_experts_used=m.get(Keys.EXPERT_USED_COUNT),
-                   expert_ffn=m.get(Keys.EXPERT_FEED_FORWARD_LENGTH), window=m.get(Keys.SLIDING_WINDOW),
-                   sliding=sliding)
+    @staticmethod
+    def read(m: Metadata, c: dict) -> dict:
+        return dict(rope_scaling=replace(c["rope_scaling"], truncate=YARN_TRUNCATE), n_experts=m.get(Keys.EXPERT_COUNT),
+                    n_experts_used=m.get(Keys.EXPERT_USED_COUNT), expert_ffn=m.get(Keys.EXPERT_FEED_FORWARD_LENGTH),
+                    window=m.get(Keys.SLIDING_WINDOW), sliding=sliding_layers(m, c["n_layers"], SWA_PATTERN))
+
+
+def layer(w: Weights, i: int, p: Params, rope: Rope, ops) -> Block:
+    w.info(f"blk.{i}.ffn_gate_inp.bias")  # required: refused by name where absent
+    attn = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads, head_dim=p.head_dim,
+                     eps=p.eps, rope=rope, window=p.window if p.sliding[i] else 0, sinks=True)
+    moe = MoE(w, i, ops, hidden=p.hidden, n_experts=p.n_experts, n_used=p.n_experts_used, expert_ffn=p.expert_ffn,
+              act="swiglu_oai", norm_topk=True, biases=True)
+    return Block(w, i, ops, hidden=p.hidden, eps=p.eps, mixer=attn, mlp=moe, ffn_norm="post_attention_norm")
 
 
 def build(p: Params, w: Weights, ops) -> Model:
     rope = Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, context_length=p.context_length)
-    layers = []
-    for i in range(p.n_layers):
-        w.info(f"blk.{i}.ffn_gate_inp.bias")  # required: refused by name where absent
-        attn = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads, head_dim=p.head_dim,
-                         eps=p.eps, rope=rope, scale=p.head_dim ** -0.5, window=p.window if p.sliding[i] else 0,
-                         sinks=True)
-        moe = MoE(w, i, ops, hidden=p.hidden, n_experts=p.n_experts, n_used=p.n_experts_used,
-                  expert_ffn=p.expert_ffn, act="swiglu_oai", norm_topk=True, biases=True)
-        layers.append(Block(w, i, ops, hidden=p.hidden, eps=p.eps, ffn_norm="post_attention_norm", mixer=attn,
-                            mlp=moe))
-    return standard_model(ops, w, p, layers)
+    return standard_model(ops, w, p, [layer(w, i, p, rope, ops) for i in range(p.n_layers)])

@@ -26,8 +26,9 @@ import torch.nn.functional as F
 from ...gguf_io import Keys
 from ..cache import LayerCache, linear
 from ..modules import Weights
-from .base import Metadata, Model, TextParams, kv_heads_per_layer, output_head
+from .base import Model, standard_model
 from .layers import MLP, Attention, Block, MoE, Rope
+from .params import Metadata, TextParams, kv_heads_per_layer
 
 ARCHITECTURE = "granitehybrid"
 
@@ -50,29 +51,27 @@ class Params(TextParams):
     logit_scale: float = 1.0
     use_rope: bool = False
 
-    @classmethod
-    def from_gguf(cls, m: Metadata) -> "Params":
-        c = cls.common(m)
+    @staticmethod
+    def read(m: Metadata, c: dict) -> dict:
         per_layer = kv_heads_per_layer(m, c)
         attn = sorted({n for n in per_layer if n})
         if len(attn) > 1:
-            raise ValueError(f"{m.path}: {Keys.arch(Keys.HEAD_COUNT_KV, m.arch)} {per_layer} is not one count per "
+            raise ValueError(f"{m.path}: {m.key(Keys.HEAD_COUNT_KV)} {per_layer} is not one count per "
                              "layer (0 for Mamba-2 layers)")
-        c["n_kv_heads"] = attn[0] if attn else c["n_heads"]
         inner, heads, groups = m.get(Keys.SSM_INNER_SIZE), m.get(Keys.SSM_TIME_STEP_RANK), m.get(Keys.SSM_GROUP_COUNT)
         if inner % heads or heads % groups:
             raise ValueError(f"{m.path}: Mamba-2 inner size {inner}, {heads} heads and {groups} groups do not divide")
         n_experts = m.get(Keys.EXPERT_COUNT, 0) or 0
-        return cls(**c, attn_layers=[n > 0 for n in per_layer], n_experts=n_experts,
-                   n_experts_used=m.get(Keys.EXPERT_USED_COUNT, 0) or 0,
-                   expert_ffn=m.get(Keys.FEED_FORWARD_LENGTH) if n_experts else 0,
-                   shared_ffn=m.get(Keys.EXPERT_SHARED_FEED_FORWARD_LENGTH, 0) or 0,
-                   conv_kernel=m.get(Keys.SSM_CONV_KERNEL), state=m.get(Keys.SSM_STATE_SIZE), groups=groups,
-                   inner=inner, ssm_heads=heads, embedding_scale=float(m.get(Keys.EMBEDDING_SCALE, 1.0)),
-                   residual_scale=float(m.get(Keys.RESIDUAL_SCALE, 1.0)),
-                   attention_scale=float(m.get(Keys.ATTENTION_SCALE, 0.0)),
-                   logit_scale=float(m.get(Keys.LOGIT_SCALE, 1.0)),
-                   use_rope=bool(m.get(Keys.ROPE_SCALING_FINETUNED, False)))
+        return dict(n_kv_heads=attn[0] if attn else c["n_heads"], attn_layers=[n > 0 for n in per_layer],
+                    n_experts=n_experts, n_experts_used=m.get(Keys.EXPERT_USED_COUNT, 0) or 0,
+                    expert_ffn=m.get(Keys.FEED_FORWARD_LENGTH) if n_experts else 0,
+                    shared_ffn=m.get(Keys.EXPERT_SHARED_FEED_FORWARD_LENGTH, 0) or 0,
+                    conv_kernel=m.get(Keys.SSM_CONV_KERNEL), state=m.get(Keys.SSM_STATE_SIZE), groups=groups,
+                    inner=inner, ssm_heads=heads, embedding_scale=float(m.get(Keys.EMBEDDING_SCALE, 1.0)),
+                    residual_scale=float(m.get(Keys.RESIDUAL_SCALE, 1.0)),
+                    attention_scale=float(m.get(Keys.ATTENTION_SCALE, 0.0)),
+                    logit_scale=float(m.get(Keys.LOGIT_SCALE, 1.0)),
+                    use_rope=bool(m.get(Keys.ROPE_SCALING_FINETUNED, False)))
 
 
 class Mamba2:
@@ -125,7 +124,7 @@ class Mamba2:
 def layer(w: Weights, i: int, p: Params, rope: Rope, ops) -> Block:
     if p.attn_layers[i]:
         mixer = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads, head_dim=p.head_dim,
-                          eps=p.eps, rope=rope, scale=p.attention_scale or p.head_dim ** -0.5)
+                          eps=p.eps, rope=rope, scale=p.attention_scale or None)
     else:
         mixer = Mamba2(w, i, p, ops)
     if p.n_experts:
@@ -139,7 +138,5 @@ def layer(w: Weights, i: int, p: Params, rope: Rope, ops) -> Block:
 def build(p: Params, w: Weights, ops) -> Model:
     rope = (Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, neox=False, context_length=p.context_length)
             if p.use_rope else Rope.none())
-    layers = [layer(w, i, p, rope, ops) for i in range(p.n_layers)]
-    embed = w.embedding("token_embd.weight", p.vocab_size, p.hidden, scale=p.embedding_scale)
-    return Model(ops, embed, layers, w.vector("output_norm.weight", p.hidden), output_head(w, p.vocab_size, p.hidden),
-                 p.eps, p.vocab_size, logit_scale=p.logit_scale)
+    return standard_model(ops, w, p, [layer(w, i, p, rope, ops) for i in range(p.n_layers)],
+                          embed_scale=p.embedding_scale, logit_scale=p.logit_scale)

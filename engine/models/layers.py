@@ -1,7 +1,8 @@
 """The pieces the architecture files build their layers from: rotary frequencies
-(`Rope`), self-attention over the KV cache (`Attention`, whose switches are an
-`AttentionSpec` handed to the dense ops as an argument), the gated MLP and the
-mixture-of-experts block.
+(`Rope`), self-attention over the KV cache (`Attention`, the families' switches as its
+named options, what the dense ops need of them an `AttentionSpec` handed to them as an
+argument), the one layer (`Block`: a mixer and a feed-forward between the norms the
+family names), the gated MLP and the mixture-of-experts block.
 
 The weights are the file's, in the file's layout: norms as llama.cpp stores them
 (Gemma's and Qwen3.5's `1 + w` already added), Llama's q/k rows in llama.cpp's
@@ -16,44 +17,10 @@ from dataclasses import dataclass
 import torch
 
 from ..batch import Batch
-from ..cache import KVCache, LayerCache, attention
+from ..cache import KVCache, LayerCache, attention, shared
 from ..kernels.ops import rope_tables
 from ..modules import LinearGroup, Weights
-
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """How rotary frequencies are stretched beyond the trained context: "none",
-    "linear" (divided by `factor`) or "yarn" (llama.cpp's rope.scaling.* keys)."""
-
-    kind: str = "none"
-    factor: float = 1.0
-    original_context: int = 0
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    attention_factor: float | None = None
-    # YaRN's ramp between whole dimensions (llama.cpp; transformers' truncate=True) or the
-    # exact correction range (gpt-oss is trained with truncate=False)
-    truncate: bool = True
-
-    @classmethod
-    def read(cls, kind: str, factor: float, original_context: int, beta_fast: float | None = None,
-             beta_slow: float | None = None, attn_factor: float | None = None,
-             log_mul: float | None = None) -> "RopeScaling":
-        """From the file's rope.scaling.* keys. YaRN's cos/sin scale is llama.cpp's: 0.1 ln(factor) + 1,
-        or with a log multiplier (a config's mscale_all_dim, mscale 1) the ratio
-        mscale(factor, 1) / mscale(factor, log_mul); times yarn_attn_factor where the file has one."""
-        if kind not in ("none", "linear", "yarn"):
-            raise ValueError(f"rotary scaling {kind!r} is not supported (none, linear, yarn)")
-        factor = float(factor or 1.0)
-        attention = None
-        if kind == "yarn":
-            def mscale(m: float) -> float:
-                return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
-            attention = mscale(1.0) / mscale(float(log_mul)) if log_mul else mscale(1.0)
-            attention *= float(attn_factor) if attn_factor else 1.0
-        return cls(kind, factor, int(original_context or 0), float(beta_fast or 32.0), float(beta_slow or 1.0),
-                   attention)
+from .params import RopeScaling
 
 
 @dataclass(eq=False)
@@ -130,6 +97,9 @@ def _yarn(inv_freq: torch.Tensor, base: float, dim: int, s: RopeScaling, context
     return inv, s.attention_factor or (0.1 * math.log(s.factor) + 1.0)
 
 
+QK_NORMS = (None, "head", "whole")
+
+
 @dataclass(eq=False)
 class AttentionSpec:
     """One layer's attention as the dense ops see it: its cache layer, heads, rotary,
@@ -167,56 +137,132 @@ class AttentionSpec:
 
 
 class Attention:
-    """q/k/v projections (separate, or one attn_qkv matrix with `fused_qkv`), the ops'
-    attention over the cache, the output projection. `qk_norm`: per-head q/k norms;
-    `sinks`: the file's per-head attn_sinks."""
+    """q/k/v projections (`blk.{i}.attn_q`, `attn_k`, `attn_v`), the ops' attention over
+    the cache, the output projection; the families' switches as named options:
+
+    - `scale`: the queries' scale (None: head_dim^-1/2); `window`: sliding-window
+      attention (0: none); `softcap`: tanh capping of the scores; `sinks`: the file's
+      per-head attn_sinks (gpt-oss); `gated`: each query head followed by a sigmoid gate
+      on its output (Qwen3.5); `media_both_ways`: an image's tokens see each other (Gemma 3);
+    - `fused_qkv`: one attn_qkv matrix (Phi-3);
+    - `qk_norm`: "head" (an RMS norm of each q and k head, attn_q_norm / attn_k_norm of
+      head_dim) or "whole" (over all the heads at once, OLMo 2); `v_norm`: each v head
+      RMS-normalized without a weight (Gemma 4);
+    - `keys_as_values`: no attn_v: the keys' projection is the values' too, normalized as
+      values (Gemma 4's attention_k_eq_v);
+    - `cache_layer`: an earlier layer whose cache the queries attend over, this layer
+      having no k/v of its own (Gemma 4's shared key-value layers);
+    - `temperature` (beta, length): each query scaled by 1 + beta ln(1 + floor(position /
+      length)) (Mistral 3; rotary is linear in q, so before it);
+    - `encoder`: the window is the mask's alone, the cache keeps every position
+      (EmbeddingGemma, whose input goes in one forward)."""
 
     def __init__(self, w: Weights, layer: int, ops, *, hidden: int, n_heads: int, n_kv_heads: int, head_dim: int,
-                 eps: float, rope: Rope, scale: float, window: int = 0, softcap: float | None = None,
-                 qk_norm: bool = False, fused_qkv: bool = False, gated: bool = False, media_both_ways: bool = False,
-                 sinks: bool = False):
+                 eps: float, rope: Rope, scale: float | None = None, window: int = 0, softcap: float | None = None,
+                 sinks: bool = False, gated: bool = False, media_both_ways: bool = False, fused_qkv: bool = False,
+                 qk_norm: str | None = None, v_norm: bool = False, keys_as_values: bool = False,
+                 cache_layer: int | None = None, temperature: tuple[float, int] | None = None, encoder: bool = False):
+        if qk_norm not in QK_NORMS:
+            raise ValueError(f"qk_norm {qk_norm!r}: expected one of {QK_NORMS}")
         p = f"blk.{layer}."
-        self.ops = ops
+        kv_shared = cache_layer is not None and cache_layer != layer
+        per_head = qk_norm == "head"
+        self.ops, self.encoder, self.keys_as_values = ops, encoder, keys_as_values and not kv_shared
+        self.temperature = temperature if temperature and temperature[0] else None
         self.spec = AttentionSpec(
-            layer, n_heads, n_kv_heads, head_dim, rope, scale, eps, window, softcap, gated,
-            q_norm=w.vector(p + "attn_q_norm.weight", head_dim) if qk_norm else None,
-            k_norm=w.vector(p + "attn_k_norm.weight", head_dim) if qk_norm else None, media_both_ways=media_both_ways,
-            sinks=w.vector(p + "attn_sinks.weight", n_heads).contiguous() if sinks else None)
-        q_rows, kv_rows = self.spec.q_width, n_kv_heads * head_dim
+            cache_layer if kv_shared else layer, n_heads, n_kv_heads, head_dim, rope,
+            head_dim ** -0.5 if scale is None else scale, eps, window, softcap, gated,
+            q_norm=w.vector(p + "attn_q_norm.weight", head_dim) if per_head else None,
+            k_norm=w.vector(p + "attn_k_norm.weight", head_dim) if per_head and not kv_shared else None,
+            media_both_ways=media_both_ways, sinks=w.vector(p + "attn_sinks.weight", n_heads).contiguous() if sinks
+            else None, v_norm=torch.ones(head_dim) if v_norm and not kv_shared else None, kv_shared=kv_shared)
+        self.q_rows, self.kv_rows = n_heads * head_dim, n_kv_heads * head_dim  # the queries (without gates), k or v
+        self.q_norm = self.k_norm = None  # over the whole projections ("whole")
+        if qk_norm == "whole":
+            self.q_norm = w.vector(p + "attn_q_norm.weight", self.q_rows)
+            self.k_norm = w.vector(p + "attn_k_norm.weight", self.kv_rows)
+        q_width = self.spec.q_width
         if fused_qkv:
-            self.qkv = w.linear(p + "attn_qkv.weight", q_rows + 2 * kv_rows, hidden, bias=p + "attn_qkv.bias")
+            self.qkv = w.linear(p + "attn_qkv.weight", q_width + 2 * self.kv_rows, hidden, bias=p + "attn_qkv.bias")
         else:
-            self.qkv = LinearGroup([w.linear(p + f"attn_{n}.weight", rows, hidden, bias=p + f"attn_{n}.bias")
-                                    for n, rows in (("q", q_rows), ("k", kv_rows), ("v", kv_rows))])
+            own = [] if kv_shared else ["k"] if self.keys_as_values else ["k", "v"]
+            parts = [w.linear(p + f"attn_{n}.weight", rows, hidden, bias=p + f"attn_{n}.bias")
+                     for n, rows in [("q", q_width)] + [(n, self.kv_rows) for n in own]]
+            self.qkv = parts[0] if len(parts) == 1 else LinearGroup(parts)
         self.o = w.linear(p + "attn_output.weight", hidden, n_heads * head_dim, bias=p + "attn_output.bias")
 
     def cache_spec(self) -> LayerCache:
-        return attention(self.spec.n_kv_heads, self.spec.head_dim, self.spec.window)
+        s = self.spec
+        if s.kv_shared:
+            return shared(s.layer)
+        return attention(s.n_kv_heads, s.head_dim, 0 if self.encoder else s.window)
 
     def __call__(self, x: torch.Tensor, batch: Batch, cache: KVCache) -> torch.Tensor:
-        return self.o(self.ops.self_attention(self.qkv(x), self.spec, batch, cache))
+        y = self.qkv(x)
+        if self.temperature is not None and (scale := query_temperature(batch, *self.temperature)) is not None:
+            y[:, :self.q_rows] *= scale.to(y.device, y.dtype)
+        if self.q_norm is not None:
+            qw, kw, norm, eps = self.q_rows, self.kv_rows, self.ops.rms_norm, self.spec.eps
+            y = torch.cat([norm(y[:, :qw], self.q_norm, eps), norm(y[:, qw:qw + kw], self.k_norm, eps), y[:, qw + kw:]],
+                          dim=-1)
+        if self.keys_as_values:
+            y = torch.cat([y, y[:, -self.kv_rows:]], dim=1)
+        return self.o(self.ops.self_attention(y, self.spec, batch, cache))
+
+
+def query_temperature(batch: Batch, beta: float, length: int) -> torch.Tensor | None:
+    """(T, 1) query scales 1 + beta ln(1 + floor(position / length)) for the batch's
+    positions, once per forward; None while every position is inside the first `length`
+    (all scales 1)."""
+    key = ("attn_temp", beta, length)
+    if key not in batch.memo:
+        steps = torch.div(batch.positions, length, rounding_mode="floor")
+        batch.memo[key] = (1.0 + beta * torch.log1p(steps.float()))[:, None] if bool(steps.any()) else None
+    return batch.memo[key]
 
 
 class Block:
-    """The pre-norm layer most families share: h = x + mixer(norm(x)), then h + mlp(norm(h)),
-    the norms the file's `blk.{i}.attn_norm` and `blk.{i}.{ffn_norm}`; `residual` scales
-    both outputs before they join (Granite's residual multiplier)."""
+    """One layer: h = x + mixer(x), then h + mlp(h), each part between the norms the
+    family's files have (`blk.{i}.{name}.weight`):
 
-    def __init__(self, w: Weights, layer: int, ops, *, hidden: int, eps: float, mixer, mlp, ffn_norm: str = "ffn_norm",
-                 residual: float = 1.0):
+    - `attn_norm`, `ffn_norm`: the norm before each part (None: none there, as OLMo 2, or
+      the part normalizes its input itself, as Gemma 4's experts);
+    - `post_norms`: sandwich norms: each part's output normalized (post_attention_norm,
+      post_ffw_norm) as it joins the residual (Gemma 3 and 4, OLMo 2);
+    - `residual`: each part's output scaled before it joins (Granite's residual multiplier);
+    - `per_layer_input`: called (out, batch) -> out after the feed-forward (Gemma 4's
+      per-layer embeddings); `out_scale`: the layer's output scaled (layer_output_scale)."""
+
+    def __init__(self, w: Weights, layer: int, ops, *, hidden: int, eps: float, mixer, mlp,
+                 attn_norm: str | None = "attn_norm", ffn_norm: str | None = "ffn_norm", post_norms: bool = False,
+                 residual: float = 1.0, per_layer_input=None, out_scale: torch.Tensor | None = None):
+        def norm(name: str | None) -> torch.Tensor | None:
+            return w.vector(f"blk.{layer}.{name}.weight", hidden) if name else None
+
         self.ops, self.eps, self.mixer, self.mlp, self.residual = ops, eps, mixer, mlp, residual
-        self.attn_norm = w.vector(f"blk.{layer}.attn_norm.weight", hidden)
-        self.ffn_norm = w.vector(f"blk.{layer}.{ffn_norm}.weight", hidden)
+        self.attn_norm, self.ffn_norm = norm(attn_norm), norm(ffn_norm)
+        self.post_attn_norm = norm("post_attention_norm" if post_norms else None)
+        self.post_ffn_norm = norm("post_ffw_norm" if post_norms else None)
+        self.per_layer_input, self.out_scale = per_layer_input, out_scale
 
     def cache_spec(self) -> LayerCache:
         return self.mixer.cache_spec()
 
     def __call__(self, x: torch.Tensor, batch: Batch, cache: KVCache) -> torch.Tensor:
-        r = self.residual
-        y = self.mixer(self.ops.rms_norm(x, self.attn_norm, self.eps), batch, cache)
-        h = x + (y * r if r != 1.0 else y)
-        y = self.mlp(self.ops.rms_norm(h, self.ffn_norm, self.eps))
-        return h + (y * r if r != 1.0 else y)
+        h = self._join(x, self.mixer(self._norm(x, self.attn_norm), batch, cache), self.post_attn_norm)
+        out = self._join(h, self.mlp(self._norm(h, self.ffn_norm)), self.post_ffn_norm)
+        if self.per_layer_input is not None:
+            out = self.per_layer_input(out, batch)
+        return out if self.out_scale is None else out * self.out_scale.to(out.dtype)
+
+    def _norm(self, x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+        return x if weight is None else self.ops.rms_norm(x, weight, self.eps)
+
+    def _join(self, x: torch.Tensor, y: torch.Tensor, post: torch.Tensor | None) -> torch.Tensor:
+        """The residual x with a part's output y joined."""
+        if post is not None:
+            return self.ops.rms_norm_add(y, post, self.eps, x)
+        return x + (y * self.residual if self.residual != 1.0 else y)
 
 
 class MLP:

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from ...gguf_io import Keys
 from ..cache import LayerCache, linear
 from ..modules import Weights
-from .base import Metadata, Model, TextParams, kv_heads_per_layer, output_head
+from .base import Model, standard_model
 from .layers import MLP, Attention, Block, Rope
+from .params import Metadata, TextParams, kv_heads_per_layer
 
 ARCHITECTURE = "lfm2"
 
@@ -28,9 +29,8 @@ class Params(TextParams):
     conv_layers: list[bool] = field(default_factory=list)
     conv_kernel: int = 3
 
-    @classmethod
-    def from_gguf(cls, m: Metadata) -> "Params":
-        c = cls.common(m)
+    @staticmethod
+    def read(m: Metadata, c: dict) -> dict:
         per_layer = kv_heads_per_layer(m, c)
         attn = [n for n in per_layer if n]
         if not attn or len(set(attn)) != 1:
@@ -38,9 +38,8 @@ class Params(TextParams):
                              "positive count")
         kernel = m.get(Keys.SHORTCONV_L_CACHE)
         if not 2 <= kernel <= 8:
-            raise ValueError(f"{m.path}: {Keys.arch(Keys.SHORTCONV_L_CACHE, m.arch)} is {kernel}, expected 2 to 8")
-        c["n_kv_heads"] = attn[0]
-        return cls(**c, conv_layers=[n == 0 for n in per_layer], conv_kernel=kernel)
+            raise ValueError(f"{m.path}: {m.key(Keys.SHORTCONV_L_CACHE)} is {kernel}, expected 2 to 8")
+        return dict(n_kv_heads=attn[0], conv_layers=[n == 0 for n in per_layer], conv_kernel=kernel)
 
 
 class ShortConv:
@@ -64,17 +63,17 @@ class ShortConv:
         return self.out_proj((c * y).to(x.dtype))
 
 
-def mixer(w: Weights, i: int, p: Params, rope: Rope, ops):
+def layer(w: Weights, i: int, p: Params, rope: Rope, ops) -> Block:
     if p.conv_layers[i]:
-        return ShortConv(w, i, p, ops)
-    return Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads, head_dim=p.head_dim,
-                     eps=p.eps, rope=rope, scale=p.head_dim ** -0.5, qk_norm=True)
+        mixer = ShortConv(w, i, p, ops)
+    else:
+        mixer = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads, head_dim=p.head_dim,
+                          eps=p.eps, rope=rope, qk_norm="head")
+    return Block(w, i, ops, hidden=p.hidden, eps=p.eps, mixer=mixer,
+                 mlp=MLP(w, i, ops, hidden=p.hidden, ffn=p.ffn, act="silu"))
 
 
 def build(p: Params, w: Weights, ops) -> Model:
     rope = Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, context_length=p.context_length)
-    layers = [Block(w, i, ops, hidden=p.hidden, eps=p.eps, mixer=mixer(w, i, p, rope, ops),
-                    mlp=MLP(w, i, ops, hidden=p.hidden, ffn=p.ffn, act="silu")) for i in range(p.n_layers)]
-    embed = w.embedding("token_embd.weight", p.vocab_size, p.hidden)
-    return Model(ops, embed, layers, w.vector("token_embd_norm.weight", p.hidden),
-                 output_head(w, p.vocab_size, p.hidden), p.eps, p.vocab_size)
+    return standard_model(ops, w, p, [layer(w, i, p, rope, ops) for i in range(p.n_layers)],
+                          final_norm="token_embd_norm")

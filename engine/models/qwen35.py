@@ -14,6 +14,7 @@ multi-section rotary reduces to plain NeoX). A file with a multi-token-predictio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -21,8 +22,9 @@ import torch.nn.functional as F
 from ...gguf_io import Keys
 from ..cache import LayerCache, linear
 from ..modules import LinearGroup, Weights
-from .base import Metadata, Model, TextParams, standard_model
-from .layers import Attention, Rope, feed_forward
+from .base import Model, standard_model
+from .layers import Attention, Block, Rope, feed_forward
+from .params import Metadata, TextParams, layer_pattern
 
 ARCHITECTURE = "qwen35"
 CHAT_TEMPLATE_FALLBACK = "chatml"
@@ -42,24 +44,16 @@ class Params(TextParams):
     shared_ffn: int = 0
     rope_sections: list[int] = field(default_factory=lambda: [11, 11, 10, 0])  # time, rows, columns (, unused)
 
-    @classmethod
-    def read(cls, m: Metadata) -> dict:
-        """The common fields, the layer pattern and the linear attention's shape (shared
-        with qwen35moe, whose readers add its experts). Rotary over the first quarter of
-        each head by default."""
-        c = super().read(m)
-        n = c["n_layers"]
-        recurrent = m.get(Keys.RECURRENT_LAYERS, None)
-        if isinstance(recurrent, list) and len(recurrent) >= n:
-            linear_layers = [bool(r) for r in recurrent[:n]]
-        else:
-            interval = m.get(Keys.FULL_ATTENTION_INTERVAL, 4)
-            linear_layers = [(i + 1) % interval != 0 for i in range(n)]
-        c["rope_dims"] = m.get(Keys.ROPE_DIMENSION_COUNT, c["head_dim"] // 4)
+    @staticmethod
+    def read(m: Metadata, c: dict) -> dict:
+        """The layer pattern and the linear attention's shape (shared with qwen35moe, whose
+        readers add its experts). Rotary over the first quarter of each head by default."""
+        linear_layers = layer_pattern(m, Keys.RECURRENT_LAYERS, c["n_layers"], m.get(Keys.FULL_ATTENTION_INTERVAL, 4))
         n_k, n_v = m.get(Keys.SSM_GROUP_COUNT), m.get(Keys.SSM_TIME_STEP_RANK)
-        return dict(c, linear_layers=linear_layers, conv_kernel=m.get(Keys.SSM_CONV_KERNEL), n_k_heads=n_k,
+        return dict(rope_dims=m.get(Keys.ROPE_DIMENSION_COUNT, c["head_dim"] // 4), linear_layers=linear_layers,
+                    conv_kernel=m.get(Keys.SSM_CONV_KERNEL), n_k_heads=n_k, n_v_heads=n_v,
                     rope_sections=list(m.get(Keys.ROPE_DIMENSION_SECTIONS, [11, 11, 10, 0])),
-                    n_v_heads=n_v, k_dim=m.get(Keys.SSM_STATE_SIZE), v_dim=m.get(Keys.SSM_INNER_SIZE) // n_v)
+                    k_dim=m.get(Keys.SSM_STATE_SIZE), v_dim=m.get(Keys.SSM_INNER_SIZE) // n_v)
 
 
 class GatedDeltaNet:
@@ -100,26 +94,18 @@ class GatedDeltaNet:
         return self.out(o.reshape(t, self.value_dim))
 
 
-class Qwen35Layer:
-    def __init__(self, w: Weights, i: int, p: Params, rope: Rope, ops):
-        self.ops, self.eps = ops, p.eps
-        self.attn_norm = w.vector(f"blk.{i}.attn_norm.weight", p.hidden)
-        self.post_attn_norm = w.vector(f"blk.{i}.post_attention_norm.weight", p.hidden)
-        if p.linear_layers[i]:
-            self.mixer = GatedDeltaNet(w, i, p, ops)
-        else:
-            self.mixer = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads,
-                                   head_dim=p.head_dim, eps=p.eps, rope=rope, scale=p.head_dim ** -0.5,
-                                   qk_norm=True, gated=True)
-        self.mlp = feed_forward(w, i, ops, hidden=p.hidden, ffn=p.ffn, n_experts=p.n_experts, n_used=p.n_experts_used,
-                                expert_ffn=p.expert_ffn, shared_ffn=p.shared_ffn)
+def attention(w: Weights, i: int, p: Params, rope: Rope, ops) -> Attention:
+    return Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads, head_dim=p.head_dim,
+                     eps=p.eps, rope=rope, qk_norm="head", gated=True)
 
-    def cache_spec(self) -> LayerCache:
-        return self.mixer.cache_spec()
 
-    def __call__(self, x, batch, cache):
-        h = x + self.mixer(self.ops.rms_norm(x, self.attn_norm, self.eps), batch, cache)
-        return h + self.mlp(self.ops.rms_norm(h, self.post_attn_norm, self.eps))
+def layer(w: Weights, i: int, p: Params, rope: Rope, ops) -> Block:
+    """Layer i: Gated DeltaNet or gated attention as the file's pattern says (the MTP block's,
+    past the trunk's layers, attention), its feed-forward after post_attention_norm."""
+    mixer = GatedDeltaNet(w, i, p, ops) if i < p.n_layers and p.linear_layers[i] else attention(w, i, p, rope, ops)
+    mlp = feed_forward(w, i, ops, hidden=p.hidden, ffn=p.ffn, n_experts=p.n_experts, n_used=p.n_experts_used,
+                       expert_ffn=p.expert_ffn, shared_ffn=p.shared_ffn)
+    return Block(w, i, ops, hidden=p.hidden, eps=p.eps, mixer=mixer, mlp=mlp, ffn_norm="post_attention_norm")
 
 
 class MtpHead:
@@ -131,7 +117,7 @@ class MtpHead:
     (shared_head_head, else the trunk's): logits for x_{p+1}, one token past what the
     trunk at p - 1 predicted. Its normed output feeds the next draft in a chain."""
 
-    def __init__(self, w: Weights, i: int, p: Params, rope: Rope, ops, embed, head, output_norm):
+    def __init__(self, w: Weights, i: int, p: Params, rope: Rope, ops, embed, head, output_norm: torch.Tensor):
         pre = f"blk.{i}.nextn."
         self.layer, self.ops, self.eps = i, ops, p.eps
         self.eh_proj = w.linear(pre + "eh_proj.weight", p.hidden, 2 * p.hidden)
@@ -143,16 +129,10 @@ class MtpHead:
             if w.has(pre + "embed_tokens.weight") else embed
         self.head = w.linear(pre + "shared_head_head.weight", p.vocab_size, p.hidden) \
             if w.has(pre + "shared_head_head.weight") else head
-        self.attn_norm = w.vector(f"blk.{i}.attn_norm.weight", p.hidden)
-        self.post_attn_norm = w.vector(f"blk.{i}.post_attention_norm.weight", p.hidden)
-        self.attn = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads,
-                              head_dim=p.head_dim, eps=p.eps, rope=rope, scale=p.head_dim ** -0.5, qk_norm=True,
-                              gated=True)
-        self.mlp = feed_forward(w, i, ops, hidden=p.hidden, ffn=p.ffn, n_experts=p.n_experts, n_used=p.n_experts_used,
-                                expert_ffn=p.expert_ffn, shared_ffn=p.shared_ffn)
+        self.block = layer(w, i, p, rope, ops)
 
     def cache_spec(self) -> LayerCache:
-        return self.attn.cache_spec()
+        return self.block.cache_spec()
 
     def __call__(self, batch, cache, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits of batch.rows, the normed output of every row) for the batch's tokens
@@ -163,9 +143,7 @@ class MtpHead:
         e = ops.rms_norm(self.embed(batch.tokens), self.enorm, self.eps)
         h = ops.rms_norm(hidden.to(e.dtype), self.hnorm, self.eps)
         x = self.eh_proj(torch.cat([e, h], dim=-1))
-        x = x + self.attn(ops.rms_norm(x, self.attn_norm, self.eps), batch, cache)
-        x = x + self.mlp(ops.rms_norm(x, self.post_attn_norm, self.eps))
-        out = ops.rms_norm(x, self.norm, self.eps)
+        out = ops.rms_norm(self.block(x, batch, cache), self.norm, self.eps)
         rows = out if batch.rows.numel() == out.shape[0] else out[batch.rows]
         logits = self.head(rows).float() if batch.rows.numel() else torch.empty(0, 0)
         return logits, out
@@ -176,7 +154,6 @@ def build(p: Params, w: Weights, ops) -> Model:
     # with images carries (time, row, column) positions (Batch.mrope)
     rope = Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, context_length=p.context_length)
     rope = rope.with_sections(p.rope_sections)
-    model = standard_model(ops, w, p, [Qwen35Layer(w, i, p, rope, ops) for i in range(p.n_layers)])
-    if p.n_mtp_layers and w.has(f"blk.{p.n_layers}.nextn.eh_proj.weight"):  # the first block drafts
-        model.mtp = MtpHead(w, p.n_layers, p, rope, ops, model.embed, model.head, model.norm)
-    return model
+    layers = [layer(w, i, p, rope, ops) for i in range(p.n_layers)]
+    drafts = p.n_mtp_layers and w.has(f"blk.{p.n_layers}.nextn.eh_proj.weight")  # the first MTP block drafts
+    return standard_model(ops, w, p, layers, mtp=partial(MtpHead, w, p.n_layers, p, rope, ops) if drafts else None)

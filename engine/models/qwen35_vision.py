@@ -49,14 +49,14 @@ class Params(VisionParams):
     min_pixels: int
     max_pixels: int
 
-    @classmethod
-    def from_gguf(cls, m: VisionMetadata) -> "Params":
+    @staticmethod
+    def read(m: VisionMetadata, c: dict) -> dict:
         if any(m.get(Keys.VISION_IS_DEEPSTACK_LAYERS, [])):  # Qwen3-VL's: their features go into the text layers
             raise ValueError(f"{m.path}: this vision file has deepstack layers (Qwen3-VL); Qwen3.5's have none, "
                              "and deepstack is not supported")
-        return cls(**cls.common(m), merge=m.get(Keys.VISION_SPATIAL_MERGE_SIZE, 2),
-                   min_pixels=m.get(Keys.VISION_IMAGE_MIN_PIXELS, MIN_PIXELS),
-                   max_pixels=m.get(Keys.VISION_IMAGE_MAX_PIXELS, MAX_PIXELS["auto"]))
+        return dict(merge=m.get(Keys.VISION_SPATIAL_MERGE_SIZE, 2),
+                    min_pixels=m.get(Keys.VISION_IMAGE_MIN_PIXELS, MIN_PIXELS),
+                    max_pixels=m.get(Keys.VISION_IMAGE_MAX_PIXELS, MAX_PIXELS["auto"]))
 
     @property
     def factor(self) -> int:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from ...gguf_io import Keys
 from . import qwen35
-from .base import Metadata
+from .params import Metadata
 
 ARCHITECTURE = "qwen35moe"
 CHAT_TEMPLATE_FALLBACK = "chatml"
 
 
-def experts(m: Metadata) -> dict:
+def experts(m: Metadata, c: dict) -> dict:
     n_ff = m.get(Keys.EXPERT_FEED_FORWARD_LENGTH)
     return dict(n_experts=m.get(Keys.EXPERT_COUNT), n_experts_used=m.get(Keys.EXPERT_USED_COUNT), expert_ffn=n_ff,
                 shared_ffn=m.get(Keys.EXPERT_SHARED_FEED_FORWARD_LENGTH, n_ff))

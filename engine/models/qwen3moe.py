@@ -7,5 +7,5 @@ from . import llama
 ARCHITECTURE = "qwen3moe"
 CHAT_TEMPLATE_FALLBACK = "chatml"
 
-Params = llama.Params.member(llama.experts, neox=True, qk_norm=True, norm_topk=True)
+Params = llama.Params.member(llama.experts, neox=True, qk_norm="head", norm_topk=True)
 build = llama.build

@@ -13,15 +13,15 @@ import torch
 
 from ...gguf_io import GGMLType, Keys
 from ..modules import DenseLinear, GgufLinear, WeightError
-from .base import Metadata
+from .params import FileParams, Metadata
 
 VisionMetadata = Metadata
 
 
 @dataclass
-class VisionParams:
+class VisionParams(FileParams):
     """What every tower's file states the same way (clip.vision.* keys); a family's Params
-    adds its own fields."""
+    adds its own fields (FileParams: each class reads its own)."""
 
     image_size: int
     patch_size: int
@@ -35,7 +35,7 @@ class VisionParams:
     std: tuple[float, float, float]
 
     @staticmethod
-    def common(m: Metadata) -> dict:
+    def read(m: Metadata, c: dict) -> dict:
         return dict(image_size=m.get(Keys.VISION_IMAGE_SIZE), patch_size=m.get(Keys.VISION_PATCH_SIZE),
                     hidden=m.get(Keys.VISION_EMBEDDING_LENGTH), ffn=m.get(Keys.VISION_FEED_FORWARD_LENGTH),
                     n_layers=m.get(Keys.VISION_BLOCK_COUNT), n_heads=m.get(Keys.VISION_HEAD_COUNT),

@@ -50,8 +50,11 @@ class Residency:
     """The catalog's models in memory: `entries` is the catalog's, in least recently
     used order (a model used moves to the end); `cond` guards their load state."""
 
-    def __init__(self, catalog: Catalog, settings, metrics=None):
+    def __init__(self, catalog: Catalog, settings, metrics=None, clock=time.monotonic):
+        """`clock`: the seconds that idle time is counted in (keep_alive, --idle-unload); a
+        test gives its own to step through them without waiting."""
         self.catalog = catalog
+        self.clock = clock
         self.entries = catalog.entries
         self.settings = settings
         self.metrics = metrics
@@ -109,7 +112,7 @@ class Residency:
         """A request that held `entry` has ended (callable from any thread, once per acquire)."""
         with self.cond:
             entry.users -= 1
-            entry.last_used = time.monotonic()
+            entry.last_used = self.clock()
             self._gauge(entry)
             self.cond.notify_all()
 
@@ -208,7 +211,7 @@ class Residency:
                 entry.lm, entry.worker = lm, worker_for(entry.id, lm, self.settings.max_queue, self.metrics)
                 entry.memory = max(self._footprint(entry, lm), grown)
                 entry.loading = False
-                entry.last_used = time.monotonic()
+                entry.last_used = self.clock()
                 self.entries.move_to_end(entry.id)
                 over = self._room_for(entry) or []  # its whole size is known now: over the budget, more go
                 gone = [self._take_down(v, "memory", f"{entry.id} took {entry.memory / 2**20:.0f} MiB")
@@ -312,23 +315,37 @@ class Residency:
         """Unload idle models as --idle-unload and keep_alive ask, until `stop` is set
         (the server's thread for it)."""
         while not stop.is_set():
-            gone = []
             with self.cond:
-                now, wake = time.monotonic(), 5.0
-                for e in list(self.entries.values()):
-                    if e.lm is None or e.loading or e.users:
-                        continue
-                    due = self.idle_deadline(e)
-                    if due is None:
-                        continue
-                    if due <= now:
-                        gone.append(self._take_down(e, "idle", "idle"))
-                    else:
-                        wake = min(wake, due - now)
+                gone, wake = self._due()
                 if not gone:
                     self.cond.wait(max(wake, 0.05))
             for worker in gone:
                 self._finish_unload(worker)
+
+    def unload_idle(self) -> float:
+        """One pass of the reaper: the idle models whose time is up (by `clock`) unloaded;
+        the seconds until the next one is due (at most 5)."""
+        with self.cond:
+            gone, wake = self._due()
+        for worker in gone:
+            self._finish_unload(worker)
+        return wake
+
+    def _due(self) -> tuple[list[Worker], float]:
+        """Under `cond`: the idle models whose time is up taken down (their workers, to
+        finish outside the lock), and the seconds until the next one is due (at most 5)."""
+        gone, now, wake = [], self.clock(), 5.0
+        for e in list(self.entries.values()):
+            if e.lm is None or e.loading or e.users:
+                continue
+            due = self.idle_deadline(e)
+            if due is None:
+                continue
+            if due <= now:
+                gone.append(self._take_down(e, "idle", "idle"))
+            else:
+                wake = min(wake, due - now)
+        return gone, wake
 
     def cancel_all(self) -> None:
         """Cancel every generation (Ctrl-C, SIGTERM): each ends at its next step."""

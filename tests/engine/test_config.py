@@ -90,7 +90,7 @@ def test_load_model_applies_the_config_and_keeps_it(tiny):
 
 
 def _linears(layer):
-    return layer.attn.qkv.linears + layer.mlp.gate_up.linears
+    return layer.mixer.qkv.linears + layer.mlp.gate_up.linears
 
 
 def test_every_server_option_is_one_setting_with_its_help():

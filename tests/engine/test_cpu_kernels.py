@@ -212,9 +212,9 @@ def test_engine_uses_native_kernels_on_cpu_and_stays_close_to_exact(gemma_path):
     lm = load_model(gemma_path, device="cpu")
     ids = lm.tokenizer("The capital of France is the city of Paris, which is")["input_ids"]
     short = _last_logits(lm, ids[:6])  # 6 rows: the integer-dot path
-    linears = [m for layer in lm.model.layers for m in layer.attn.qkv.linears + [layer.attn.o]]
+    linears = [m for layer in lm.model.layers for m in layer.mixer.qkv.linears + [layer.mixer.o]]
     linears += [lm.model.head]
-    assert all(layer.attn.qkv.native is not None for layer in lm.model.layers)  # q/k/v in one native call
+    assert all(layer.mixer.qkv.native is not None for layer in lm.model.layers)  # q/k/v in one native call
     assert len(linears) == 18 * 4 + 1
     assert {m.kernels.name for m in linears} == {f"cpu-native ({cpu.best_isa()})"}
     assert lm.model.ops.name == "cpu-native"
@@ -645,7 +645,7 @@ def test_gemma_q5_0_matrices_are_repacked_and_decode_as_before(gemma_path, monke
     from gguf_serve.engine.batch import Batch
 
     lm = load_model(gemma_path, device="cpu", n_seq=1)
-    q5 = [m for layer in lm.model.layers for m in layer.attn.qkv.linears + layer.mlp.gate_up.linears
+    q5 = [m for layer in lm.model.layers for m in layer.mixer.qkv.linears + layer.mlp.gate_up.linears
           if m.ggml_type == GGMLType.Q5_0]
     assert q5
     if cpu.best_isa() == "scalar":

@@ -1,0 +1,58 @@
+"""What follows the trunk in an embedding or reranking file (a file with a
+`{arch}.pooling_type`, read into TextParams.pooling): each sequence's pooling (mean, CLS,
+last token; `rank` for rerankers), then EmbeddingGemma's dense projections (dense_2,
+dense_3) or a reranker's classifier (cls.output, Qwen3-Reranker's yes/no rows, whose
+softmax's first is the score, as llama.cpp's). engine.embed runs it over a batch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..modules import Weights
+from .params import TextParams
+
+
+@dataclass
+class PoolingHead:
+    """Pooling and what follows it."""
+
+    pooling: str
+    dense: list  # linear layers applied in order after pooling (EmbeddingGemma's dense_2, dense_3)
+    classifier: object = None  # rerankers: cls.output (labels x hidden)
+    softmax: bool = False  # the classifier's outputs as probabilities (Qwen3-Reranker)
+
+    @classmethod
+    def build(cls, p: TextParams, w: Weights) -> "PoolingHead | None":
+        """The head of a file with a pooling type (its tensors checked), else None."""
+        if p.pooling is None:
+            return None
+        dense, width = [], p.hidden
+        for name, out in p.pool_dense:
+            dense.append(w.linear(f"{name}.weight", out, width, bias=f"{name}.bias"))
+            width = out
+        classifier = None
+        if p.pooling == "rank":
+            if not w.has("cls.output.weight"):
+                raise ValueError(f"{w.reader.path}: a rank (reranker) file needs its classifier, cls.output.weight")
+            labels = w.info("cls.output.weight").shape[0]
+            classifier = w.linear("cls.output.weight", labels, width, bias="cls.output.bias")
+        return cls(p.pooling, dense, classifier, softmax=p.pooling == "rank" and p.rank_softmax)
+
+    def pool(self, hidden: torch.Tensor, causal: bool) -> torch.Tensor:
+        """One sequence's pooled vector from its tokens' outputs (n, hidden)."""
+        if self.pooling == "mean":
+            return hidden.mean(0)
+        if self.pooling == "cls":
+            return hidden[0]
+        return hidden[-1] if causal or self.pooling == "last" else hidden[0]  # rank: last, or CLS where both ways
+
+    def __call__(self, pooled: torch.Tensor) -> torch.Tensor:
+        x = pooled
+        for layer in self.dense:
+            x = layer(x)
+        if self.classifier is not None:
+            x = self.classifier(x).float()
+            return torch.softmax(x, -1) if self.softmax else x
+        return x.float()

@@ -43,7 +43,7 @@ def _logits(lm, ids=PROMPT) -> torch.Tensor:
 
 
 def _q5_0(lm) -> list:
-    return [m for layer in lm.model.layers for m in layer.attn.qkv.linears + layer.mlp.gate_up.linears
+    return [m for layer in lm.model.layers for m in layer.mixer.qkv.linears + layer.mlp.gate_up.linears
             if m.ggml_type == GGMLType.Q5_0]
 
 
@@ -64,10 +64,10 @@ def test_each_models_weights_ops_and_policy_carry_its_own_settings(two):
         assert (k.threads, k.prefill_dtype, k.gemv_max_rows) == (threads, dtype, rows)
         assert lm.threads.kernels is lm.kernels and lm.threads.threads == threads
         assert lm.model.ops.kernels is k and lm.model.ops.threads == threads  # the dense ops' calls
-        linears = [m for layer in lm.model.layers for m in layer.attn.qkv.linears + [layer.attn.o]]
+        linears = [m for layer in lm.model.layers for m in layer.mixer.qkv.linears + [layer.mixer.o]]
         assert all(m.kernels.cpu is k and m._call._threads == threads and m._call._max_rows == rows
                    for m in linears + [lm.model.head])
-        assert all(layer.attn.qkv.native._threads == threads and layer.attn.qkv._max_rows == rows
+        assert all(layer.mixer.qkv.native._threads == threads and layer.mixer.qkv._max_rows == rows
                    for layer in lm.model.layers)
         assert lm.model.embed.kernels.cpu is k
         assert f"on {threads} thread(s)" in lm.threads.describe()

@@ -54,10 +54,10 @@ torch.set_num_threads(threads)
 t = time.perf_counter()
 from gguf_serve.engine import load_model
 from gguf_serve.engine.batch import Batch
+from gguf_serve.engine.config import EngineConfig
 from gguf_serve.engine.kernels import cpu
 from gguf_serve.engine.sampling import SamplingParams
-cpu.set_threads(threads)
-lm = load_model(path, device="cpu")
+lm = load_model(path, device="cpu", config=EngineConfig.resolve(threads=threads))
 from gguf_serve.engine.cache import bytes_per_token, fixed_bytes
 used = max(prefills) + n_decode + 8  # the most positions a sequence reaches here
 kv = bytes_per_token(lm.cache.layers, lm.cache.types) * used
@@ -124,7 +124,7 @@ def timer(acc):
 timed, timed_op = timer(inner), timer(dense)
 cpu.MulMat.__call__ = timed(cpu.MulMat.__call__)
 cpu.MulMatGroup.__call__ = timed(cpu.MulMatGroup.__call__)
-cpu._mul_mat_id_rows = timed(cpu._mul_mat_id_rows)
+cpu.CpuKernels.mul_mat_id_rows = timed(cpu.CpuKernels.mul_mat_id_rows)
 for layer in lm.model.layers:  # gate and up experts in one call: bound at load
     experts = getattr(getattr(layer, "mlp", None), "experts", None)
     if experts is not None and experts._pair is not None:

@@ -44,12 +44,10 @@ import torch
 torch.set_num_threads(threads)
 from gguf_serve.engine import load_model
 from gguf_serve.engine.config import EngineConfig
-from gguf_serve.engine.kernels import cpu
 from gguf_serve.engine.sampling import SamplingParams
 from gguf_serve.engine.scheduler import Request, Scheduler
-cpu.set_threads(threads)
 lm = load_model(path, device="cpu", n_ctx=max(depths) + n_decode + n_more + 64, n_seq=1,
-                config=EngineConfig(cache_type_k=cache_type, cache_type_v=cache_type))
+                config=EngineConfig(threads=threads, cache_type_k=cache_type, cache_type_v=cache_type))
 greedy = lambda n: SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, speculative="off")
 sched = Scheduler(lm)  # the prefix cache on, as the server has it
 def stamps_of(ids, n):  # a request's steps' times, from its start

@@ -69,10 +69,9 @@ GENERATE = r"""
 import json, sys, time
 path, prompt, tokens, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 from gguf_serve.engine import load_model
-from gguf_serve.engine.kernels import cpu
+from gguf_serve.engine.config import EngineConfig
 from gguf_serve.engine.sampling import SamplingParams
-cpu.set_threads(threads)
-lm = load_model(path, device="cpu")
+lm = load_model(path, device="cpu", config=EngineConfig.resolve(threads=threads))
 ids = lm.tokenizer.backend_tokenizer.encode(prompt).ids
 params = lambda n: SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
 list(lm.generate(ids, params(8)))

@@ -2,7 +2,7 @@
 where it runs and in which dtype, the KV cache's size (context, sequences) and the
 batch, the CPU kernels' settings (threads, which implementation, the code path,
 repacking, the dtype of long prefills' matmuls), and where derived data is kept.
-`load_model` applies it (kernels.configure) before building the model.
+`load_model` builds the model's kernel settings from it (kernels.settings) before building the model.
 
 Where the settings come from: the server reads its options once (command line over
 GGUF_SERVE_* environment over defaults, server.settings) and passes the EngineConfig it
@@ -12,8 +12,9 @@ given over GGUF_SERVE_* over the defaults). Nothing in the engine reads the envi
 otherwise, or caches a setting at import. The choices and variable names are
 engine.options'.
 
-The kernels' settings are the process's (one thread pool, one code path): a model
-loaded later with other settings changes them for the models loaded before it."""
+The kernels' settings are each model's own (kernels.KernelSettings, built from these at
+load): a model loaded later with other threads, code path, repacking or prefill dtype
+leaves the models loaded before it as they were."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ def _pooled(lm, inputs: list[list[int]]) -> list[torch.Tensor]:
             hidden = batch.hidden
             pooled = torch.stack([head.pool(hidden[s.start:s.start + s.n].float(), not both_ways)
                                   for s in batch.seqs])
-            with torch.inference_mode():
+            with torch.inference_mode(), lm.threads.run(len(group)):  # the model's kernel settings
                 result = head(pooled.to(hidden.dtype))
             for i, row in zip(group, result):
                 out[i] = row

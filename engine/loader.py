@@ -6,6 +6,7 @@ memory available; one log line says what was chosen). Nothing is dequantized her
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import logging
@@ -77,11 +78,17 @@ class LoadedModel:
     architecture: Architecture
     device: torch.device
     dtype: torch.dtype
-    threads: ThreadPolicy
+    threads: ThreadPolicy  # who runs on the cores; applies the model's kernel settings to its forward passes
     config: EngineConfig  # the settings it was loaded with
     draft: "LoadedModel | None" = None  # the draft model speculative decoding runs beside it (--draft-model)
     vision: Any = None  # engine.vision.VisionModel: the vision file images go through (--mmproj)
     chat_format: ChatFormat = ChatFormat()  # its template's and vocabulary's chat format, read once at load
+
+    @property
+    def kernels(self) -> kernels.KernelSettings:
+        """The model's own kernel settings (threads, code path, repacking, row limit,
+        prefill dtype, the implementation forced), built from `config` at load."""
+        return self.threads.kernels
 
     @property
     def n_ctx(self) -> int:
@@ -228,11 +235,10 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     dev = pick_device(cfg.device)
     dtype = cfg.dtype or default_dtype(dev)
     step(LOAD_STAGES[1])
-    kernels.configure(cfg.kernels, cfg.threads, cfg.cpu_isa, cfg.cpu_repack, cfg.prefill_dtype)
-    ops = kernels.ops_for(dev)
-    native = dev.type == "cpu" and kernels.native_cpu_in_use()
-    weights = Weights(reader, dev, dtype, native_cpu=native)
-    model = arch.build(params, weights, ops)
+    settings = kernels.settings(cfg.kernels, cfg.threads, cfg.cpu_isa, cfg.cpu_repack, cfg.prefill_dtype)
+    weights = Weights(reader, dev, dtype, settings)
+    with _code_path(settings):  # repacking at load follows the model's code path, as its calls do
+        model = arch.build(params, weights, settings.ops_for(dev))
     weights.release_copies()
     specs = model.cache_specs()
     half = DEFAULT_CACHE_TYPE.get(dtype)
@@ -253,18 +259,24 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     for key in VOCABULARY_KEYS:
         reader.metadata.pop(key, None)
     _return_freed_memory()  # the tokenizer build's transient Python objects (~35 MB for Gemma's 262k vocabulary)
-    threads = ThreadPolicy.decide(dev, native, cfg.threads)
+    threads = ThreadPolicy.decide(dev, settings)
     log.info("loaded %s (%s) on %s in %s; %s", path, arch.name, dev, dtype, threads.describe())
     lm = LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads, cfg,
                      chat_format=ChatFormat.of(template, tokenizer, reader.metadata))
     if cfg.mmproj:
-        lm.vision = load_vision(resolve_path(cfg.mmproj), reader, params.hidden, dev, dtype, native,
-                                products=vision_products(cfg.vision_dtype, dev))
+        with _code_path(settings):
+            lm.vision = load_vision(resolve_path(cfg.mmproj), reader, params.hidden, dev, dtype, settings,
+                                    products=vision_products(cfg.vision_dtype, dev))
         lm.vision.bind(tokenizer)
         lm.vision.threads = threads
     if cfg.draft_model:
         lm.draft = load_draft(lm, cfg.draft_model)
     return lm
+
+
+def _code_path(settings: kernels.KernelSettings):
+    """The model's native code path on this thread for the duration (nothing without them)."""
+    return settings.cpu.using_isa() if settings.cpu is not None else contextlib.nullcontext()
 
 
 def load_draft(lm: LoadedModel, path_or_id: str) -> LoadedModel:

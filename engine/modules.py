@@ -1,16 +1,16 @@
 """Packed weights: the only parts of the engine that hold GGUF blocks. Each keeps the
 file's bytes (a uint8 tensor over the memory map, or a copy on another device) and
-calls the kernels chosen once for its device and type; nothing here dequantizes a
-whole weight. Plain callables, not nn.Modules: a decode step makes a hundred of
-these calls and nn.Module's call machinery would cost more than some of them."""
+calls the kernels its model's settings (kernels.KernelSettings, handed over at build)
+chose once for its device and type; nothing here dequantizes a whole weight. Plain
+callables, not nn.Modules: a decode step makes a hundred of these calls and
+nn.Module's call machinery would cost more than some of them."""
 
 from __future__ import annotations
 
 import torch
 
 from ..gguf_io import GGMLType, GGUFReader, TensorInfo
-from . import kernels
-from .kernels import cpu
+from .kernels import KernelSettings, cpu
 from .kernels.reference import as_tensor
 from .errors import WeightError
 
@@ -19,23 +19,24 @@ class GgufLinear:
     """y = x @ W.T (+ bias) for W packed as GGUF rows (out_features, row_bytes)."""
 
     def __init__(self, name: str, packed: torch.Tensor, ggml_type: GGMLType, in_features: int, out_features: int,
-                 bias: torch.Tensor | None = None, products: torch.dtype | None = None):
+                 bias: torch.Tensor | None = None, products: torch.dtype | None = None, *, settings: KernelSettings):
         """`products`: the dtype a float matrix (F16, BF16) is multiplied in by torch when no
         native kernel takes it (the vision towers' bfloat16 on CPUs that compute it natively);
-        None: the input's."""
+        None: the input's. `settings`: the model's kernel settings."""
         self.name = name
         self.packed = packed
         self.ggml_type = GGMLType(ggml_type)
         self.in_features, self.out_features = in_features, out_features
         self.bias = bias
-        self.kernels = kernels.select(packed.device, self.ggml_type)
+        self.kernels = settings.select(packed.device, self.ggml_type)
         self.native = None  # what the native CPU kernels read: (bytes, type code), the file's or repacked
         self.repacked = False
         if self.kernels.native_cpu:
-            rep = cpu.repack(packed, self.ggml_type, out_features, in_features)
+            k = self.kernels.cpu
+            rep = k.repacked(packed, self.ggml_type, out_features, in_features)
             self.repacked = rep is not None
             self.native = rep or (packed, int(self.ggml_type))
-            self._call = cpu.MulMat(packed, self.ggml_type, out_features, in_features, native=self.native)
+            self._call = cpu.MulMat(k, packed, self.ggml_type, out_features, in_features, native=self.native)
         elif products is not None and self.ggml_type in (GGMLType.F16, GGMLType.BF16):
             self._call = lambda x: self.kernels.mul_mat(self.packed, x.to(products), self.ggml_type,
                                                         self.out_features).to(x.dtype)
@@ -53,12 +54,15 @@ class GgufLinear:
 class DenseLinear:
     """y = x @ W.T for a float32 matrix stored unquantized (routers, small gates)."""
 
-    def __init__(self, name: str, weight: torch.Tensor, bias: torch.Tensor | None = None, native_cpu: bool = False):
+    def __init__(self, name: str, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                 native: cpu.CpuKernels | None = None):
+        """`native`: the model's native CPU kernels where they are in use (its threads run the
+        few-row products)."""
         self.name, self.weight, self.bias = name, weight, bias
         self.out_features, self.in_features = weight.shape
         self._native = None
-        if native_cpu and weight.device.type == "cpu" and weight.dtype is torch.float32:
-            self._native = cpu.LinearF32(weight)
+        if native is not None and weight.device.type == "cpu" and weight.dtype is torch.float32:
+            self._native = cpu.LinearF32(native, weight)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self._native is not None and (y := self._native(x)) is not None:
@@ -69,7 +73,7 @@ class DenseLinear:
 class LinearGroup:
     """Matrices that read the same input (q/k/v, gate/up) as one: the output is their
     outputs side by side, (n, sum of out_features). With the native CPU kernels and a
-    batch of at most GEMV_MAX_ROWS rows that is one native call (the input quantized
+    batch of at most their gemv_max_rows rows that is one native call (the input quantized
     once, the rows of all of them one work list); otherwise one by one."""
 
     def __init__(self, linears: list):
@@ -78,16 +82,15 @@ class LinearGroup:
         self.out_features, self.in_features = sum(self.sizes), linears[0].in_features
         self.native = None
         if len(linears) > 1 and all(isinstance(m, GgufLinear) and m.kernels.native_cpu for m in linears):
-            self.native = cpu.MulMatGroup([m.native[0] for m in linears], [m.native[1] for m in linears], self.sizes,
-                                          linears[0].in_features)
-            self._cpu = cpu
-
+            self.native = cpu.MulMatGroup(linears[0].kernels.cpu, [m.native[0] for m in linears],
+                                          [m.native[1] for m in linears], self.sizes, linears[0].in_features)
+            self._max_rows = self.native.max_rows
             self.bias = None
             if any(m.bias is not None for m in linears):
                 self.bias = torch.cat([m.bias if m.bias is not None else torch.zeros(m.out_features) for m in linears])
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.native is not None and x.shape[0] <= self._cpu.GEMV_MAX_ROWS and x.dtype is torch.float32:
+        if self.native is not None and x.shape[0] <= self._max_rows and x.dtype is torch.float32:
             y = self.native(x)
             return y if self.bias is None else y.add_(self.bias)
         return torch.cat([m(x) for m in self.linears], dim=-1)
@@ -97,14 +100,14 @@ class GgufEmbedding:
     """Row lookup into a packed (num_embeddings, row_bytes) table, times `scale`."""
 
     def __init__(self, name: str, packed: torch.Tensor, ggml_type: GGMLType, num_embeddings: int, dim: int,
-                 dtype: torch.dtype, scale: float | None = None):
+                 dtype: torch.dtype, scale: float | None = None, *, settings: KernelSettings):
         self.name, self.packed, self.ggml_type = name, packed, GGMLType(ggml_type)
         self.num_embeddings, self.dim, self.dtype, self.scale = num_embeddings, dim, dtype, scale
-        self.kernels = kernels.select(packed.device, self.ggml_type)
+        self.kernels = settings.select(packed.device, self.ggml_type)
         self._scale = None if scale is None else torch.tensor(scale, dtype=dtype)
         self._rows = None  # the native row-by-row lookup for a decode step's few ids
         if self.kernels.native_cpu and dtype is torch.float32 and packed.dim() == 2:
-            self._rows = cpu.RowLookup(packed, self.ggml_type, dim)
+            self._rows = cpu.RowLookup(self.kernels.cpu, packed, self.ggml_type, dim)
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
         few = None  # a decode step's ids as a list, for the row-by-row lookup
@@ -132,7 +135,7 @@ class GgufExperts:
     def __init__(self, name: str, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
                  types: tuple[GGMLType, GGMLType, GGMLType], hidden: int, intermediate: int,
                  biases: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-                 gate_up: torch.Tensor | None = None):
+                 gate_up: torch.Tensor | None = None, *, settings: KernelSettings):
         self.name = name
         self.gate_up_bias = self.down_bias = None
         if biases is not None:
@@ -142,7 +145,7 @@ class GgufExperts:
         self.types = tuple(GGMLType(t) for t in types)
         self.num_experts = gate.shape[0]
         self.hidden, self.intermediate = hidden, intermediate
-        self.kernels = [kernels.select(gate.device, t) for t in self.types]
+        self.kernels = [settings.select(gate.device, t) for t in self.types]
         # the matrices the kernels multiply: (tensor, rows per expert, columns, type, kernels),
         # gate and up as one if fused
         gk, uk, dk = self.kernels
@@ -159,11 +162,11 @@ class GgufExperts:
                 if not k.native_cpu:
                     continue
                 e = w.shape[0]
-                rep = cpu.repack(w.reshape(e * rows, -1), t, e * rows, cols)
+                rep = k.cpu.repacked(w.reshape(e * rows, -1), t, e * rows, cols)
                 if rep is not None:  # all experts as one matrix: each expert's rows are whole groups
                     self.native[i], self.repacked[i] = (rep[0].view(e, rows, -1), rep[1]), True
             if gate_up is None and gk.native_cpu and uk.native_cpu:
-                self._pair = cpu.mul_mat_id2
+                self._pair = gk.cpu.mul_mat_id2
 
     def __call__(self, x: torch.Tensor, ids: torch.Tensor, ops, act: str) -> torch.Tensor:
         """(T, k, hidden) for x (T, hidden) and ids (T, k); `ops` (kernels.ops) applies
@@ -198,13 +201,15 @@ class GgufExperts:
 class Weights:
     """The file's tensors by GGUF name, as packed modules and dense tensors on `device`."""
 
-    def __init__(self, reader: GGUFReader, device: torch.device, dtype: torch.dtype, native_cpu: bool = False,
+    def __init__(self, reader: GGUFReader, device: torch.device, dtype: torch.dtype, settings: KernelSettings,
                  views: bool = False, products: torch.dtype | None = None):
         self.reader, self.device, self.dtype = reader, device, dtype
+        self.settings = settings  # the model's kernel settings, handed to every packed module
         self.products = products  # GgufLinear's `products` for the float matrices
         # vectors as read-only views of the map (for modules that never write into their weights)
         self.views = views and device.type == "cpu" and dtype is torch.float32
-        self.native_cpu = native_cpu  # the native CPU kernels are in use (decided once, at load)
+        # the native CPU kernels where they are in use (decided once, at load), for the dense matrices
+        self.native = settings.cpu if device.type == "cpu" else None
         self._views: dict[str, torch.Tensor] = {}
         self._copied: list[TensorInfo] = []  # tensors repacked into the kernels' own copies
 
@@ -260,9 +265,10 @@ class Weights:
         b = self.vector(bias, out_features).to(self.dtype) if bias is not None and self.has(bias) else None
         if info.ggml_type == GGMLType.F32:
             w = as_tensor(info.array()).reshape(out_features, in_features)  # zero-copy on CPU
-            return DenseLinear(name, w.to(self.device, self.dtype), b, native_cpu=self.native_cpu)
+            return DenseLinear(name, w.to(self.device, self.dtype), b, native=self.native)
         packed = self.packed(name).reshape(out_features, -1)
-        linear = GgufLinear(name, packed, info.ggml_type, in_features, out_features, b, products=self.products)
+        linear = GgufLinear(name, packed, info.ggml_type, in_features, out_features, b, products=self.products,
+                            settings=self.settings)
         if linear.repacked:  # the kernels read their own copy: release_copies() unmaps the file's
             self._copied.append(info)
         return linear
@@ -275,7 +281,8 @@ class Weights:
 
     def embedding(self, name: str, num: int, dim: int, scale: float | None = None) -> GgufEmbedding:
         info = self._expect(name, (num, dim))
-        return GgufEmbedding(name, self.packed(name), info.ggml_type, num, dim, self.dtype, scale)
+        return GgufEmbedding(name, self.packed(name), info.ggml_type, num, dim, self.dtype, scale,
+                             settings=self.settings)
 
     def experts(self, layer: int, n_experts: int, hidden: int, intermediate: int, biases: bool = False) -> GgufExperts:
         """blk.{layer}'s experts: separate ffn_gate_exps / ffn_up_exps, or fused ffn_gate_up_exps;
@@ -298,7 +305,7 @@ class Weights:
                       for n, size in (("gate", intermediate), ("up", intermediate), ("down", hidden)))
         is_fused = self.has(p + "ffn_gate_up_exps.weight")
         experts = GgufExperts(f"blk.{layer}.experts", gate, up, self.packed(down.name), types, hidden, intermediate, b,
-                              gate_up=both if is_fused else None)
+                              gate_up=both if is_fused else None, settings=self.settings)
         # the kernels read their own copies: the file's pages are unmapped now, layer by layer, so that
         # loading holds at most one layer's experts twice
         infos = [fused, down] if is_fused else [g, u, down]

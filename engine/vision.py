@@ -28,6 +28,7 @@ import torch
 
 from ..gguf_io import GGUFError, GGUFReader, Keys
 from .batch import KEY_BITS, media_of, media_token
+from .kernels import KernelSettings
 from .kernels.cpu import has_native_bf16
 from .models import projectors
 from .models.vision import ImagePlan, VisionMetadata
@@ -252,9 +253,10 @@ def vision_products(setting: str | None, device: torch.device, native: bool | No
 
 
 def load_vision(path: str, text_reader: GGUFReader, text_hidden: int, device: torch.device, dtype: torch.dtype,
-                native_cpu: bool, products: torch.dtype | None = None) -> VisionModel:
+                settings: KernelSettings, products: torch.dtype | None = None) -> VisionModel:
     """A vision file for a text model (VisionFileError where it is not one, or not this model's);
-    `products`: the dtype its F16/BF16 matrices multiply in (vision_products)."""
+    `settings`: the text model's kernel settings; `products`: the dtype its F16/BF16 matrices
+    multiply in (vision_products)."""
     reader = GGUFReader(path)
     if reader.architecture != "clip":
         raise VisionFileError(f"{path}: not a vision file (general.architecture is {reader.architecture!r}, "
@@ -279,7 +281,7 @@ def load_vision(path: str, text_reader: GGUFReader, text_hidden: int, device: to
         raise VisionFileError(f"{path}: its images are {params.projection_dim} wide; the text model's embeddings "
                               f"are {text_hidden} (a vision file of another model size?)")
     reader.populate()
-    w = Weights(reader, device, dtype, native_cpu=native_cpu, views=True,  # the towers never write into weights
+    w = Weights(reader, device, dtype, settings, views=True,  # the towers never write into weights
                 products=products)
     tower = family.build(params, w)
     w.release_copies()

@@ -3,18 +3,24 @@ build and loaded with ctypes: activation rows are quantized once to 8-bit blocks
 multiplied against the packed weight blocks with integer dot products, threads over
 output rows (one pool).
 
-Their settings are the process's, applied by `configure` with the values of the
-engine's configuration at load (engine.config, through kernels.configure): threads
-(torch's count when the library is first loaded, until configured), the code path (scalar, avx2, avx512 on x86-64; scalar, neon on
-AArch64; by default the best the CPU runs), repacking, and the dtype of long
-prefills' matmuls."""
+The process's are only the loaded library, the CPU's ISA levels and torch's thread count
+when the library first loads (the default for `threads`). A model's settings are a
+`CpuKernels` built at load from the engine's configuration (engine.config, through
+kernels.settings): threads, the code path (scalar, avx2, avx512 on x86-64; scalar, neon
+on AArch64; by default the best the CPU runs), repacking, the dtype of long prefills'
+matmuls and with it the row limit of the integer dots. Its methods and the bound
+callables (MulMat, MulMatGroup, LinearF32, RowLookup) read only their own settings; its
+code path applies to the calls a thread makes inside `using_isa` (a model's forward
+pass, engine.threads), the process's (`set_isa`, for direct calls) elsewhere."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import enum
 import importlib.machinery
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -23,6 +29,7 @@ from ...gguf_io import GGMLType
 from ..options import ENV, PREFILL_DTYPES
 from . import reference
 from ..errors import KernelError
+from .interface import KernelOps
 
 log = logging.getLogger("gguf_serve.kernels")
 
@@ -31,37 +38,7 @@ LIB_NAME = "_gguf_cpu"
 _lib: ctypes.CDLL | None = None
 _isa_names: list[str] = []  # the library's ISA levels, lowest first
 _tried = False
-# The settings `configure` applies (read in every call, so module globals: a decode step
-# makes hundreds of calls). _threads is 0 until the library loads (then torch's count).
-_threads = 0
-_repack = True
-
-
-def configure(threads: int | None = None, isa: str | None = None, repack: bool = True,
-              prefill_dtype: str | None = None) -> None:
-    """Apply the kernel settings (EngineConfig's threads, cpu_isa, cpu_repack, prefill_dtype): threads (None:
-    keep the current count), the code path (None: the best this CPU runs), repacking,
-    the prefill dtype (None: bfloat16 where the CPU has AMX, else float32)."""
-    global _repack
-    if load() is None:
-        return
-    if threads is not None:
-        set_threads(threads)
-    set_isa(isa)
-    _repack = bool(repack)
-    set_prefill_dtype(prefill_dtype)
-
-
-def set_threads(n: int) -> None:
-    """Threads the native kernels use."""
-    global _threads
-    _threads = max(1, int(n))
-
-
-def threads() -> int:
-    if not _threads:  # set when the library loads
-        load()
-    return _threads
+_default_threads = 0  # torch's thread count when the library loaded: `threads` when none is configured
 
 
 def library_path() -> Path | None:
@@ -100,6 +77,8 @@ def load() -> ctypes.CDLL | None:
     lib.gc_supports.argtypes = [ctypes.c_int]
     lib.gc_set_isa.restype = ctypes.c_int
     lib.gc_set_isa.argtypes = [ctypes.c_int]
+    lib.gc_use_isa.restype = ctypes.c_int
+    lib.gc_use_isa.argtypes = [ctypes.c_int]
     lib.gc_best_isa.restype = ctypes.c_int
     lib.gc_path_isa.restype = ctypes.c_int
     lib.gc_mul_mat_id.restype = ctypes.c_int
@@ -130,11 +109,15 @@ def load() -> ctypes.CDLL | None:
     while (name := lib.gc_isa_name(len(_isa_names))) is not None:
         _isa_names.append(name.decode())
     _lib = lib
-    global _threads
-    if not _threads:
-        _threads = torch.get_num_threads()
-    set_prefill_dtype(None)
+    global _default_threads
+    _default_threads = torch.get_num_threads()
     return _lib
+
+
+def default_threads() -> int:
+    """The kernels' threads where none is configured: torch's count when the library loaded."""
+    load()
+    return _default_threads or torch.get_num_threads()
 
 
 def isas() -> list[str]:
@@ -143,18 +126,25 @@ def isas() -> list[str]:
     return list(_isa_names)
 
 
+def isa_level(name: str | None) -> int:
+    """The level a model's `cpu_isa` asks for (None: the best this CPU runs), clamped to
+    what the CPU runs (with a warning)."""
+    names, best = isas(), isas().index(best_isa())
+    if name is not None and name not in names:
+        raise ValueError(f"cpu_isa={name!r} ({ENV['cpu_isa']}): expected one of {', '.join(names)}")
+    level = names.index(name) if name else best
+    if level > best:
+        log.warning("cpu_isa=%s is not supported by this CPU; using %s", name, names[best])
+    return min(level, best)
+
+
 def set_isa(name: str | None) -> str:
-    """Select the code path (one of isas(); None: the best this CPU runs)."""
+    """Select the process's code path (one of isas(); None: the best this CPU runs): the one
+    of direct kernel calls (tests, benchmarks) outside a model's forward pass."""
     lib = load()
     if lib is None:
         raise RuntimeError("native CPU kernels are not available")
-    names = isas()
-    if name is not None and name not in names:
-        raise ValueError(f"cpu_isa={name!r} (GGUF_SERVE_CPU_ISA): expected one of {', '.join(names)}")
-    chosen = names[lib.gc_set_isa(names.index(name) if name else -1)]
-    if name and chosen != name:
-        log.warning("cpu_isa=%s is not supported by this CPU; using %s", name, chosen)
-    return chosen
+    return isas()[lib.gc_set_isa(isa_level(name))]
 
 
 def set_tiles(on: bool) -> None:
@@ -183,7 +173,7 @@ def best_isa() -> str:
 
 
 def path_isa(ggml_type: GGMLType) -> str:
-    """The code path mul_mat takes for this type under the current selection."""
+    """The code path mul_mat takes for this type under the calling thread's selection."""
     got = load().gc_path_isa(int(ggml_type))
     if got < 0:
         raise ValueError(f"no native kernel for {GGMLType(ggml_type).name}")
@@ -220,42 +210,18 @@ def check(rc: int, fn: str, what: str) -> None:
     raise KernelError(f"{fn}: {name} for {what}")
 
 
-def _mul_mat_rows(weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_features: int) -> torch.Tensor:
-    """y (n, out) = x (n, in) · W^T for packed rows W (out, row_bytes), float32, with
-    gc_mul_mat; float32 contiguous input passes without a copy (or a cast call: decode
-    makes hundreds of these calls a token)."""
-    w = weight if weight.is_contiguous() else weight.contiguous()
-    x = _f32(x)
-    n, cols = x.shape
-    y = torch.empty(n, out_features, dtype=torch.float32)
-    rc = (_lib or load()).gc_mul_mat(ggml_type, w.data_ptr(), out_features, cols, x.data_ptr(), n, y.data_ptr(),
-                                     _threads)
-    check(rc, "gc_mul_mat", f"{GGMLType(ggml_type).name}, {out_features} x {cols}, {n} rows")
-    return y
-
-
-def _dequantize_rows(weight: torch.Tensor, ggml_type: int, rows: int, cols: int) -> torch.Tensor:
-    w = weight if weight.is_contiguous() else weight.contiguous()
-    y = torch.empty(rows, cols, dtype=torch.float32)
-    rc = (_lib or load()).gc_dequantize(ggml_type, w.data_ptr(), rows, cols, y.data_ptr(), _threads)
-    check(rc, "gc_dequantize", f"{GGMLType(ggml_type).name}, {rows} x {cols}")
-    return y
-
-
-# Up to this many activation rows, integer dot products (each weight block unpacked once
-# for four rows where the type has a four-row kernel; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-# IQ4_NL and the Q4_K, Q5_K and Q6_K k-quants from 8 rows in repacked tiles of eight
-# weight rows, see gc_set_tiles); beyond, dequantize tiles of W and let torch's BLAS do
-# the matmul, in bfloat16 where the CPU has AMX (oneDNN's bfloat16 GEMM is ~5x float32
+# Up to a model's `gemv_max_rows` activation rows, integer dot products (each weight block
+# unpacked once for four rows where the type has a four-row kernel; Q4_0, Q4_1, Q5_0,
+# Q5_1, Q8_0, IQ4_NL and the Q4_K, Q5_K and Q6_K k-quants from 8 rows in repacked tiles of
+# eight weight rows, see gc_set_tiles); beyond, dequantize tiles of W and let torch's BLAS
+# do the matmul, in bfloat16 where the CPU has AMX (oneDNN's bfloat16 GEMM is ~5x float32
 # there; not measured against the tiles, so those machines keep the old bound of 256
 # rows), else float32. On the AVX2 machine here, Gemma 3 270M's matrices at 512 rows
 # (one prompt chunk), in one process: the tiles 2.2-3.5x faster than float32 BLAS on
 # Q5_0 and Q6_K, 2.1-2.4x on Q4_K; Q8_0 about equal row-wise, 2.2x faster in tiles than
 # row-wise.
 TILE_ELEMENTS = 1 << 22  # weights per dequantized tile
-# set by set_prefill_dtype (configure, or the library's first load)
-PREFILL_DTYPE = torch.float32
-GEMV_MAX_ROWS = 1024
+GEMV_MAX_ROWS = {torch.float32: 1024, torch.bfloat16: 256}  # the row limit per prefill dtype
 
 
 def _has_amx() -> bool:
@@ -276,28 +242,12 @@ def has_native_bf16() -> bool:
     return avx512_bf16 or _has_amx()
 
 
-def set_prefill_dtype(name: str | None) -> None:
-    """The dtype of long prefills' BLAS matmuls ("float32", "bfloat16"; None: bfloat16
-    where the CPU has AMX) and with it GEMV_MAX_ROWS."""
-    global PREFILL_DTYPE, GEMV_MAX_ROWS
+def prefill_dtype(name: str | None) -> torch.dtype:
+    """The dtype of long prefills' BLAS matmuls for the `prefill_dtype` setting ("float32",
+    "bfloat16"; None: bfloat16 where the CPU has AMX, else float32)."""
     if name is not None and name not in PREFILL_DTYPES:
         raise ValueError(f"prefill_dtype={name!r} ({ENV['prefill_dtype']}): expected {' or '.join(PREFILL_DTYPES)}")
-    PREFILL_DTYPE = getattr(torch, name) if name else (torch.bfloat16 if _has_amx() else torch.float32)
-    GEMV_MAX_ROWS = 256 if PREFILL_DTYPE is torch.bfloat16 else 1024
-
-
-def mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_features: int) -> torch.Tensor:
-    """The kernel interface's mul_mat for CPU tensors of any leading shape and dtype."""
-    cols = x.shape[-1]
-    n = x.numel() // cols if cols else 0
-    if n <= GEMV_MAX_ROWS:
-        y = _mul_mat_rows(weight, x.reshape(n, cols), int(ggml_type), out_features)
-    else:
-        dt = PREFILL_DTYPE
-        y = reference.matmul_by_tiles(weight, x.reshape(-1, cols).to(dt), out_features, max(1, TILE_ELEMENTS // cols),
-                                      lambda rows, r: _dequantize_rows(rows, int(ggml_type), r, cols).to(dt))
-    y = y.reshape(*x.shape[:-1], out_features)
-    return y if y.dtype is x.dtype else y.to(x.dtype)
+    return getattr(torch, name) if name else (torch.bfloat16 if _has_amx() else torch.float32)
 
 
 REPACKED = 0x100  # a type code with this bit: a layout gc_repack made, not a file's type
@@ -308,41 +258,204 @@ def type_name(code: int) -> str:
     return f"{GGMLType(code & 0xFF).name}x8" if code & REPACKED else GGMLType(code).name
 
 
-def repack(weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int) -> tuple[torch.Tensor, int] | None:
-    """The matrix's bytes in the layout this CPU's kernels read fastest, where its type
-    has one (Q5_0 and MXFP4 in groups of eight rows, with AVX2; see gc_repack): (a new uint8 tensor of
-    the same size, the type code MulMat and MulMatGroup then take). None where there is
-    none, or where repacking is configured off (cpu_repack)."""
-    lib = load()
-    if lib is None or not _repack:
-        return None
-    w = weight if weight.is_contiguous() else weight.contiguous()
-    out = torch.empty_like(w)
-    code = lib.gc_repack(int(ggml_type), w.data_ptr(), rows, cols, out.data_ptr(), _threads)
-    return (out, code) if code >= 0 else None
+def _contiguous(t: torch.Tensor) -> torch.Tensor:
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _check_mul_mat_id(rc: int, fn: str, n_experts: int, ids: torch.Tensor, what: str) -> None:
+    if rc == Status.BAD_EXPERT:
+        raise IndexError(f"{fn}: expert index out of range 0..{n_experts - 1} in {ids.tolist()}")
+    check(rc, fn, what)
+
+
+@dataclass(frozen=True, eq=False)
+class CpuKernels:
+    """The native CPU kernels with one model's settings (built at load by kernels.settings;
+    `make` for direct calls): its calls read only these. `isa` applies to the calls a thread
+    makes inside `using_isa` (the model's forward pass); the methods themselves do not set it."""
+
+    lib: ctypes.CDLL = field(repr=False)
+    threads: int  # the pool's threads in this model's calls
+    isa: str  # the code path (one of isas()), clamped to what the CPU runs
+    repack: bool = True  # matrices repacked at load where this CPU reads another layout faster
+    prefill_dtype: torch.dtype = torch.float32  # long prefills' BLAS dtype
+    gemv_max_rows: int = GEMV_MAX_ROWS[torch.float32]  # up to this many rows the integer dots, beyond BLAS
+
+    @classmethod
+    def make(cls, threads: int | None = None, isa: str | None = None, repack: bool = True,
+             prefill: str | None = None) -> "CpuKernels | None":
+        """The settings EngineConfig's threads (None: default_threads()), cpu_isa (None: the
+        best), cpu_repack and prefill_dtype (None: bfloat16 with AMX) give; None where the
+        library is not built."""
+        lib = load()
+        if lib is None:
+            return None
+        dtype = prefill_dtype(prefill)
+        return cls(lib, max(1, int(threads or default_threads())), isas()[isa_level(isa)], bool(repack), dtype,
+                   GEMV_MAX_ROWS[dtype])
+
+    @property
+    def level(self) -> int:
+        """The ISA level of `isa` (an index of isas())."""
+        return _isa_names.index(self.isa)
+
+    def use_isa(self) -> int:
+        """Make `isa` the calling thread's code path (and its pool tasks'); returns the
+        thread's previous setting for `restore_isa`. Once per forward pass, not per call."""
+        return self.lib.gc_use_isa(self.level)
+
+    def restore_isa(self, previous: int) -> None:
+        self.lib.gc_use_isa(previous)
+
+    @contextlib.contextmanager
+    def using_isa(self):
+        """The calling thread's calls on `isa` for the duration (restored after)."""
+        previous = self.use_isa()
+        try:
+            yield
+        finally:
+            self.restore_isa(previous)
+
+    def ops(self, name: str) -> KernelOps:
+        """The kernel interface over these settings' calls (kernels.select hands it out)."""
+        return KernelOps(name, self.mul_mat, self.get_rows, self.dequantize, self.mul_mat_id, cpu=self)
+
+    def mul_mat_rows(self, weight: torch.Tensor, x: torch.Tensor, ggml_type: int, out_features: int) -> torch.Tensor:
+        """y (n, out) = x (n, in) · W^T for packed rows W (out, row_bytes), float32, with
+        gc_mul_mat; float32 contiguous input passes without a copy (or a cast call: decode
+        makes hundreds of these calls a token)."""
+        w = _contiguous(weight)
+        x = _f32(x)
+        n, cols = x.shape
+        y = torch.empty(n, out_features, dtype=torch.float32)
+        rc = self.lib.gc_mul_mat(ggml_type, w.data_ptr(), out_features, cols, x.data_ptr(), n, y.data_ptr(),
+                                 self.threads)
+        check(rc, "gc_mul_mat", f"{GGMLType(ggml_type).name}, {out_features} x {cols}, {n} rows")
+        return y
+
+    def dequantize_rows(self, weight: torch.Tensor, ggml_type: int, rows: int, cols: int) -> torch.Tensor:
+        w = _contiguous(weight)
+        y = torch.empty(rows, cols, dtype=torch.float32)
+        rc = self.lib.gc_dequantize(ggml_type, w.data_ptr(), rows, cols, y.data_ptr(), self.threads)
+        check(rc, "gc_dequantize", f"{GGMLType(ggml_type).name}, {rows} x {cols}")
+        return y
+
+    def mul_mat(self, weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_features: int) -> torch.Tensor:
+        """The kernel interface's mul_mat for CPU tensors of any leading shape and dtype."""
+        cols = x.shape[-1]
+        n = x.numel() // cols if cols else 0
+        if n <= self.gemv_max_rows:
+            y = self.mul_mat_rows(weight, x.reshape(n, cols), int(ggml_type), out_features)
+        else:
+            dt = self.prefill_dtype
+            y = reference.matmul_by_tiles(
+                weight, x.reshape(-1, cols).to(dt), out_features, max(1, TILE_ELEMENTS // cols),
+                lambda rows, r: self.dequantize_rows(rows, int(ggml_type), r, cols).to(dt))
+        y = y.reshape(*x.shape[:-1], out_features)
+        return y if y.dtype is x.dtype else y.to(x.dtype)
+
+    def dequantize(self, weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int,
+                   dtype: torch.dtype) -> torch.Tensor:
+        return self.dequantize_rows(weight, int(ggml_type), rows, cols).to(dtype)
+
+    def get_rows(self, weight: torch.Tensor, indices: torch.Tensor, ggml_type: GGMLType, cols: int,
+                 dtype: torch.dtype) -> torch.Tensor:
+        """Embedding lookup: the selected packed rows, dequantized by the native kernels."""
+        flat = indices.reshape(-1)
+        rows = weight.index_select(0, flat)  # raises IndexError for an index out of range
+        out = self.dequantize_rows(rows, int(ggml_type), flat.numel(), cols)
+        return (out if out.dtype is dtype else out.to(dtype)).reshape(*indices.shape, cols)
+
+    def repacked(self, weight: torch.Tensor, ggml_type: GGMLType, rows: int,
+                 cols: int) -> tuple[torch.Tensor, int] | None:
+        """The matrix's bytes in the layout this CPU's kernels read fastest, where its type
+        has one (Q5_0 and MXFP4 in groups of eight rows, with AVX2 on the calling thread's
+        code path; see gc_repack): (a new uint8 tensor of the same size, the type code
+        MulMat and MulMatGroup then take). None where there is none, or where repacking
+        is off (cpu_repack)."""
+        if not self.repack:
+            return None
+        w = _contiguous(weight)
+        out = torch.empty_like(w)
+        code = self.lib.gc_repack(int(ggml_type), w.data_ptr(), rows, cols, out.data_ptr(), self.threads)
+        return (out, code) if code >= 0 else None
+
+    def mul_mat_id_rows(self, weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, ggml_type: int,
+                        out_features: int) -> torch.Tensor:
+        """gc_mul_mat_id: weight (experts, out, row_bytes), x (T, in) or (T, K, in), ids (T, K)
+        -> (T, K, out) float32, every selection in one native call."""
+        w = _contiguous(weight)
+        x = _f32(x)
+        ids = ids.to(torch.int64).contiguous()
+        t, k = ids.shape
+        if x.shape[0] != t or (x.dim() == 3 and x.shape[1] != k) or x.dim() not in (2, 3):
+            raise ValueError(f"mul_mat_id: x {tuple(x.shape)} does not match ids {tuple(ids.shape)}")
+        y = torch.empty(t, k, out_features, dtype=torch.float32)
+        rc = self.lib.gc_mul_mat_id(ggml_type, w.data_ptr(), w.shape[0], out_features, x.shape[-1], x.data_ptr(),
+                                    int(x.dim() == 3), ids.data_ptr(), t, k, y.data_ptr(), self.threads)
+        _check_mul_mat_id(rc, "gc_mul_mat_id", w.shape[0], ids, f"{type_name(ggml_type)}, {x.shape[-1]} columns")
+        return y
+
+    def mul_mat_id2(self, a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, type_a: GGMLType,
+                    type_b: GGMLType, out_features: int) -> torch.Tensor | None:
+        """Two expert tensors of the same shape that read x (T, in) with the same ids (an
+        MoE's gate and up) in one native call: (T, k, 2 out), a's outputs first. None where
+        the types quantize activations differently or the tokens are too many (call
+        mul_mat_id for each)."""
+        if ids.shape[0] > self.gemv_max_rows or x.dim() != 2 or x.shape[0] != ids.shape[0]:
+            return None
+        a, b = _contiguous(a), _contiguous(b)
+        x = _f32(x)
+        ids = ids.to(torch.int64).contiguous()
+        t, k = ids.shape
+        y = torch.empty(t, k, 2 * out_features, dtype=torch.float32)
+        rc = self.lib.gc_mul_mat_id2(int(type_a), a.data_ptr(), int(type_b), b.data_ptr(), a.shape[0], out_features,
+                                     x.shape[-1], x.data_ptr(), ids.data_ptr(), t, k, y.data_ptr(), self.threads)
+        if rc == Status.UNSUPPORTED:
+            return None
+        _check_mul_mat_id(rc, "gc_mul_mat_id2", a.shape[0], ids, f"{x.shape[-1]} columns")
+        return y
+
+    def mul_mat_id(self, weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, ggml_type: GGMLType,
+                   out_features: int) -> torch.Tensor:
+        """The kernel interface's mul_mat_id. Up to gemv_max_rows tokens (each expert then
+        sees at most that many rows) one native call does every selection with integer
+        dots; longer prompts go expert by expert through mul_mat (dequantized tiles +
+        torch); a repacked layout's (only the native calls read it) in native calls of
+        gemv_max_rows tokens."""
+        step = self.gemv_max_rows
+        if int(ggml_type) & REPACKED and ids.shape[0] > step:
+            return torch.cat([self.mul_mat_id(weight, x[i:i + step], ids[i:i + step], ggml_type, out_features)
+                              for i in range(0, ids.shape[0], step)])
+        if ids.shape[0] <= step:
+            y = self.mul_mat_id_rows(weight, x, ids, int(ggml_type), out_features)
+            return y if y.dtype is x.dtype else y.to(x.dtype)
+        return reference.mul_mat_id(weight, x, ids, ggml_type, out_features, mul_mat=self.mul_mat)
 
 
 class MulMat:
     """One packed matrix bound to the native kernel: its pointer and sizes are kept, so a
     decode step's call is a dtype/shape check and the ctypes call (the generic
     `mul_mat` costs ~10 us more per call in Python). Larger inputs take `mul_mat` on the
-    file's bytes; `native` (from repack) is what the native call reads instead of them."""
+    file's bytes; `native` (from repacked) is what the native call reads instead of them."""
 
-    def __init__(self, weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int,
+    def __init__(self, kernels: CpuKernels, weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int,
                  native: tuple[torch.Tensor, int] | None = None):
-        self.weight = weight if weight.is_contiguous() else weight.contiguous()
+        self.weight = _contiguous(weight)
         self.ggml_type, self.rows, self.cols = GGMLType(ggml_type), rows, cols
         self._native, self.type = native or (self.weight, int(ggml_type))
         self._ptr = self._native.data_ptr()
-        self._fn = load().gc_mul_mat
+        self._fn, self._threads, self._max_rows = kernels.lib.gc_mul_mat, kernels.threads, kernels.gemv_max_rows
+        self._mul_mat = kernels.mul_mat
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype is torch.float32 and x.dim() == 2 and x.shape[0] <= GEMV_MAX_ROWS and x.is_contiguous():
+        if x.dtype is torch.float32 and x.dim() == 2 and x.shape[0] <= self._max_rows and x.is_contiguous():
             y = torch.empty(x.shape[0], self.rows, dtype=torch.float32)
-            if self._fn(self.type, self._ptr, self.rows, self.cols, x.data_ptr(), x.shape[0], y.data_ptr(), _threads):
+            if self._fn(self.type, self._ptr, self.rows, self.cols, x.data_ptr(), x.shape[0], y.data_ptr(),
+                        self._threads):
                 raise RuntimeError(f"gc_mul_mat failed for {self.ggml_type.name}, {self.cols} columns")
             return y
-        return mul_mat(self.weight, x, self.ggml_type, self.rows)
+        return self._mul_mat(self.weight, x, self.ggml_type, self.rows)
 
 
 class LinearF32:
@@ -352,16 +465,16 @@ class LinearF32:
 
     MAX_ROWS = 16
 
-    def __init__(self, weight: torch.Tensor):
+    def __init__(self, kernels: CpuKernels, weight: torch.Tensor):
         self.weight = weight.contiguous()
         self.rows, self.cols = self.weight.shape
-        self._fn = load().gc_linear_f32
+        self._fn, self._threads = kernels.lib.gc_linear_f32, kernels.threads
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor | None:
         if not (x.dtype is torch.float32 and x.dim() == 2 and x.shape[0] <= self.MAX_ROWS and x.is_contiguous()):
             return None
         y = torch.empty(x.shape[0], self.rows, dtype=torch.float32)
-        self._fn(self.weight.data_ptr(), self.rows, self.cols, x.data_ptr(), x.shape[0], y.data_ptr(), _threads)
+        self._fn(self.weight.data_ptr(), self.rows, self.cols, x.data_ptr(), x.shape[0], y.data_ptr(), self._threads)
         return y
 
 
@@ -370,89 +483,27 @@ class MulMatGroup:
     call: the input is quantized once and all their rows are one work list. Returns
     y (n, sum of rows); each matrix's output is a column range of it."""
 
-    def __init__(self, weights: list[torch.Tensor], types: list[int], rows: list[int], cols: int):
+    def __init__(self, kernels: CpuKernels, weights: list[torch.Tensor], types: list[int], rows: list[int],
+                 cols: int):
         """`weights` and `types` as the native call reads them (a repacked matrix's own)."""
-        self.weights = [w if w.is_contiguous() else w.contiguous() for w in weights]
+        self.weights = [_contiguous(w) for w in weights]
         self.cols, self.total = cols, sum(rows)
+        self.max_rows = kernels.gemv_max_rows  # more rows: the caller goes matrix by matrix
         n = len(weights)
         self._n = n
         self._types = (ctypes.c_int * n)(*[int(t) for t in types])
         self._ptrs = (ctypes.c_void_p * n)(*[w.data_ptr() for w in self.weights])
         self._rows = (ctypes.c_int64 * n)(*rows)
+        self._fn, self._threads = kernels.lib.gc_mul_mat_multi, kernels.threads
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if not (x.dtype is torch.float32 and x.dim() == 2 and x.is_contiguous()):
             x = _f32(x.reshape(-1, self.cols))
         y = torch.empty(x.shape[0], self.total, dtype=torch.float32)
-        rc = _lib.gc_mul_mat_multi(self._n, self._types, self._ptrs, self._rows, self.cols, x.data_ptr(),
-                                   x.shape[0], y.data_ptr(), _threads)
+        rc = self._fn(self._n, self._types, self._ptrs, self._rows, self.cols, x.data_ptr(), x.shape[0], y.data_ptr(),
+                      self._threads)
         check(rc, "gc_mul_mat_multi", f"{self._n} matrices of {self.cols} columns, {x.shape[0]} rows")
         return y
-
-
-def dequantize(weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
-    return _dequantize_rows(weight, int(ggml_type), rows, cols).to(dtype)
-
-
-def _mul_mat_id_rows(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, ggml_type: int,
-                     out_features: int) -> torch.Tensor:
-    """gc_mul_mat_id: weight (experts, out, row_bytes), x (T, in) or (T, K, in), ids (T, K)
-    -> (T, K, out) float32, every selection in one native call."""
-    w = weight if weight.is_contiguous() else weight.contiguous()
-    x = _f32(x)
-    ids = ids.to(torch.int64).contiguous()
-    t, k = ids.shape
-    if x.shape[0] != t or (x.dim() == 3 and x.shape[1] != k) or x.dim() not in (2, 3):
-        raise ValueError(f"mul_mat_id: x {tuple(x.shape)} does not match ids {tuple(ids.shape)}")
-    y = torch.empty(t, k, out_features, dtype=torch.float32)
-    rc = (_lib or load()).gc_mul_mat_id(ggml_type, w.data_ptr(), w.shape[0], out_features, x.shape[-1], x.data_ptr(),
-                                        int(x.dim() == 3), ids.data_ptr(), t, k, y.data_ptr(), _threads)
-    _check_mul_mat_id(rc, "gc_mul_mat_id", w.shape[0], ids, f"{type_name(ggml_type)}, {x.shape[-1]} columns")
-    return y
-
-
-def _check_mul_mat_id(rc: int, fn: str, n_experts: int, ids: torch.Tensor, what: str) -> None:
-    if rc == Status.BAD_EXPERT:
-        raise IndexError(f"{fn}: expert index out of range 0..{n_experts - 1} in {ids.tolist()}")
-    check(rc, fn, what)
-
-
-def mul_mat_id2(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, type_a: GGMLType,
-                type_b: GGMLType, out_features: int) -> torch.Tensor | None:
-    """Two expert tensors of the same shape that read x (T, in) with the same ids (an
-    MoE's gate and up) in one native call: (T, k, 2 out), a's outputs first. None where
-    the types quantize activations differently or the tokens are too many (call
-    mul_mat_id for each)."""
-    if ids.shape[0] > GEMV_MAX_ROWS or x.dim() != 2 or x.shape[0] != ids.shape[0]:
-        return None
-    a = a if a.is_contiguous() else a.contiguous()
-    b = b if b.is_contiguous() else b.contiguous()
-    x = _f32(x)
-    ids = ids.to(torch.int64).contiguous()
-    t, k = ids.shape
-    y = torch.empty(t, k, 2 * out_features, dtype=torch.float32)
-    rc = (_lib or load()).gc_mul_mat_id2(int(type_a), a.data_ptr(), int(type_b), b.data_ptr(), a.shape[0],
-                                         out_features, x.shape[-1], x.data_ptr(), ids.data_ptr(), t, k, y.data_ptr(),
-                                         _threads)
-    if rc == Status.UNSUPPORTED:
-        return None
-    _check_mul_mat_id(rc, "gc_mul_mat_id2", a.shape[0], ids, f"{x.shape[-1]} columns")
-    return y
-
-
-def mul_mat_id(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, ggml_type: GGMLType,
-               out_features: int) -> torch.Tensor:
-    """The kernel interface's mul_mat_id. Up to GEMV_MAX_ROWS tokens (each expert then
-    sees at most that many rows) one native call does every selection with integer dots;
-    longer prompts go expert by expert through mul_mat (dequantized tiles + torch); a
-    repacked layout's (only the native calls read it) in native calls of GEMV_MAX_ROWS tokens."""
-    if int(ggml_type) & REPACKED and ids.shape[0] > GEMV_MAX_ROWS:
-        return torch.cat([mul_mat_id(weight, x[i:i + GEMV_MAX_ROWS], ids[i:i + GEMV_MAX_ROWS], ggml_type, out_features)
-                          for i in range(0, ids.shape[0], GEMV_MAX_ROWS)])
-    if ids.shape[0] <= GEMV_MAX_ROWS:
-        y = _mul_mat_id_rows(weight, x, ids, int(ggml_type), out_features)
-        return y if y.dtype is x.dtype else y.to(x.dtype)
-    return reference.mul_mat_id(weight, x, ids, ggml_type, out_features, mul_mat=mul_mat)
 
 
 class RowLookup:
@@ -462,11 +513,11 @@ class RowLookup:
 
     MAX_IDS = 16  # more ids: get_rows (one gather, one multi-threaded dequantization)
 
-    def __init__(self, weight: torch.Tensor, ggml_type: GGMLType, cols: int):
-        self.weight = weight if weight.is_contiguous() else weight.contiguous()
+    def __init__(self, kernels: CpuKernels, weight: torch.Tensor, ggml_type: GGMLType, cols: int):
+        self.weight = _contiguous(weight)
         self.type, self.cols = int(ggml_type), cols
         self._ptr, self._row_bytes = self.weight.data_ptr(), self.weight.shape[1]
-        self._fn = load().gc_dequantize
+        self._fn = kernels.lib.gc_dequantize
 
     def __call__(self, ids: list[int]) -> torch.Tensor:
         """float32 (len(ids), cols); ids checked by the caller."""
@@ -476,12 +527,3 @@ class RowLookup:
             if self._fn(self.type, self._ptr + t * self._row_bytes, 1, self.cols, p + i * step, 1):
                 raise RuntimeError(f"gc_dequantize failed for {GGMLType(self.type).name}, {self.cols} columns")
         return out
-
-
-def get_rows(weight: torch.Tensor, indices: torch.Tensor, ggml_type: GGMLType, cols: int,
-             dtype: torch.dtype) -> torch.Tensor:
-    """Embedding lookup: the selected packed rows, dequantized by the native kernels."""
-    flat = indices.reshape(-1)
-    rows = weight.index_select(0, flat)  # raises IndexError for an index out of range
-    out = _dequantize_rows(rows, int(ggml_type), flat.numel(), cols)
-    return (out if out.dtype is dtype else out.to(dtype)).reshape(*indices.shape, cols)

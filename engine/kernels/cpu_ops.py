@@ -1,7 +1,8 @@
 """The dense ops on CPU with the native library (csrc/ops.c): each op here replaces a
 chain of small torch ops (a decode step runs hundreds of them) with one native call,
 on float32 CPU tensors; anything else falls back to the torch op it overrides
-(kernels.ops.TorchOps, the reference these are tested against)."""
+(kernels.ops.TorchOps, the reference these are tested against). One CpuOps per model's
+kernel settings (kernels.cpu.CpuKernels): its calls run on that model's threads."""
 
 from __future__ import annotations
 
@@ -113,9 +114,10 @@ def _native_layer(spec, cache, memo: weakref.WeakKeyDictionary) -> AttnLayer | N
 class CpuOps(TorchOps):
     name = "cpu-native"
 
-    def __init__(self, lib):
+    def __init__(self, kernels: cpu.CpuKernels):
+        lib = kernels.lib
         _bind(lib)
-        self._lib = lib
+        self._lib, self.kernels, self.threads = lib, kernels, kernels.threads
         self._norm, self._act, self._attn = lib.gc_rms_norm, lib.gc_act_mul, lib.gc_attention
         self._layers = weakref.WeakKeyDictionary()  # AttentionSpec -> (cache key, AttnLayer)
 
@@ -166,7 +168,7 @@ class CpuOps(TorchOps):
         if y.dtype is F32 and y.is_contiguous() and y.dim() == 2:
             out = y.new_empty(y.shape[0], n)
             p, row = y.data_ptr(), y.shape[1]
-            self._act(p, row, p + 4 * n, row, out.data_ptr(), y.shape[0], n, ACTS[act], cpu.threads())
+            self._act(p, row, p + 4 * n, row, out.data_ptr(), y.shape[0], n, ACTS[act], self.threads)
             return out
         return super().gated_mul(y, n, act)
 
@@ -176,7 +178,7 @@ class CpuOps(TorchOps):
             return super().act_mul(gate, up, act)
         out = torch.empty(gate.shape, dtype=torch.float32)
         self._act(g2.data_ptr(), g2.stride(0), u2.data_ptr(), u2.stride(0), out.data_ptr(), g2.shape[0], g2.shape[1],
-             ACTS[act], cpu.threads())
+             ACTS[act], self.threads)
         return out
 
     def self_attention(self, qkv, spec, batch, cache):
@@ -199,7 +201,7 @@ class CpuOps(TorchOps):
         out = qkv.new_empty(t, hd)
         rc = self._attn(layer, qkv.data_ptr(), qkv.stride(0), t, cos.data_ptr(), sin.data_ptr(), slots,
                         cache.cells(spec.layer, batch).data_ptr(), pos, kv_end, out.data_ptr(), attend,
-                        cpu.threads())
+                        self.threads)
         cpu.check(rc, "gc_attention", f"{t} tokens, {spec.n_heads} heads of {spec.head_dim}")
         if attend:
             return out
@@ -220,7 +222,7 @@ class CpuOps(TorchOps):
         # (kv heads, cells, row bytes) of one slot: each head's cells are contiguous rows
         out = torch.empty(*rows.shape[:-1], head_dim, dtype=torch.float32)
         rc = self._lib.gc_kv_rows(t.ggml, rows.data_ptr(), rows.shape[0], rows.stride(0), rows.shape[1], head_dim,
-                                  out.data_ptr(), cpu.threads())
+                                  out.data_ptr(), self.threads)
         cpu.check(rc, "gc_kv_rows", f"{t.name} rows of {head_dim}")
         return out
 
@@ -231,7 +233,7 @@ class CpuOps(TorchOps):
         out = torch.empty(x.shape, dtype=torch.float32)
         rc = self._lib.gc_causal_conv(x.data_ptr(), x.stride(0), out.data_ptr(), x.shape[1], weight.data_ptr(),
                                  weight.shape[0], int(silu), conv_state.data_ptr(), n, slot.data_ptr(),
-                                 start.data_ptr(), length.data_ptr(), cpu.threads())
+                                 start.data_ptr(), length.data_ptr(), self.threads)
         if rc == cpu.Status.UNSUPPORTED:  # a kernel size the native op does not take
             return super().causal_conv(x, conv_state, weight, batch, silu)
         cpu.check(rc, "gc_causal_conv", f"{x.shape[1]} channels, kernel {weight.shape[0]}")
@@ -249,22 +251,18 @@ class CpuOps(TorchOps):
         out = torch.empty(t, n_v, dv, dtype=torch.float32)
         rc = self._lib.gc_gated_delta(q.data_ptr(), q.stride(0), k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0),
                                  g.data_ptr(), beta.data_ptr(), out.data_ptr(), n_k, n_v, dk, dv, state.data_ptr(), n,
-                                 slot.data_ptr(), start.data_ptr(), length.data_ptr(), cpu.threads())
+                                 slot.data_ptr(), start.data_ptr(), length.data_ptr(), self.threads)
         if rc == cpu.Status.UNSUPPORTED:  # head sizes the native op does not take
             return super().gated_delta_rule(q, k, v, g, beta, state, batch)
         cpu.check(rc, "gc_gated_delta", f"{n_k} key / {n_v} value heads of {dk} / {dv}")
         return out
 
 
-_OPS: list[CpuOps] = []
-
-
-def cpu_ops() -> CpuOps:
-    """The native dense ops (one instance, bound to the library on first use); only
-    where the library loads (kernels.native_cpu_in_use)."""
-    if not _OPS:
-        lib = cpu.load()
-        if lib is None:
-            raise RuntimeError("the native CPU kernels are not built")
-        _OPS.append(CpuOps(lib))
-    return _OPS[0]
+def cpu_ops(threads: int | None = None) -> CpuOps:
+    """Native dense ops for direct calls (tests, benchmarks) on `threads` (None: the
+    default), the process's code path; a model's come from its kernel settings
+    (kernels.KernelSettings.ops_for)."""
+    kernels = cpu.CpuKernels.make(threads)
+    if kernels is None:
+        raise RuntimeError("the native CPU kernels are not built")
+    return CpuOps(kernels)

@@ -7,7 +7,7 @@ chooses among them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from . import reference
 
@@ -19,7 +19,11 @@ class KernelOps:
     get_rows: Callable  # (weight, indices, ggml_type, cols, dtype) -> rows
     dequantize: Callable  # (weight, ggml_type, rows, cols, dtype) -> matrix
     mul_mat_id: Callable = reference.mul_mat_id  # (weight, x, ids, ggml_type, out_features) -> y
-    native_cpu: bool = False  # the native CPU library's: modules bind to it directly
+    cpu: Any = None  # the native CPU kernels' (kernels.cpu.CpuKernels, one model's settings): modules bind to them
+
+    @property
+    def native_cpu(self) -> bool:
+        return self.cpu is not None
 
 
 REFERENCE = KernelOps("reference", reference.mul_mat_vec, reference.get_rows, reference.dequantize,

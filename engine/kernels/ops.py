@@ -3,8 +3,8 @@ embedding, attention over the engine's KV cache, gated activations, and Qwen3.5'
 causal conv and gated delta rule.
 
 `TorchOps` is each op in torch: the reference in tests and the path on every device.
-`cpu_ops.CpuOps` overrides ops with native calls on CPU tensors; `kernels.ops_for`
-chooses once per device. Ops take flattened batches (tokens first) and the `Batch`
+`cpu_ops.CpuOps` overrides ops with native calls on CPU tensors; `KernelSettings.ops_for`
+chooses once per model's settings and device. Ops take flattened batches (tokens first) and the `Batch`
 for sequence boundaries; they never allocate cache memory."""
 
 from __future__ import annotations

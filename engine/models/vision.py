@@ -98,5 +98,6 @@ def patch_linear(w, prefix: str, out: int, patch: int, channels: int = 3, weight
     b = w.vector(prefix + ".bias", out) if bias and w.has(prefix + ".bias") else None
     if info.ggml_type == GGMLType.F32:
         return PatchEmbedding(DenseLinear(name, w.dense(name, tuple(info.shape)).reshape(out, k), b,
-                                          native_cpu=w.native_cpu), patch)
-    return PatchEmbedding(GgufLinear(name, w.packed(name).reshape(out, -1), info.ggml_type, k, out, b), patch)
+                                          native=w.native), patch)
+    return PatchEmbedding(GgufLinear(name, w.packed(name).reshape(out, -1), info.ggml_type, k, out, b,
+                                     settings=w.settings), patch)

@@ -35,10 +35,8 @@ def exact_kernels():
     from gguf_serve.engine import kernels
 
     os.environ[kernels.ENV_OVERRIDE] = "reference"
-    kernels.reset()
     yield
     del os.environ[kernels.ENV_OVERRIDE]
-    kernels.reset()
 
 
 @pytest.fixture(scope="module")

@@ -42,6 +42,7 @@ def test_split_keeps_order_positions_and_logits_rows():
 
 
 def test_the_thread_policy_gives_torch_one_thread_except_in_blas_prefills():
+    from gguf_serve.engine import kernels
     from gguf_serve.engine.kernels import cpu
     from gguf_serve.engine.threads import ThreadPolicy
 
@@ -50,14 +51,15 @@ def test_the_thread_policy_gives_torch_one_thread_except_in_blas_prefills():
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        policy = ThreadPolicy.decide(torch.device("cpu"), native_cpu=True)
+        policy = ThreadPolicy.decide(torch.device("cpu"), kernels.settings(threads=2))
+        rows = policy.kernels.cpu.gemv_max_rows
         assert policy.native and torch.get_num_threads() == 1
-        with policy.run(cpu.GEMV_MAX_ROWS):
+        with policy.run(rows):
             assert torch.get_num_threads() == 1  # integer kernels: the pool owns the cores
-        with policy.run(cpu.GEMV_MAX_ROWS + 1):
+        with policy.run(rows + 1):
             assert torch.get_num_threads() == policy.threads  # torch's BLAS does the matmuls
         assert torch.get_num_threads() == 1
-        other = ThreadPolicy.decide(torch.device("cpu"), native_cpu=False)
+        other = ThreadPolicy.decide(torch.device("cpu"), kernels.settings("reference"))
         assert not other.native and "torch on" in other.describe()
     finally:
         torch.set_num_threads(before)

@@ -26,14 +26,6 @@ def tiny(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def restore():
-    yield
-    kernels.reset()
-    if cpu.load() is not None:
-        cpu.configure()
-
-
-@pytest.fixture(autouse=True)
 def _defaults_only(monkeypatch):
     """These tests compare with the defaults: without the suite's float32 cache types and
     vision towers (conftest)."""
@@ -92,7 +84,8 @@ def test_load_model_applies_the_config_and_keeps_it(tiny):
     assert lm.model.ops.name == "torch" and lm.model.head.kernels is kernels.REFERENCE  # forced
     native = load_model(tiny, config=EngineConfig(device="cpu", n_seq=1, threads=1))
     if cpu.load() is not None:
-        assert native.model.ops.name == "cpu-native" and cpu.threads() == 1
+        assert native.model.ops.name == "cpu-native" and native.kernels.cpu.threads == 1
+        assert native.model.ops.threads == 1 and native.model.head.kernels.cpu is native.kernels.cpu
         assert native.threads.threads == 1 and torch.get_num_threads() == 1
 
 

@@ -3,6 +3,7 @@ product, within the error that 8-bit activation quantization allows; SIMD paths
 against the scalar one; the many-row path and dequantize against gguf_io."""
 
 import platform
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ from helpers import random_packed
 TYPES = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q5_K, GGMLType.Q5_0, GGMLType.Q4_0, GGMLType.Q4_1,
          GGMLType.Q5_1, GGMLType.Q3_K, GGMLType.Q2_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.MXFP4]
 ISAS = cpu.isas()[:cpu.isas().index(cpu.best_isa()) + 1] if cpu.load() is not None else ["scalar"]
+# direct calls: the default settings, on the process's code path (cpu.set_isa)
+K = cpu.CpuKernels.make() if cpu.load() is not None else None
 
 
 @pytest.fixture(autouse=True)
@@ -63,7 +66,7 @@ def test_error_within_activation_quantization_bound(gtype, isa):
     x = rng.standard_normal((3, cols)).astype(np.float32)
     exact = x.astype(np.float64) @ W.T
     cpu.set_isa(isa)
-    y = cpu._mul_mat_rows(torch.from_numpy(packed), torch.from_numpy(x), int(gtype), rows).numpy()
+    y = K.mul_mat_rows(torch.from_numpy(packed), torch.from_numpy(x), int(gtype), rows).numpy()
     act_block = 32 if gtype.block_size == 32 else 256
     bound = _activation_bound(W, x.astype(np.float64), act_block)
     assert np.all(np.abs(y - exact) <= bound * 1.001 + 1e-4)
@@ -79,7 +82,7 @@ def test_simd_paths_equal_scalar_up_to_summation_order(gtype):
     out = {}
     for isa in ISAS:
         cpu.set_isa(isa)
-        out[isa] = cpu._mul_mat_rows(packed, x, int(gtype), rows)
+        out[isa] = K.mul_mat_rows(packed, x, int(gtype), rows)
     for isa in ISAS[1:]:
         torch.testing.assert_close(out[isa], out["scalar"], rtol=1e-5, atol=1e-4)
 
@@ -98,7 +101,7 @@ def test_simd_paths_equal_scalar_on_random_blocks(gtype):
     out = {}
     for isa in ISAS:
         cpu.set_isa(isa)
-        out[isa] = cpu._mul_mat_rows(packed, x, int(gtype), rows)
+        out[isa] = K.mul_mat_rows(packed, x, int(gtype), rows)
         assert np.all(np.abs(out[isa].numpy() - exact) <= bound * 1.001 + 1e-4), isa
     for isa in ISAS[1:]:
         torch.testing.assert_close(out[isa], out["scalar"], rtol=1e-5, atol=1e-3)
@@ -108,7 +111,7 @@ def test_simd_paths_equal_scalar_on_random_blocks(gtype):
 def test_native_dequantize_bit_identical_to_gguf_io(gtype):
     rng = np.random.default_rng(7)
     for packed in (_weights(rng, gtype, 9, 512), random_packed(rng, gtype, 9, 512 // gtype.block_size, f16_scale=0.5)):
-        got = cpu.dequantize(torch.from_numpy(packed), gtype, 9, 512, torch.float32).numpy()
+        got = K.dequantize(torch.from_numpy(packed), gtype, 9, 512, torch.float32).numpy()
         assert np.array_equal(got.view(np.uint32), dequantize(packed, gtype, (9, 512)).view(np.uint32))
 
 
@@ -119,8 +122,8 @@ def test_mul_mat_id_one_native_call_equals_expert_by_expert(gtype):
     w = torch.from_numpy(np.stack([_weights(rng, gtype, rows, cols) for _ in range(experts)]))
     ids = torch.tensor([[0, 3], [3, 5], [1, 3], [5, 0]])  # expert 3 shared by three tokens, 2 and 4 unused
     for x in (torch.randn(4, cols), torch.randn(4, 2, cols)):  # one row per token / per selection
-        got = cpu.mul_mat_id(w, x, ids, gtype, rows)
-        loop = reference.mul_mat_id(w, x, ids, gtype, rows, mul_mat=cpu.mul_mat)  # one GEMV per expert
+        got = K.mul_mat_id(w, x, ids, gtype, rows)
+        loop = reference.mul_mat_id(w, x, ids, gtype, rows, mul_mat=K.mul_mat)  # one GEMV per expert
         assert got.shape == (4, 2, rows)
         assert torch.equal(got, loop)  # the same dots on the same quantized rows
         W = [dequantize(w[e].numpy(), gtype, (rows, cols)).astype(np.float64) for e in range(experts)]
@@ -138,41 +141,39 @@ def test_get_rows_equals_the_reference_lookup(gtype):
     table = torch.from_numpy(_weights(rng, gtype, 30, 512))
     idx = torch.tensor([[3, 0, 29], [3, 7, 7]])
     for dtype in (torch.float32, torch.bfloat16):
-        got = cpu.get_rows(table, idx, gtype, 512, dtype)
+        got = K.get_rows(table, idx, gtype, 512, dtype)
         assert got.shape == (2, 3, 512) and got.dtype == dtype
         assert torch.equal(got, reference.get_rows(table, idx, gtype, 512, dtype))
     with pytest.raises(IndexError):
-        cpu.get_rows(table, torch.tensor([30]), gtype, 512, torch.float32)
+        K.get_rows(table, torch.tensor([30]), gtype, 512, torch.float32)
 
 
 def test_mul_mat_id_rejects_bad_expert_indices_and_shapes():
     w = torch.from_numpy(np.stack([_weights(np.random.default_rng(e), GGMLType.Q8_0, 8, 64) for e in range(3)]))
     with pytest.raises(IndexError, match="expert index out of range 0..2"):
-        cpu.mul_mat_id(w, torch.randn(1, 64), torch.tensor([[0, 3]]), GGMLType.Q8_0, 8)
+        K.mul_mat_id(w, torch.randn(1, 64), torch.tensor([[0, 3]]), GGMLType.Q8_0, 8)
     with pytest.raises(IndexError):
-        cpu.mul_mat_id(w, torch.randn(1, 64), torch.tensor([[-1, 0]]), GGMLType.Q8_0, 8)
+        K.mul_mat_id(w, torch.randn(1, 64), torch.tensor([[-1, 0]]), GGMLType.Q8_0, 8)
     with pytest.raises(ValueError, match="does not match ids"):
-        cpu.mul_mat_id(w, torch.randn(2, 64), torch.tensor([[0, 1]]), GGMLType.Q8_0, 8)
+        K.mul_mat_id(w, torch.randn(2, 64), torch.tensor([[0, 1]]), GGMLType.Q8_0, 8)
 
 
 @pytest.mark.parametrize("prefill_dtype", [torch.float32, torch.bfloat16])
 def test_many_rows_integer_and_tiled_paths(monkeypatch, prefill_dtype):
-    """Up to GEMV_MAX_ROWS rows the integer dots (four rows at a time where the type has
+    """Up to gemv_max_rows rows the integer dots (four rows at a time where the type has
     a four-row kernel, then the rest one by one) equal the one-row results up to
     summation order; beyond, dequantized tiles and torch's matmul."""
     rng = np.random.default_rng(3)
     packed = torch.from_numpy(_weights(rng, GGMLType.Q4_K, 40, 512))
     W = torch.from_numpy(dequantize(packed.numpy(), GGMLType.Q4_K, (40, 512)))
     xs = torch.randn(40, 512)
-    single = torch.cat([cpu.mul_mat(packed, xs[i:i + 1], GGMLType.Q4_K, 40) for i in range(40)])
+    single = torch.cat([K.mul_mat(packed, xs[i:i + 1], GGMLType.Q4_K, 40) for i in range(40)])
     tol = 1e-6 * float(single.abs().max())  # float32 rounding of sums that may cancel
     for n in (2, 4, 7, 9, 40):
-        torch.testing.assert_close(cpu.mul_mat(packed, xs[:n], GGMLType.Q4_K, 40), single[:n], rtol=1e-5, atol=tol)
-    # > GEMV_MAX_ROWS: dequantized tiles (three here, the last one short) + torch's matmul
-    monkeypatch.setattr(cpu, "GEMV_MAX_ROWS", 16)
-    monkeypatch.setattr(cpu, "PREFILL_DTYPE", prefill_dtype)
+        torch.testing.assert_close(K.mul_mat(packed, xs[:n], GGMLType.Q4_K, 40), single[:n], rtol=1e-5, atol=tol)
+    # > gemv_max_rows: dequantized tiles (three here, the last one short) + torch's matmul
     monkeypatch.setattr(cpu, "TILE_ELEMENTS", 16 * 512)
-    many = cpu.mul_mat(packed, xs, GGMLType.Q4_K, 40)
+    many = replace(K, gemv_max_rows=16, prefill_dtype=prefill_dtype).mul_mat(packed, xs, GGMLType.Q4_K, 40)
     assert many.dtype == torch.float32
     exact = xs.double() @ W.double().T
     if prefill_dtype == torch.float32:
@@ -191,7 +192,7 @@ def test_real_gemma_tensors(gemma_path):
         rows, cols = t.shape
         W = t.dequantize().astype(np.float64)
         x = rng.standard_normal((1, cols)).astype(np.float32)
-        y = cpu.mul_mat(torch.from_numpy(np.ascontiguousarray(t.data)), torch.from_numpy(x), t.ggml_type, rows).numpy()
+        y = K.mul_mat(torch.from_numpy(np.ascontiguousarray(t.data)), torch.from_numpy(x), t.ggml_type, rows).numpy()
         act_block = 32 if t.ggml_type.block_size == 32 else 256
         bound = _activation_bound(W, x.astype(np.float64), act_block)
         assert np.all(np.abs(y - x.astype(np.float64) @ W.T) <= bound * 1.001 + 1e-4), name
@@ -208,7 +209,6 @@ def _last_logits(lm, ids):
 
 
 def test_engine_uses_native_kernels_on_cpu_and_stays_close_to_exact(gemma_path):
-    kernels.reset()
     lm = load_model(gemma_path, device="cpu")
     ids = lm.tokenizer("The capital of France is the city of Paris, which is")["input_ids"]
     short = _last_logits(lm, ids[:6])  # 6 rows: the integer-dot path
@@ -220,14 +220,12 @@ def test_engine_uses_native_kernels_on_cpu_and_stays_close_to_exact(gemma_path):
     assert lm.model.ops.name == "cpu-native"
     import os
     os.environ[kernels.ENV_OVERRIDE] = "reference"
-    kernels.reset()
     try:
         exact_lm = load_model(gemma_path, device="cpu")
         assert exact_lm.model.ops.name == "torch"
         exact = _last_logits(exact_lm, ids[:6])
     finally:
         del os.environ[kernels.ENV_OVERRIDE]
-        kernels.reset()
     assert int(short.argmax()) == int(exact.argmax())
     assert torch.corrcoef(torch.stack([short, exact]))[0, 1] > 0.995
 
@@ -245,7 +243,6 @@ def test_every_dense_architecture_on_the_native_path_stays_close_to_transformers
 
     s = spec(arch)
     dense = write_gguf(s, random_model(s, seed=7), tmp_path / "m.gguf", "Q8_0")
-    kernels.reset()
     lm = load_model(str(tmp_path / "m.gguf"), device="cpu")
     assert lm.model.ops.name == "cpu-native"
     ids = torch.randint(0, 250, (14,), generator=torch.Generator().manual_seed(4))
@@ -273,7 +270,6 @@ def test_moe_engine_decodes_with_native_mul_mat_id(arch, tmp_path, monkeypatch):
 
     s = spec(arch)
     write_gguf(s, random_model(s, seed=5), tmp_path / "moe.gguf", "K")
-    kernels.reset()
     lm = load_model(str(tmp_path / "moe.gguf"), device="cpu")
     ids = torch.randint(0, 250, (9,), generator=torch.Generator().manual_seed(2)).tolist()
 
@@ -287,8 +283,8 @@ def test_moe_engine_decodes_with_native_mul_mat_id(arch, tmp_path, monkeypatch):
             lm.cache.free(slot)
 
     calls, pairs = [], []
-    native = cpu._mul_mat_id_rows
-    monkeypatch.setattr(cpu, "_mul_mat_id_rows", lambda *a: calls.append(a[3]) or native(*a))
+    native = cpu.CpuKernels.mul_mat_id_rows  # the model's calls: a method of its CpuKernels
+    monkeypatch.setattr(cpu.CpuKernels, "mul_mat_id_rows", lambda k, *a: calls.append(a[3]) or native(k, *a))
     experts = [layer.mlp.experts for layer in lm.model.layers if hasattr(layer.mlp, "experts")]
     for e in experts:
         e._pair = lambda *a, pair=e._pair: pairs.append(a[4]) or pair(*a)
@@ -298,8 +294,8 @@ def test_moe_engine_decodes_with_native_mul_mat_id(arch, tmp_path, monkeypatch):
     assert (len(calls), len(pairs)) == ((2 * len(experts), 0) if fused else (len(experts), len(experts)))
     for e in experts:
         e._pair = None
-    monkeypatch.setattr(cpu, "_mul_mat_id_rows", lambda w, x, i, t, o: calls.append(t) or reference.mul_mat_id(
-        w, x, i, GGMLType(t), o, mul_mat=cpu.mul_mat))
+    monkeypatch.setattr(cpu.CpuKernels, "mul_mat_id_rows", lambda k, w, x, i, t, o: calls.append(t) or
+                        reference.mul_mat_id(w, x, i, GGMLType(t), o, mul_mat=k.mul_mat))
     assert torch.equal(decode_step(), step)
 
 
@@ -314,12 +310,12 @@ def test_gate_and_up_experts_in_one_call_equal_two(types, tokens):
     a, b = (torch.from_numpy(np.stack([_weights(rng, t, 40, 512) for _ in range(6)])) for t in types)
     x = torch.randn(tokens, 512)
     ids = torch.stack([torch.randperm(6, generator=torch.Generator().manual_seed(i))[:3] for i in range(tokens)])
-    both = cpu.mul_mat_id2(a, b, x, ids, types[0], types[1], 40)
+    both = K.mul_mat_id2(a, b, x, ids, types[0], types[1], 40)
     if (types[0].block_size == 256) != (types[1].block_size == 256):
         assert both is None
         return
-    assert torch.equal(both[..., :40], cpu.mul_mat_id(a, x, ids, types[0], 40))
-    assert torch.equal(both[..., 40:], cpu.mul_mat_id(b, x, ids, types[1], 40))
+    assert torch.equal(both[..., :40], K.mul_mat_id(a, x, ids, types[0], 40))
+    assert torch.equal(both[..., 40:], K.mul_mat_id(b, x, ids, types[1], 40))
 
 
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0], ids=lambda t: t.name)
@@ -332,12 +328,12 @@ def test_mul_mat_id_experts_chosen_by_many_tokens(gtype):
     ids = torch.tensor([[1, 0], [1, 2], [3, 1], [1, 0], [2, 1], [1, 3], [0, 2], [3, 0],
                         [1, 3], [1, 0], [3, 1], [1, 2], [0, 3], [1, 2], [2, 1], [3, 0]])
     x = torch.randn(16, cols)
-    one_by_one = torch.stack([torch.stack([cpu.mul_mat(w[int(e)], x[t:t + 1], gtype, rows)[0] for e in ids[t]])
+    one_by_one = torch.stack([torch.stack([K.mul_mat(w[int(e)], x[t:t + 1], gtype, rows)[0] for e in ids[t]])
                               for t in range(16)])
     for tiles in (True, False):
         cpu.set_tiles(tiles)
         try:
-            got = cpu.mul_mat_id(w, x, ids, gtype, rows)
+            got = K.mul_mat_id(w, x, ids, gtype, rows)
         finally:
             cpu.set_tiles(True)
         torch.testing.assert_close(got, one_by_one, rtol=1e-5, atol=1e-6 * float(one_by_one.abs().max()))
@@ -347,8 +343,7 @@ def test_a_group_of_matrices_is_one_call_equal_to_its_members(gemma_path):
     """q/k/v (two types, one input) in one native call: the same result as three calls."""
     from gguf_serve.engine.modules import LinearGroup, Weights
 
-    kernels.reset()
-    w = Weights(GGUFReader(gemma_path), torch.device("cpu"), torch.float32)
+    w = Weights(GGUFReader(gemma_path), torch.device("cpu"), torch.float32, kernels.settings())
     members = [w.linear(f"blk.0.attn_{n}.weight", rows, 640) for n, rows in (("q", 1024), ("k", 256), ("v", 256))]
     group = LinearGroup(members)
     assert group.native is not None
@@ -377,9 +372,9 @@ def test_eight_row_dots_equal_the_four_row_ones(gtype, n):
     try:
         cpu.set_tiles(False)
         cpu.set_x8(False)
-        rowwise = cpu.mul_mat(packed, x, gtype, rows)
+        rowwise = K.mul_mat(packed, x, gtype, rows)
         cpu.set_x8(True)
-        eights = cpu.mul_mat(packed, x, gtype, rows)
+        eights = K.mul_mat(packed, x, gtype, rows)
     finally:
         cpu.set_tiles(True)
         cpu.set_x8(True)
@@ -404,8 +399,8 @@ def test_decode_batches_give_each_row_its_bits_alone(gtype, isa):
     packed = torch.from_numpy(_weights(rng, gtype, rows, cols))
     try:
         cpu.set_isa(isa)
-        rep = cpu.repack(packed, gtype, rows, cols)
-        for mm in [cpu.MulMat(packed, gtype, rows, cols)] + ([cpu.MulMat(packed, gtype, rows, cols, native=rep)]
+        rep = K.repacked(packed, gtype, rows, cols)
+        for mm in [cpu.MulMat(K, packed, gtype, rows, cols)] + ([cpu.MulMat(K, packed, gtype, rows, cols, native=rep)]
                                                              if rep else []):
             x = torch.randn(16, cols) * 3
             alone = torch.cat([mm(x[i:i + 1]) for i in range(16)])
@@ -433,7 +428,7 @@ def test_signed_blocks_against_activations_of_one_sign(gtype, n):
     try:
         for isa in ("avx2", "avx512"):
             cpu.set_isa(isa)
-            out[isa] = cpu.mul_mat(packed, x, gtype, rows)
+            out[isa] = K.mul_mat(packed, x, gtype, rows)
     finally:
         cpu.set_isa(None)
     torch.testing.assert_close(out["avx512"], out["avx2"], rtol=1e-6, atol=1e-6 * float(out["avx2"].abs().max()))
@@ -460,9 +455,9 @@ def test_tiles_equal_the_row_wise_dots(gtype, rows, n, isa):
     try:
         cpu.set_isa(isa)
         cpu.set_tiles(False)
-        rowwise = cpu.mul_mat(packed, x, gtype, rows)
+        rowwise = K.mul_mat(packed, x, gtype, rows)
         cpu.set_tiles(True)
-        tiles = cpu.mul_mat(packed, x, gtype, rows)
+        tiles = K.mul_mat(packed, x, gtype, rows)
     finally:
         cpu.set_tiles(True)
         cpu.set_isa(None)
@@ -484,10 +479,10 @@ def test_tiny_activations_flush_to_zero_inside_the_kernels_only(gtype):
     x = torch.randn(3, 512) * 1e-36
     W = dequantize(packed.numpy(), gtype, (24, 512)).astype(np.float64)
     exact = x.double().numpy() @ W.T
-    flushed = cpu.mul_mat(packed, x, gtype, 24)
+    flushed = K.mul_mat(packed, x, gtype, 24)
     try:
         cpu.set_ftz(False)
-        ieee = cpu.mul_mat(packed, x, gtype, 24)
+        ieee = K.mul_mat(packed, x, gtype, 24)
     finally:
         cpu.set_ftz(True)
     assert np.all(np.isfinite(flushed.numpy())) and np.abs(ieee.numpy() - exact).max() < 1e-36
@@ -505,8 +500,8 @@ def test_float32_matrices_on_the_kernels_threads_equal_torch(n):
     from gguf_serve.engine.modules import DenseLinear
 
     w, x, b = torch.randn(128, 2048), torch.randn(n, 2048), torch.randn(128)
-    linear = DenseLinear("router", w, b)
-    assert (cpu.LinearF32(w)(x) is None) == (n > 16)
+    linear = DenseLinear("router", w, b, native=K)
+    assert (cpu.LinearF32(K, w)(x) is None) == (n > 16)
     torch.testing.assert_close(linear(x), torch.nn.functional.linear(x, w, b), rtol=1e-5, atol=1e-4)
 
 
@@ -523,11 +518,11 @@ def test_repacked_rows_equal_the_files_rows(gtype, isa, rows, n):
     cols = 640
     packed = torch.from_numpy(random_packed(rng, gtype, rows, cols // 32, f16_scale=0.02) if gtype == GGMLType.MXFP4
                               else _weights(rng, gtype, rows, cols))
-    rep = cpu.repack(packed, gtype, rows, cols)
+    rep = K.repacked(packed, gtype, rows, cols)
     if isa == "scalar" or cpu.best_isa() == "scalar":
         assert rep is None  # made only where the SIMD dot runs (read at every level)
         cpu.set_isa(None)
-        rep = cpu.repack(packed, gtype, rows, cols)
+        rep = K.repacked(packed, gtype, rows, cols)
         cpu.set_isa(isa)
     if rep is None:
         pytest.skip("no repacked layout on this architecture")
@@ -536,10 +531,10 @@ def test_repacked_rows_equal_the_files_rows(gtype, isa, rows, n):
     lib = cpu.load()
     deq = torch.empty(rows, cols)
     assert lib.gc_dequantize(code, data.data_ptr(), rows, cols, deq.data_ptr(), 2) == 0
-    assert torch.equal(deq, cpu.dequantize(packed, gtype, rows, cols, torch.float32))
+    assert torch.equal(deq, K.dequantize(packed, gtype, rows, cols, torch.float32))
     x = torch.randn(n, cols)
-    ours = cpu.MulMat(packed, gtype, rows, cols, native=rep)(x)
-    files = cpu.MulMat(packed, gtype, rows, cols)(x)
+    ours = cpu.MulMat(K, packed, gtype, rows, cols, native=rep)(x)
+    files = cpu.MulMat(K, packed, gtype, rows, cols)(x)
     torch.testing.assert_close(ours, files, rtol=1e-5, atol=1e-6 * float(files.abs().max()))
     W = deq.double().numpy()
     bound = _activation_bound(W, x.double().numpy(), 32)
@@ -555,24 +550,20 @@ def test_repacked_experts_equal_the_files_experts(n):
     rng = np.random.default_rng(40 + n)
     experts, rows, cols = 6, 48, 256
     w = torch.from_numpy(random_packed(rng, GGMLType.MXFP4, experts * rows, cols // 32, f16_scale=0.02))
-    rep = cpu.repack(w, GGMLType.MXFP4, experts * rows, cols)
+    rep = K.repacked(w, GGMLType.MXFP4, experts * rows, cols)
     if rep is None:
         pytest.skip("no repacked layout on this architecture")
     w, r = w.view(experts, rows, -1), rep[0].view(experts, rows, -1)
     ids = torch.stack([torch.randperm(experts, generator=torch.Generator().manual_seed(t))[:4] for t in range(n)])
     x = torch.randn(n, cols)
-    files = cpu.mul_mat_id(w, x, ids, GGMLType.MXFP4, rows)
+    files = K.mul_mat_id(w, x, ids, GGMLType.MXFP4, rows)
     tol = dict(rtol=1e-5, atol=1e-6 * float(files.abs().max()))
-    old = cpu.threads()
-    try:
-        for threads in (1, 2, 3):
-            cpu.set_threads(threads)
-            torch.testing.assert_close(cpu.mul_mat_id(r, x, ids, rep[1], rows), files, **tol)
-            both = cpu.mul_mat_id2(r, r, x, ids, rep[1], rep[1], rows)
-            torch.testing.assert_close(both[..., :rows], files, **tol)
-            torch.testing.assert_close(both[..., rows:], files, **tol)
-    finally:
-        cpu.set_threads(old)
+    for threads in (1, 2, 3):
+        k = replace(K, threads=threads)
+        torch.testing.assert_close(k.mul_mat_id(r, x, ids, rep[1], rows), files, **tol)
+        both = k.mul_mat_id2(r, r, x, ids, rep[1], rep[1], rows)
+        torch.testing.assert_close(both[..., :rows], files, **tol)
+        torch.testing.assert_close(both[..., rows:], files, **tol)
 
 
 @pytest.mark.parametrize("n", [1, 9])
@@ -585,32 +576,27 @@ def test_a_repacked_matrix_after_one_of_odd_rows_in_one_call(n):
     rng = np.random.default_rng(3)
     a = torch.from_numpy(_weights(rng, GGMLType.Q8_0, 12, 256))
     b = torch.from_numpy(_weights(rng, GGMLType.Q5_0, 40, 256))
-    rep = cpu.repack(b, GGMLType.Q5_0, 40, 256)
+    rep = K.repacked(b, GGMLType.Q5_0, 40, 256)
     if rep is None:
         pytest.skip("no repacked layout on this architecture")
-    group = cpu.MulMatGroup([a, rep[0]], [int(GGMLType.Q8_0), rep[1]], [12, 40], 256)
     x = torch.randn(n, 256)
-    alone = torch.cat([cpu.MulMat(a, GGMLType.Q8_0, 12, 256)(x), cpu.MulMat(b, GGMLType.Q5_0, 40, 256, native=rep)(x)], 1)
+    alone = torch.cat([cpu.MulMat(K, a, GGMLType.Q8_0, 12, 256)(x),
+                       cpu.MulMat(K, b, GGMLType.Q5_0, 40, 256, native=rep)(x)], 1)
     for threads in (1, 2, 3):
-        old = cpu.threads()
-        cpu.set_threads(threads)
-        try:
-            torch.testing.assert_close(group(x), alone, rtol=1e-5, atol=1e-6 * float(alone.abs().max()))
-        finally:
-            cpu.set_threads(old)
+        group = cpu.MulMatGroup(replace(K, threads=threads), [a, rep[0]], [int(GGMLType.Q8_0), rep[1]], [12, 40], 256)
+        torch.testing.assert_close(group(x), alone, rtol=1e-5, atol=1e-6 * float(alone.abs().max()))
 
 
 def test_repack_only_where_it_applies(monkeypatch):
     rng = np.random.default_rng(4)
     q5 = torch.from_numpy(_weights(rng, GGMLType.Q5_0, 12, 256))  # 12 rows: not whole groups of eight
-    assert cpu.repack(q5, GGMLType.Q5_0, 12, 256) is None
+    assert K.repacked(q5, GGMLType.Q5_0, 12, 256) is None
     q4k = torch.from_numpy(_weights(rng, GGMLType.Q4_K, 16, 256))
-    assert cpu.repack(q4k, GGMLType.Q4_K, 16, 256) is None
-    cpu.configure(repack=False)  # as EngineConfig(cpu_repack=False) configures it at load
-    try:
-        assert cpu.repack(torch.from_numpy(_weights(rng, GGMLType.Q5_0, 16, 256)), GGMLType.Q5_0, 16, 256) is None
-    finally:
-        cpu.configure(repack=True)
+    assert K.repacked(q4k, GGMLType.Q4_K, 16, 256) is None
+    q5 = torch.from_numpy(_weights(rng, GGMLType.Q5_0, 16, 256))
+    assert K.repacked(q5, GGMLType.Q5_0, 16, 256) is not None or cpu.best_isa() == "scalar"
+    off = cpu.CpuKernels.make(repack=False)  # as EngineConfig(cpu_repack=False) makes them at load
+    assert off.repacked(q5, GGMLType.Q5_0, 16, 256) is None
 
 
 def _rss_file_kb() -> int:
@@ -658,7 +644,6 @@ def test_gemma_q5_0_matrices_are_repacked_and_decode_as_before(gemma_path, monke
     file's layout's (the same tokens win)."""
     from gguf_serve.engine.batch import Batch
 
-    kernels.reset()
     lm = load_model(gemma_path, device="cpu", n_seq=1)
     q5 = [m for layer in lm.model.layers for m in layer.mixer.qkv.linears + layer.mlp.gate_up.linears
           if m.ggml_type == GGMLType.Q5_0]
@@ -700,7 +685,7 @@ def test_a_decode_steps_embedding_rows_equal_the_gathered_lookup(gemma_path):
     for an id out of range."""
     from gguf_serve.engine.modules import Weights
 
-    w = Weights(GGUFReader(gemma_path), torch.device("cpu"), torch.float32)
+    w = Weights(GGUFReader(gemma_path), torch.device("cpu"), torch.float32, kernels.settings())
     emb = w.embedding("token_embd.weight", 262144, 640, scale=640 ** 0.5)
     assert emb._rows is not None
     ids = torch.tensor([2, 1000, 262143, 1000])
@@ -719,9 +704,9 @@ def test_a_failing_native_call_names_the_call_and_its_status():
     """The library's status codes arrive with their names (gc.h's gc_status), not bare numbers."""
     w = torch.zeros(4, 64 * 4, dtype=torch.uint8)
     with pytest.raises(cpu.KernelError, match=r"gc_dequantize: UNSUPPORTED for F32, 4 x 64"):
-        cpu._dequantize_rows(w, int(GGMLType.F32), 4, 64)
+        K.dequantize_rows(w, int(GGMLType.F32), 4, 64)
     with pytest.raises(cpu.KernelError, match=r"gc_mul_mat: UNSUPPORTED for Q4_K, 4 x 100"):
-        cpu._mul_mat_rows(w, torch.zeros(1, 100), int(GGMLType.Q4_K), 4)
+        K.mul_mat_rows(w, torch.zeros(1, 100), int(GGMLType.Q4_K), 4)
     assert [s.name for s in cpu.Status] == ["OK", "UNSUPPORTED", "NO_MEMORY", "BAD_EXPERT"]
 
 
@@ -746,9 +731,9 @@ def test_four_row_dots_equal_one_row_dots_on_every_isa(gtype):
         cpu.set_tiles(False)
         for isa in ISAS:
             cpu.set_isa(isa)
-            single = torch.cat([cpu._mul_mat_rows(packed, x[i:i + 1], int(gtype), rows) for i in range(7)])
+            single = torch.cat([K.mul_mat_rows(packed, x[i:i + 1], int(gtype), rows) for i in range(7)])
             for n in (4, 7):
-                got = cpu._mul_mat_rows(packed, x[:n], int(gtype), rows)
+                got = K.mul_mat_rows(packed, x[:n], int(gtype), rows)
                 torch.testing.assert_close(got, single[:n], rtol=1e-5, atol=1e-5 * float(single.abs().max()))
                 assert np.all(np.abs(got.numpy() - x[:n].double().numpy() @ W.T) <= bound[:n] * 1.001 + 1e-4), isa
     finally:

@@ -26,12 +26,10 @@ def gemma(gemma_path):
     from gguf_serve.engine import kernels
 
     os.environ[kernels.ENV_OVERRIDE] = "reference"
-    kernels.reset()
     try:
         yield load_model(gemma_path, device="cpu")
     finally:
         del os.environ[kernels.ENV_OVERRIDE]
-        kernels.reset()
 
 
 @pytest.fixture(scope="module")

@@ -108,11 +108,12 @@ def test_cpu_defaults_native_where_supported_else_reference_one_log_line_each(mo
     from gguf_serve.engine.kernels import cpu
 
     monkeypatch.delenv(kernels.ENV_OVERRIDE, raising=False)
+    settings = kernels.settings()
     with caplog.at_level(logging.INFO, logger="gguf_serve.kernels"):
-        a = kernels.select("cpu", GGMLType.Q6_K)
-        b = kernels.select("cpu", GGMLType.Q6_K)
-        c = kernels.select("cpu", GGMLType.IQ2_XXS)
-    assert a is b and a.name == f"cpu-native ({cpu.best_isa()})"
+        a = settings.select("cpu", GGMLType.Q6_K)
+        b = settings.select("cpu", GGMLType.Q6_K)
+        c = settings.select("cpu", GGMLType.IQ2_XXS)
+    assert a is b and a.name == f"cpu-native ({cpu.best_isa()})" and a.cpu is settings.cpu
     assert c is kernels.REFERENCE
     lines = [r.getMessage() for r in caplog.records if "kernels for" in r.getMessage()]
     assert lines == [f"kernels for cpu Q6_K: cpu-native ({cpu.best_isa()}) (native kernel available)",
@@ -124,9 +125,8 @@ def test_hub_unavailable_offline_falls_back(monkeypatch, clean_kernels, tmp_path
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     assert hub.load() is None
-    kernels.configure(kernels="hub")
     with pytest.raises(RuntimeError, match="hub kernel could not be loaded"):
-        kernels.select("cpu", GGMLType.Q4_K)
+        kernels.settings(kernels="hub").select("cpu", GGMLType.Q4_K)
 
 
 def test_hub_kernel_unavailable_is_a_warning_with_its_cause_where_wanted(monkeypatch, tmp_path, caplog):

@@ -1,6 +1,8 @@
 /* The kernel table (each weight type's block size, activation format, dot product per
  * ISA level, dequantizer) and the choice of ISA level: the best this CPU runs, or the
- * one gc_set_isa asks for. */
+ * one gc_set_isa asks for (the process's), or the one gc_use_isa asks for on the calling
+ * thread (a model's, for its forward pass; the pool's workers take the caller's level
+ * with each task, pool.c). */
 
 #include "quants.h"
 
@@ -51,7 +53,11 @@ static const kernel_t KERNELS[] = {
 #endif
 };
 
-static int g_isa = -1;
+static int g_isa = -1;  /* the process's level (gc_set_isa); -1 until chosen */
+/* the calling thread's level (gc_use_isa), -1: the process's; initial-exec: one load from
+ * the thread pointer, read in every task */
+static _Thread_local int t_isa __attribute__((tls_model("initial-exec"))) = -1;
+static int g_best = -1;
 
 static int detect_isa(void) {
 #if defined(GC_X86)
@@ -68,19 +74,32 @@ static int detect_isa(void) {
 }
 
 /* the best ISA level this CPU runs */
-int gc_best_isa(void) { return detect_isa(); }
+int gc_best_isa(void) {
+    if (g_best < 0) g_best = detect_isa();
+    return g_best;
+}
 
 /* the name of an ISA level on this architecture, or NULL past the last */
 const char *gc_isa_name(int isa) { return isa >= 0 && isa < N_ISA ? ISA_NAMES[isa] : NULL; }
 
-/* select an ISA level (clamped to what the CPU runs); returns the one in use */
+/* select the process's ISA level (clamped to what the CPU runs); returns the one in use */
 int gc_set_isa(int isa) {
-    const int best = detect_isa();
+    const int best = gc_best_isa();
     g_isa = (isa < 0 || isa > best) ? best : isa;
     return g_isa;
 }
 
+/* select the calling thread's ISA level (clamped to what the CPU runs; -1: the process's)
+ * for the calls it makes, and the pool's tasks it hands out; returns the thread's
+ * previous setting (to restore) */
+int gc_use_isa(int isa) {
+    const int old = t_isa, best = gc_best_isa();
+    t_isa = isa < 0 ? -1 : isa > best ? best : isa;
+    return old;
+}
+
 int gc_isa(void) {
+    if (t_isa >= 0) return t_isa;
     if (g_isa < 0) gc_set_isa(-1);
     return g_isa;
 }

@@ -17,12 +17,15 @@ typedef struct {
     atomic_int pending;
     gc_task_fn fn;
     void *ctx;
+    int isa;                  /* the caller's ISA level, which the workers take for the task */
     int64_t n, chunk;
     atomic_int_fast64_t next;
     atomic_int stop;
 } pool_t;
 
 static pool_t g_pool;
+
+int gc_use_isa(int isa); /* dispatch.c: the calling thread's ISA level */
 static pthread_mutex_t g_pool_init = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_call = PTHREAD_MUTEX_INITIALIZER;
 
@@ -99,6 +102,7 @@ static void *worker(void *arg) {
         if (atomic_load(&p->stop)) return NULL;
         seen = atomic_load(&p->generation);
         ftz_enter(); /* the worker keeps the mode the current setting asks for */
+        gc_use_isa(p->isa); /* and the caller's ISA level */
         run_chunks(p);
         if (atomic_fetch_sub(&p->pending, 1) == 1) {
             pthread_mutex_lock(&p->mu);
@@ -146,7 +150,7 @@ void gc_parallel_for(int n_threads, int64_t n, int64_t chunk, gc_task_fn fn, voi
     pool_resize(n_threads);
     pthread_mutex_unlock(&g_pool_init);
     pool_t *p = &g_pool;
-    p->fn = fn; p->ctx = ctx; p->n = n; p->chunk = chunk;
+    p->fn = fn; p->ctx = ctx; p->n = n; p->chunk = chunk; p->isa = gc_isa();
     atomic_store(&p->next, 0);
     atomic_store(&p->pending, p->n_threads);
     pthread_mutex_lock(&p->mu);

@@ -1,4 +1,4 @@
-"""The dense ops on CPU with the native library (csrc/ops.c): each op here replaces a
+"""The dense ops on CPU with the native library (csrc/ops/): each op here replaces a
 chain of small torch ops (a decode step runs hundreds of them) with one native call,
 on float32 CPU tensors; anything else falls back to the torch op it overrides
 (kernels.ops.TorchOps, the reference these are tested against). One CpuOps per model's
@@ -26,7 +26,7 @@ ATTEND_TORCH, ATTEND_BLOCKS, ATTEND_TILES = 0, 1, 2
 
 
 class AttnLayer(ctypes.Structure):
-    """gc_attn_layer (csrc/ops.c): a layer's attention as the native op sees it."""
+    """gc_attn_layer (csrc/ops/attention.c): a layer's attention as the native op sees it."""
 
     _fields_ = [("n_head", I64), ("n_kv", I64), ("d", I64), ("q_off", I64), ("q_head", I64), ("k_off", I64),
                 ("v_off", I64), ("gate_off", I64), ("q_norm", P), ("k_norm", P), ("eps", F), ("scale", F),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import WeightError
 from ..modules import Weights
 from .params import TextParams
 
@@ -35,7 +36,7 @@ class PoolingHead:
         classifier = None
         if p.pooling == "rank":
             if not w.has("cls.output.weight"):
-                raise ValueError(f"{w.reader.path}: a rank (reranker) file needs its classifier, cls.output.weight")
+                raise WeightError(f"{w.reader.path}: a rank (reranker) file needs its classifier, cls.output.weight")
             labels = w.info("cls.output.weight").shape[0]
             classifier = w.linear("cls.output.weight", labels, width, bias="cls.output.bias")
         return cls(p.pooling, dense, classifier, softmax=p.pooling == "rank" and p.rank_softmax)

@@ -20,10 +20,8 @@ from __future__ import annotations
 import json
 import re
 
-from ...engine import held_back
-from ...engine import writes_harmony as is_harmony  # noqa: F401  a template's test (a model's: ChatFormat.harmony)
+from ...engine import TOOL_CLOSE, TOOL_OPEN, held_back
 from .tool_grammar import _lark_str, _parameters, _with_ws, chosen_functions
-from .tools import TOOL_CLOSE, TOOL_OPEN
 
 START, END, MESSAGE, CHANNEL = "<|start|>", "<|end|>", "<|message|>", "<|channel|>"
 CONSTRAIN, CALL, RETURN = "<|constrain|>", "<|call|>", "<|return|>"

@@ -9,15 +9,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from ...engine import (THINK_CLOSE, THINK_OPEN, GrammarError, GrammarMask, SamplingParams, SpeculationError,
-                      check_speculative, json_grammar, render, schema_of)
+from ...engine import (HERMES, THINK_CLOSE, THINK_OPEN, Family, GrammarError, GrammarMask, SamplingParams,
+                      SpeculationError, check_speculative, json_grammar, render, schema_of)
 from ..core.errors import BadRequest
 from ..models.worker import Job
 from . import harmony
 from .protocol import unsupported_fields
 from .tool_grammar import required_grammar
 from .reasoning import ReasoningSplitter
-from .tools import HERMES, Family, for_template, render_fallback
+from .tools import for_template, render_fallback
 
 
 def _stops(stop) -> list[str]:

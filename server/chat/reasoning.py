@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from ...engine import (BRACKET_THINK, CHANNEL_THOUGHT, THINK_CLOSE, THINK_OPEN, held_back,  # noqa: F401
-                       reasoning_markers, template_has_switch)
+from ...engine import THINK_CLOSE, THINK_OPEN, held_back
 
 log = logging.getLogger("gguf_serve.server")
 

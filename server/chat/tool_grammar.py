@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-from ...engine import closed_objects
-from .tools import GEMMA4, LFM2, LLAMA3, MISTRAL, TOOL_CLOSE, TOOL_OPEN, CallFormat, functions
+from ...engine import GEMMA4, LFM2, LLAMA3, MISTRAL, TOOL_CLOSE, TOOL_OPEN, CallFormat, closed_objects
+from .tools import functions
 
 
 CALL_WHITESPACE = r"\x20?"  # in forced calls' JSON: at most a space between tokens (calls stay one line)

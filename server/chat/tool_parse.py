@@ -13,8 +13,8 @@ import json
 import re
 import uuid
 
-from ...engine import held_back
-from .tools import HERMES, LFM2, MISTRAL, Family, ToolCall, functions, mistral_id
+from ...engine import HERMES, LFM2, MISTRAL, Family, held_back
+from .tools import ToolCall, functions, mistral_id
 
 
 def _typed(value: str, schema: dict | None):

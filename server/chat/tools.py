@@ -29,8 +29,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from ...engine import (GEMMA4, HERMES, LFM2, LLAMA3, MISTRAL, TOOL_CLOSE, TOOL_OPEN, CallFormat, Family,  # noqa: F401
-                       call_format, family_of, template_renders_tools, template_writes_xml)
+from ...engine import LFM2, MISTRAL, TOOL_CLOSE, TOOL_OPEN, Family
 
 
 FALLBACK_SYSTEM = (

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from gguf_serve.server.chat.harmony import (HarmonySplitter, for_template, forced_grammar, is_harmony,
-                                       reasoning_effort, tools_for_template)
+from gguf_serve.engine import writes_harmony as is_harmony
+from gguf_serve.server.chat.harmony import HarmonySplitter, for_template, forced_grammar, reasoning_effort, tools_for_template
 from gguf_serve.server.chat.tool_parse import ToolCallSplitter
 
 from server_harness import TOOLS, accepts

@@ -2,8 +2,8 @@
 
 import pytest
 
-from gguf_serve.server.chat.reasoning import (BRACKET_THINK, CHANNEL_THOUGHT, ReasoningSplitter, enable_thinking,
-                                        reasoning_markers, starts_in_reasoning, template_has_switch)
+from gguf_serve.engine import BRACKET_THINK, CHANNEL_THOUGHT, reasoning_markers, template_has_switch
+from gguf_serve.server.chat.reasoning import ReasoningSplitter, enable_thinking, starts_in_reasoning
 
 
 @pytest.mark.parametrize("kwargs,effort,flag,expected", [

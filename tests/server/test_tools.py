@@ -16,8 +16,8 @@ import pytest
 
 from gguf_serve.server.chat.tool_grammar import required_grammar
 from gguf_serve.server.chat.tool_parse import ToolCallSplitter, parse_call
-from gguf_serve.server.chat.tools import (GEMMA4, HERMES, LFM2, LLAMA3, MISTRAL, CallFormat, call_format, family_of,
-                                     for_template)
+from gguf_serve.engine import GEMMA4, HERMES, LFM2, LLAMA3, MISTRAL, CallFormat, call_format, family_of
+from gguf_serve.server.chat.tools import for_template
 
 from server_harness import TOOLS, accepts, server
 from tiny_models import tiny_chat_model
@@ -235,7 +235,7 @@ def test_forced_calls_in_the_mistral_and_llama_forms(tools_path):
 def test_a_call_inside_an_unclosed_reasoning_block_is_a_call(closed):
     """Qwen3.5 sometimes opens a call while still thinking: the call still counts."""
     from gguf_serve.server.chat.reasoning import ReasoningSplitter
-    from gguf_serve.server.chat.tools import TOOL_OPEN
+    from gguf_serve.engine import TOOL_OPEN
 
     think = "I should look it up.\n" + ("</think>\n\n" if closed else "")
     call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}\n</tool_call>'

@@ -78,7 +78,6 @@ def tiny_models(tmp_path_factory):
     from gguf_serve.engine import kernels
 
     os.environ[kernels.ENV_OVERRIDE] = "reference"
-    kernels.reset()
     out = {}
     for arch in ("gemma3", "qwen35"):
         s = spec(arch)
@@ -87,7 +86,6 @@ def tiny_models(tmp_path_factory):
         out[arch] = str(path)
     yield out
     del os.environ[kernels.ENV_OVERRIDE]
-    kernels.reset()
 
 
 @pytest.mark.parametrize("arch", ["gemma3", "qwen35"])

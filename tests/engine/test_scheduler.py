@@ -30,7 +30,6 @@ def models(tmp_path_factory):
     native kernels quantize activations to 8 bits, and a rounding that flips with the
     chunking can turn a near tie of a random model's logits)."""
     os.environ[kernels.ENV_OVERRIDE] = "reference"
-    kernels.reset()
     out = {}
     try:
         for arch in ARCHS:
@@ -43,7 +42,6 @@ def models(tmp_path_factory):
         yield out
     finally:
         del os.environ[kernels.ENV_OVERRIDE]
-        kernels.reset()
 
 
 @pytest.fixture

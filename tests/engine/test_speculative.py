@@ -30,7 +30,6 @@ def models(tmp_path_factory):
     """Float32 files on the reference kernels (exact arithmetic, so that a row verified in a
     batch of drafts and the same row decoded alone give the same greedy token)."""
     os.environ[kernels.ENV_OVERRIDE] = "reference"
-    kernels.reset()
     cache = {}
 
     def get(arch):
@@ -42,7 +41,6 @@ def models(tmp_path_factory):
         return cache[arch]
     yield get
     del os.environ[kernels.ENV_OVERRIDE]
-    kernels.reset()
 
 
 def pattern(seed=1, n=6):

@@ -60,6 +60,14 @@ class Detokenizer:
             return after[len(before):]
         return ""
 
+    def flush(self) -> str:
+        """The text held back at the end: bytes that never completed a character come out as
+        U+FFFD (as llama-server sends them), not dropped with their tokens."""
+        before = self._decode(self.ids[self.prefix:self.read])
+        after = self._decode(self.ids[self.prefix:])
+        self.prefix = self.read = len(self.ids)
+        return after[len(before):]
+
 
 def end_of_generation_ids(lm) -> set[int]:
     """The tokens that end `lm`'s generation: EOS and every end-of-turn token its vocabulary

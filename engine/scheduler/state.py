@@ -47,8 +47,10 @@ class ChoiceText:
         return self.stops.feed(self.detok.push(token))
 
     def flush(self) -> str:
-        """The text held back: the choice ends here."""
-        return self.stops.flush()
+        """The text held back (a partial character's bytes, what might have started a stop
+        string): the choice ends here. A stop string completed by those bytes still cuts."""
+        text, hit = self.stops.feed(self.detok.flush())
+        return text if hit else text + self.stops.flush()
 
     @property
     def matched(self) -> str | None:

@@ -79,6 +79,18 @@ def test_detokenizer_never_splits_a_character(gemma):
     assert "".join(chunks) == text
 
 
+def test_a_character_cut_off_at_the_end_is_sent_not_dropped(gemma):
+    # max_tokens ends the answer inside a character (the first of its three byte tokens):
+    # the bytes come out as U+FFFD, as llama-server sends them, not dropped with their tokens
+    ids = encode(gemma.tokenizer, "Zürich 日本", add_special=False)
+    first_byte = gemma.tokenizer.convert_tokens_to_ids("<0xE6>")
+    steps, text = _run(gemma, ids, temperature=0, max_tokens=2, logit_bias={first_byte: 100})
+    assert [s.token_id for s in steps] == [first_byte, first_byte] and steps[-1].finish_reason == "length"
+    assert text and set(text) == {"\ufffd"}
+    d = Detokenizer(gemma.tokenizer, [2])
+    assert d.push(first_byte) == "" and d.flush() == "\ufffd" and d.flush() == ""
+
+
 def test_stop_strings_hold_back_partial_matches():
     s = StopStrings(["</answer>"])
     assert s.feed("hello </an") == ("hello ", False)

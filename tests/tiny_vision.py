@@ -21,7 +21,8 @@ from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
 from gguf_serve.gguf_io import GGMLType, GGUFWriter, dequantize, quantize
 
-from tiny_models import GEMMA3_NAMES, VOCAB, Spec, byte_level_vocab, spec, write_gguf
+from tiny_metadata import VOCAB, byte_level_vocab
+from tiny_models import GEMMA3_NAMES, Spec, spec, write_gguf
 
 GEMMA3_IMAGE_TOKENS = ("<start_of_image>", "<end_of_image>", "<image_soft_token>")
 IMAGE_MEAN = IMAGE_STD = [0.5, 0.5, 0.5]

@@ -11,22 +11,10 @@ import torch
 
 from gguf_serve.engine import kernels, load_model
 from gguf_serve.engine.kernels import cpu, reference
-from gguf_serve.gguf_io import GGMLType, GGUFReader, dequantize, quantize
+from gguf_serve.gguf_io import GGMLType, GGUFReader, dequantize
 
 from helpers import random_packed
-
-TYPES = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q5_K, GGMLType.Q5_0, GGMLType.Q4_0, GGMLType.Q4_1,
-         GGMLType.Q5_1, GGMLType.Q3_K, GGMLType.Q2_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.MXFP4]
-ISAS = cpu.isas()[:cpu.isas().index(cpu.best_isa()) + 1] if cpu.load() is not None else ["scalar"]
-# direct calls: the default settings, on the process's code path (cpu.set_isa)
-K = cpu.CpuKernels.make() if cpu.load() is not None else None
-
-
-@pytest.fixture(autouse=True)
-def restore_isa():
-    yield
-    if cpu.load() is not None:
-        cpu.set_isa(None)
+from kernel_cases import ISAS, K, TYPES, activation_bound, restore_isa, weights  # noqa: F401 (restore_isa: the fixture)
 
 
 def test_the_library_is_built_by_the_install():
@@ -35,25 +23,10 @@ def test_the_library_is_built_by_the_install():
     assert not cpu.supports(GGMLType.IQ2_XXS)  # those keep the torch path
 
 
-def _weights(rng, t, rows, cols):
-    if t in (GGMLType.IQ4_NL, GGMLType.IQ4_XS):  # no quantizer: random blocks with sane scales
-        return random_packed(rng, t, rows, cols // t.block_size, f16_scale=0.02)
-    return quantize(rng.standard_normal((rows, cols)).astype(np.float32), t)
-
-
 @pytest.mark.parametrize("isa", ISAS)
 def test_every_type_has_a_kernel_for_every_isa(isa):
     cpu.set_isa(isa)
     assert {t.name: cpu.path_isa(t) for t in TYPES} == {t.name: isa for t in TYPES}
-
-
-def _activation_bound(W: np.ndarray, x: np.ndarray, block: int) -> np.ndarray:
-    """|y - exact| per output: each x block is rounded to 127 levels of its absmax, so an
-    element moves at most absmax/254; the dot moves at most that times sum |w|."""
-    xb = x.reshape(x.shape[0], -1, block)
-    half_step = np.abs(xb).max(axis=-1) / 254.0  # (n_x, blocks)
-    wb = np.abs(W).reshape(W.shape[0], -1, block).sum(axis=-1)  # (rows, blocks)
-    return half_step @ wb.T
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -61,14 +34,14 @@ def _activation_bound(W: np.ndarray, x: np.ndarray, block: int) -> np.ndarray:
 def test_error_within_activation_quantization_bound(gtype, isa):
     rng = np.random.default_rng(int(gtype))
     rows, cols = 37, 1024
-    packed = _weights(rng, gtype, rows, cols)
+    packed = weights(rng, gtype, rows, cols)
     W = dequantize(packed, gtype, (rows, cols)).astype(np.float64)
     x = rng.standard_normal((3, cols)).astype(np.float32)
     exact = x.astype(np.float64) @ W.T
     cpu.set_isa(isa)
     y = K.mul_mat_rows(torch.from_numpy(packed), torch.from_numpy(x), int(gtype), rows).numpy()
     act_block = 32 if gtype.block_size == 32 else 256
-    bound = _activation_bound(W, x.astype(np.float64), act_block)
+    bound = activation_bound(W, x.astype(np.float64), act_block)
     assert np.all(np.abs(y - exact) <= bound * 1.001 + 1e-4)
     assert np.abs(y - exact).max() > 0  # activations really are quantized
 
@@ -77,7 +50,7 @@ def test_error_within_activation_quantization_bound(gtype, isa):
 def test_simd_paths_equal_scalar_up_to_summation_order(gtype):
     rng = np.random.default_rng(100 + int(gtype))
     rows, cols = 50, 512
-    packed = torch.from_numpy(_weights(rng, gtype, rows, cols))
+    packed = torch.from_numpy(weights(rng, gtype, rows, cols))
     x = torch.randn(2, cols)
     out = {}
     for isa in ISAS:
@@ -97,7 +70,7 @@ def test_simd_paths_equal_scalar_on_random_blocks(gtype):
     x = torch.randn(3, cols)
     W = dequantize(packed.numpy(), gtype, (rows, cols)).astype(np.float64)
     exact = x.double().numpy() @ W.T
-    bound = _activation_bound(W, x.double().numpy(), 32 if gtype.block_size == 32 else 256)
+    bound = activation_bound(W, x.double().numpy(), 32 if gtype.block_size == 32 else 256)
     out = {}
     for isa in ISAS:
         cpu.set_isa(isa)
@@ -110,7 +83,7 @@ def test_simd_paths_equal_scalar_on_random_blocks(gtype):
 @pytest.mark.parametrize("gtype", TYPES, ids=lambda t: t.name)
 def test_native_dequantize_bit_identical_to_gguf_io(gtype):
     rng = np.random.default_rng(7)
-    for packed in (_weights(rng, gtype, 9, 512), random_packed(rng, gtype, 9, 512 // gtype.block_size, f16_scale=0.5)):
+    for packed in (weights(rng, gtype, 9, 512), random_packed(rng, gtype, 9, 512 // gtype.block_size, f16_scale=0.5)):
         got = K.dequantize(torch.from_numpy(packed), gtype, 9, 512, torch.float32).numpy()
         assert np.array_equal(got.view(np.uint32), dequantize(packed, gtype, (9, 512)).view(np.uint32))
 
@@ -119,7 +92,7 @@ def test_native_dequantize_bit_identical_to_gguf_io(gtype):
 def test_mul_mat_id_one_native_call_equals_expert_by_expert(gtype):
     rng = np.random.default_rng(11)
     experts, rows, cols = 6, 40, 512
-    w = torch.from_numpy(np.stack([_weights(rng, gtype, rows, cols) for _ in range(experts)]))
+    w = torch.from_numpy(np.stack([weights(rng, gtype, rows, cols) for _ in range(experts)]))
     ids = torch.tensor([[0, 3], [3, 5], [1, 3], [5, 0]])  # expert 3 shared by three tokens, 2 and 4 unused
     for x in (torch.randn(4, cols), torch.randn(4, 2, cols)):  # one row per token / per selection
         got = K.mul_mat_id(w, x, ids, gtype, rows)
@@ -131,14 +104,14 @@ def test_mul_mat_id_one_native_call_equals_expert_by_expert(gtype):
             for k in range(2):
                 xr = (x[t] if x.dim() == 2 else x[t, k]).double().numpy()[None]
                 Wk = W[int(ids[t, k])]
-                bound = _activation_bound(Wk, xr, 32 if gtype.block_size == 32 else 256)[0]
+                bound = activation_bound(Wk, xr, 32 if gtype.block_size == 32 else 256)[0]
                 assert np.all(np.abs(got[t, k].numpy() - xr[0] @ Wk.T) <= bound * 1.001 + 1e-4)
 
 
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q5_0], ids=lambda t: t.name)
 def test_get_rows_equals_the_reference_lookup(gtype):
     rng = np.random.default_rng(5)
-    table = torch.from_numpy(_weights(rng, gtype, 30, 512))
+    table = torch.from_numpy(weights(rng, gtype, 30, 512))
     idx = torch.tensor([[3, 0, 29], [3, 7, 7]])
     for dtype in (torch.float32, torch.bfloat16):
         got = K.get_rows(table, idx, gtype, 512, dtype)
@@ -149,7 +122,7 @@ def test_get_rows_equals_the_reference_lookup(gtype):
 
 
 def test_mul_mat_id_rejects_bad_expert_indices_and_shapes():
-    w = torch.from_numpy(np.stack([_weights(np.random.default_rng(e), GGMLType.Q8_0, 8, 64) for e in range(3)]))
+    w = torch.from_numpy(np.stack([weights(np.random.default_rng(e), GGMLType.Q8_0, 8, 64) for e in range(3)]))
     with pytest.raises(IndexError, match="expert index out of range 0..2"):
         K.mul_mat_id(w, torch.randn(1, 64), torch.tensor([[0, 3]]), GGMLType.Q8_0, 8)
     with pytest.raises(IndexError):
@@ -164,7 +137,7 @@ def test_many_rows_integer_and_tiled_paths(monkeypatch, prefill_dtype):
     a four-row kernel, then the rest one by one) equal the one-row results up to
     summation order; beyond, dequantized tiles and torch's matmul."""
     rng = np.random.default_rng(3)
-    packed = torch.from_numpy(_weights(rng, GGMLType.Q4_K, 40, 512))
+    packed = torch.from_numpy(weights(rng, GGMLType.Q4_K, 40, 512))
     W = torch.from_numpy(dequantize(packed.numpy(), GGMLType.Q4_K, (40, 512)))
     xs = torch.randn(40, 512)
     single = torch.cat([K.mul_mat(packed, xs[i:i + 1], GGMLType.Q4_K, 40) for i in range(40)])
@@ -194,7 +167,7 @@ def test_real_gemma_tensors(gemma_path):
         x = rng.standard_normal((1, cols)).astype(np.float32)
         y = K.mul_mat(torch.from_numpy(np.ascontiguousarray(t.data)), torch.from_numpy(x), t.ggml_type, rows).numpy()
         act_block = 32 if t.ggml_type.block_size == 32 else 256
-        bound = _activation_bound(W, x.astype(np.float64), act_block)
+        bound = activation_bound(W, x.astype(np.float64), act_block)
         assert np.all(np.abs(y - x.astype(np.float64) @ W.T) <= bound * 1.001 + 1e-4), name
 
 
@@ -307,7 +280,7 @@ def test_gate_and_up_experts_in_one_call_equal_two(types, tokens):
     """mul_mat_id2: two expert tensors read x with the same ids in one call, equal to a
     mul_mat_id for each; types that quantize activations differently are refused."""
     rng = np.random.default_rng(21)
-    a, b = (torch.from_numpy(np.stack([_weights(rng, t, 40, 512) for _ in range(6)])) for t in types)
+    a, b = (torch.from_numpy(np.stack([weights(rng, t, 40, 512) for _ in range(6)])) for t in types)
     x = torch.randn(tokens, 512)
     ids = torch.stack([torch.randperm(6, generator=torch.Generator().manual_seed(i))[:3] for i in range(tokens)])
     both = K.mul_mat_id2(a, b, x, ids, types[0], types[1], 40)
@@ -324,7 +297,7 @@ def test_mul_mat_id_experts_chosen_by_many_tokens(gtype):
     dots (and from 8 tokens the repacked tiles), equal to one token at a time."""
     rng = np.random.default_rng(12)
     experts, rows, cols = 4, 24, 512
-    w = torch.from_numpy(np.stack([_weights(rng, gtype, rows, cols) for _ in range(experts)]))
+    w = torch.from_numpy(np.stack([weights(rng, gtype, rows, cols) for _ in range(experts)]))
     ids = torch.tensor([[1, 0], [1, 2], [3, 1], [1, 0], [2, 1], [1, 3], [0, 2], [3, 0],
                         [1, 3], [1, 0], [3, 1], [1, 2], [0, 3], [1, 2], [2, 1], [3, 0]])
     x = torch.randn(16, cols)
@@ -351,122 +324,6 @@ def test_a_group_of_matrices_is_one_call_equal_to_its_members(gemma_path):
     assert torch.equal(group(x), torch.cat([m(x) for m in members], dim=-1))
 
 
-SIGNED32 = [GGMLType.Q8_0, GGMLType.IQ4_NL, GGMLType.MXFP4]
-X8 = [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.IQ4_NL, GGMLType.MXFP4]
-
-
-@pytest.mark.parametrize("n", [8, 13, 16, 23])
-@pytest.mark.parametrize("gtype", X8, ids=lambda t: t.name)
-def test_eight_row_dots_equal_the_four_row_ones(gtype, n):
-    """With AVX-512 VNNI, 8 to 23 activation rows against the 32-block types (untiled
-    there: up to 16 rows for all, up to 31 for Q8_0, IQ4_NL, MXFP4; the others' rows past
-    their last whole tile) go eight at a time through one vpdpbusd per row pair, the rest
-    four or one at a time: the same integer sums and the same float steps per row, so the
-    same bits as the four-row and one-row dots."""
-    if "avx512" not in cpu.isas():
-        pytest.skip("the eight-row dots are AVX-512 VNNI code; this CPU has no AVX-512")
-    rng = np.random.default_rng(14)
-    rows, cols = 43, 640
-    packed = torch.from_numpy(_weights(rng, gtype, rows, cols))
-    x = torch.randn(n, cols)
-    try:
-        cpu.set_tiles(False)
-        cpu.set_x8(False)
-        rowwise = K.mul_mat(packed, x, gtype, rows)
-        cpu.set_x8(True)
-        eights = K.mul_mat(packed, x, gtype, rows)
-    finally:
-        cpu.set_tiles(True)
-        cpu.set_x8(True)
-    assert torch.equal(eights, rowwise)
-
-
-DECODE_TYPES = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.IQ4_NL,
-                GGMLType.MXFP4, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K,
-                GGMLType.IQ4_XS]
-
-
-@pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("gtype", DECODE_TYPES, ids=lambda t: t.name)
-def test_decode_batches_give_each_row_its_bits_alone(gtype, isa):
-    """Batch-invariant decode: up to 16 activation rows (a decode step of up to 16
-    sequences) take the four- and eight-row dots, which do each row's arithmetic as the
-    one-row dot does, so every row of the batch is bit for bit the row alone; on every
-    ISA level, in the file's layout and the repacked one (Q5_0, MXFP4). From 17 rows the
-    tiles sum in another order (equal up to rounding, test_tiles_equal_the_row_wise_dots)."""
-    rng = np.random.default_rng(400 + int(gtype))
-    rows, cols = 72, 1024
-    packed = torch.from_numpy(_weights(rng, gtype, rows, cols))
-    try:
-        cpu.set_isa(isa)
-        rep = K.repacked(packed, gtype, rows, cols)
-        for mm in [cpu.MulMat(K, packed, gtype, rows, cols)] + ([cpu.MulMat(K, packed, gtype, rows, cols, native=rep)]
-                                                             if rep else []):
-            x = torch.randn(16, cols) * 3
-            alone = torch.cat([mm(x[i:i + 1]) for i in range(16)])
-            for n in (2, 3, 4, 5, 7, 8, 9, 13, 16):
-                assert torch.equal(mm(x[:n]), alone[:n]), (n, rep is not None)
-    finally:
-        cpu.set_isa(None)
-
-
-@pytest.mark.parametrize("n", [1, 4, 8, 13])
-@pytest.mark.parametrize("gtype", SIGNED32, ids=lambda t: t.name)
-def test_signed_blocks_against_activations_of_one_sign(gtype, n):
-    """Activations all positive (after a ReLU-like gate, or an embedding model's pooled
-    inputs): the AVX-512 VNNI dots of the signed types take the weights' block sums back
-    as integers; offsetting the weights by 128 through the activations' float sums
-    instead cancelled 128 sum(x) against itself and lost up to 1e-3 of the result's
-    scale. Equal to the AVX2 sign trick's exact integers within float rounding."""
-    if "avx512" not in cpu.isas():
-        pytest.skip("the VNNI dots are AVX-512 code; this CPU has no AVX-512")
-    rng = np.random.default_rng(16)
-    rows, cols = 40, 640
-    packed = torch.from_numpy(_weights(rng, gtype, rows, cols))
-    x = torch.randn(n, cols).abs() + 3.0
-    out = {}
-    try:
-        for isa in ("avx2", "avx512"):
-            cpu.set_isa(isa)
-            out[isa] = K.mul_mat(packed, x, gtype, rows)
-    finally:
-        cpu.set_isa(None)
-    torch.testing.assert_close(out["avx512"], out["avx2"], rtol=1e-6, atol=1e-6 * float(out["avx2"].abs().max()))
-
-
-TILED = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
-         GGMLType.Q8_0, GGMLType.IQ4_NL, GGMLType.MXFP4]
-
-
-@pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])
-@pytest.mark.parametrize("rows,n", [(43, 8), (43, 13), (43, 64), (43, 300), (2051, 13)])
-@pytest.mark.parametrize("gtype", TILED, ids=lambda t: t.name)
-def test_tiles_equal_the_row_wise_dots(gtype, rows, n, isa):
-    """From 8 activation rows, these types' weight rows go through repacked tiles of eight;
-    rows past the last whole tile (43 = 5 x 8 + 3) the row-wise dots. 300 activation rows
-    meet the tiles in several cache-sized runs, 2051 weight rows give a thread more tiles
-    than it packs at once. Same integer sums, so equal up to float rounding; and within
-    the activation quantization's bound of the exact product. On each ISA level with tiles
-    (the k-quants have their own AVX-512 tile layout)."""
-    rng = np.random.default_rng(13)
-    cols = 1024 if rows < 1000 else 256
-    packed = torch.from_numpy(_weights(rng, gtype, rows, cols))
-    x = torch.randn(n, cols)
-    try:
-        cpu.set_isa(isa)
-        cpu.set_tiles(False)
-        rowwise = K.mul_mat(packed, x, gtype, rows)
-        cpu.set_tiles(True)
-        tiles = K.mul_mat(packed, x, gtype, rows)
-    finally:
-        cpu.set_tiles(True)
-        cpu.set_isa(None)
-    torch.testing.assert_close(tiles, rowwise, rtol=1e-5, atol=1e-6 * float(rowwise.abs().max()))
-    W = dequantize(packed.numpy(), gtype, (rows, cols)).astype(np.float64)
-    bound = _activation_bound(W, x.double().numpy(), 256 if gtype in (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K) else 32)
-    assert np.all(np.abs(tiles.numpy() - x.double().numpy() @ W.T) <= bound * 1.001 + 1e-4)
-
-
 @pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0], ids=lambda t: t.name)
 def test_tiny_activations_flush_to_zero_inside_the_kernels_only(gtype):
     """Activations of ~1e-36 (a SiLU gate far negative) times block scales are float32
@@ -475,7 +332,7 @@ def test_tiny_activations_flush_to_zero_inside_the_kernels_only(gtype):
     difference no sum with a normal number can see. The calling thread's floating-point
     mode is its own again afterwards."""
     rng = np.random.default_rng(5)
-    packed = torch.from_numpy(_weights(rng, gtype, 24, 512))
+    packed = torch.from_numpy(weights(rng, gtype, 24, 512))
     x = torch.randn(3, 512) * 1e-36
     W = dequantize(packed.numpy(), gtype, (24, 512)).astype(np.float64)
     exact = x.double().numpy() @ W.T
@@ -517,7 +374,7 @@ def test_repacked_rows_equal_the_files_rows(gtype, isa, rows, n):
     rng = np.random.default_rng(rows + n)
     cols = 640
     packed = torch.from_numpy(random_packed(rng, gtype, rows, cols // 32, f16_scale=0.02) if gtype == GGMLType.MXFP4
-                              else _weights(rng, gtype, rows, cols))
+                              else weights(rng, gtype, rows, cols))
     rep = K.repacked(packed, gtype, rows, cols)
     if isa == "scalar" or cpu.best_isa() == "scalar":
         assert rep is None  # made only where the SIMD dot runs (read at every level)
@@ -537,7 +394,7 @@ def test_repacked_rows_equal_the_files_rows(gtype, isa, rows, n):
     files = cpu.MulMat(K, packed, gtype, rows, cols)(x)
     torch.testing.assert_close(ours, files, rtol=1e-5, atol=1e-6 * float(files.abs().max()))
     W = deq.double().numpy()
-    bound = _activation_bound(W, x.double().numpy(), 32)
+    bound = activation_bound(W, x.double().numpy(), 32)
     assert np.all(np.abs(ours.numpy() - x.double().numpy() @ W.T) <= bound * 1.001 + 1e-4)
 
 
@@ -574,8 +431,8 @@ def test_a_repacked_matrix_after_one_of_odd_rows_in_one_call(n):
     to float rounding at 9 rows, where such a group takes the eight-row dot and not the
     tiles)."""
     rng = np.random.default_rng(3)
-    a = torch.from_numpy(_weights(rng, GGMLType.Q8_0, 12, 256))
-    b = torch.from_numpy(_weights(rng, GGMLType.Q5_0, 40, 256))
+    a = torch.from_numpy(weights(rng, GGMLType.Q8_0, 12, 256))
+    b = torch.from_numpy(weights(rng, GGMLType.Q5_0, 40, 256))
     rep = K.repacked(b, GGMLType.Q5_0, 40, 256)
     if rep is None:
         pytest.skip("no repacked layout on this architecture")
@@ -589,11 +446,11 @@ def test_a_repacked_matrix_after_one_of_odd_rows_in_one_call(n):
 
 def test_repack_only_where_it_applies(monkeypatch):
     rng = np.random.default_rng(4)
-    q5 = torch.from_numpy(_weights(rng, GGMLType.Q5_0, 12, 256))  # 12 rows: not whole groups of eight
+    q5 = torch.from_numpy(weights(rng, GGMLType.Q5_0, 12, 256))  # 12 rows: not whole groups of eight
     assert K.repacked(q5, GGMLType.Q5_0, 12, 256) is None
-    q4k = torch.from_numpy(_weights(rng, GGMLType.Q4_K, 16, 256))
+    q4k = torch.from_numpy(weights(rng, GGMLType.Q4_K, 16, 256))
     assert K.repacked(q4k, GGMLType.Q4_K, 16, 256) is None
-    q5 = torch.from_numpy(_weights(rng, GGMLType.Q5_0, 16, 256))
+    q5 = torch.from_numpy(weights(rng, GGMLType.Q5_0, 16, 256))
     assert K.repacked(q5, GGMLType.Q5_0, 16, 256) is not None or cpu.best_isa() == "scalar"
     off = cpu.CpuKernels.make(repack=False)  # as EngineConfig(cpu_repack=False) makes them at load
     assert off.repacked(q5, GGMLType.Q5_0, 16, 256) is None
@@ -708,33 +565,3 @@ def test_a_failing_native_call_names_the_call_and_its_status():
     with pytest.raises(cpu.KernelError, match=r"gc_mul_mat: UNSUPPORTED for Q4_K, 4 x 100"):
         K.mul_mat_rows(w, torch.zeros(1, 100), int(GGMLType.Q4_K), 4)
     assert [s.name for s in cpu.Status] == ["OK", "UNSUPPORTED", "NO_MEMORY", "BAD_EXPERT"]
-
-
-
-FOUR_ROW = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.IQ4_NL, GGMLType.MXFP4,
-            GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]
-
-
-@pytest.mark.parametrize("gtype", FOUR_ROW, ids=lambda t: t.name)
-def test_four_row_dots_equal_one_row_dots_on_every_isa(gtype):
-    """Four to seven activation rows (below the tiles) take each ISA's four-row dots (AVX2's
-    sign trick; AVX-512 VNNI's unsigned bytes with the offset through the block sums) plus
-    one-row dots for the rest: equal to one row at a time up to summation order, on every
-    bit pattern a block can hold."""
-    rng = np.random.default_rng(300 + int(gtype))
-    rows, cols = 19, 1024
-    packed = torch.from_numpy(random_packed(rng, gtype, rows, cols // gtype.block_size, f16_scale=0.02))
-    x = torch.randn(7, cols)
-    W = dequantize(packed.numpy(), gtype, (rows, cols)).astype(np.float64)
-    bound = _activation_bound(W, x.double().numpy(), 32 if gtype.block_size == 32 else 256)
-    try:
-        cpu.set_tiles(False)
-        for isa in ISAS:
-            cpu.set_isa(isa)
-            single = torch.cat([K.mul_mat_rows(packed, x[i:i + 1], int(gtype), rows) for i in range(7)])
-            for n in (4, 7):
-                got = K.mul_mat_rows(packed, x[:n], int(gtype), rows)
-                torch.testing.assert_close(got, single[:n], rtol=1e-5, atol=1e-5 * float(single.abs().max()))
-                assert np.all(np.abs(got.numpy() - x[:n].double().numpy() @ W.T) <= bound[:n] * 1.001 + 1e-4), isa
-    finally:
-        cpu.set_tiles(True)

@@ -1,17 +1,22 @@
-"""Starting with models that cannot be served: every named model bad → the process exits
-non-zero with the reason; some bad → the good ones are served and the bad ones reported;
-a directory → every .gguf under it."""
+"""Starting and stopping. With models that cannot be served: every named model bad → the
+process exits non-zero with the reason; some bad → the good ones are served and the bad
+ones reported; a directory → every .gguf under it. Ctrl-C ends a running generation and
+the process, cleanly."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
+import threading
+import time
 
 import httpx
 import openai
 
-from server_harness import free_port, serve_command, server
+from server_harness import free_port, serve_command, server, spawn
 
 
 def corrupt(path) -> str:
@@ -96,3 +101,43 @@ def test_cache_types_from_the_command_line(gemma_path):
     p = subprocess.run(serve_command(gemma_path, "-ctk", "q5_1", "--port", str(free_port())), capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 2 and "q5_1" in p.stderr and "cache-type-k" in p.stderr
+
+
+def test_ctrl_c_during_a_generation_ends_it_and_exits(gemma_path):
+    """A 2,000-token stream (~30 s) is running: Ctrl-C ends it at its next step, closes the
+    stream with a finish reason, and the process exits within seconds."""
+    proc, base = spawn(gemma_path)
+    try:
+        chunks, started = [], threading.Event()
+
+        def stream():
+            body = {"model": gemma_path, "prompt": "Once upon a time", "max_tokens": 2000, "ignore_eos": True,
+                    "stream": True}
+            with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=120) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: {"):
+                        chunks.append(json.loads(line[6:]))
+                        if len(chunks) >= 5:
+                            started.set()
+
+        t = threading.Thread(target=stream)
+        t.start()
+        assert started.wait(60)
+        t0 = time.perf_counter()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        took = time.perf_counter() - t0
+        assert took < 10 and proc.returncode == 0, (took, proc.returncode, proc.stdout.read()[-3000:])
+        t.join(10)
+        assert len(chunks) < 1000 and chunks[-1]["choices"][0]["finish_reason"] == "length"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_ctrl_c_shuts_down_cleanly(tiny_path):
+    proc, _ = spawn(tiny_path)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert "Traceback" not in out

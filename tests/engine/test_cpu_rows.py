@@ -1,0 +1,158 @@
+"""The native CPU kernels' multi-row dots: four and eight activation rows at a time and the
+tiles, each against the one-row dots (a decode batch's rows keep the bits they have alone;
+the tiles equal up to rounding and within the activation quantization's bound)."""
+
+import numpy as np
+import pytest
+import torch
+
+from gguf_serve.engine.kernels import cpu
+from gguf_serve.gguf_io import GGMLType, dequantize
+
+from helpers import random_packed
+from kernel_cases import ISAS, K, SIGNED32, activation_bound, restore_isa, weights  # noqa: F401 (restore_isa: the fixture)
+
+
+X8 = [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.IQ4_NL, GGMLType.MXFP4]
+
+
+@pytest.mark.parametrize("n", [8, 13, 16, 23])
+@pytest.mark.parametrize("gtype", X8, ids=lambda t: t.name)
+def test_eight_row_dots_equal_the_four_row_ones(gtype, n):
+    """With AVX-512 VNNI, 8 to 23 activation rows against the 32-block types (untiled
+    there: up to 16 rows for all, up to 31 for Q8_0, IQ4_NL, MXFP4; the others' rows past
+    their last whole tile) go eight at a time through one vpdpbusd per row pair, the rest
+    four or one at a time: the same integer sums and the same float steps per row, so the
+    same bits as the four-row and one-row dots."""
+    if "avx512" not in cpu.isas():
+        pytest.skip("the eight-row dots are AVX-512 VNNI code; this CPU has no AVX-512")
+    rng = np.random.default_rng(14)
+    rows, cols = 43, 640
+    packed = torch.from_numpy(weights(rng, gtype, rows, cols))
+    x = torch.randn(n, cols)
+    try:
+        cpu.set_tiles(False)
+        cpu.set_x8(False)
+        rowwise = K.mul_mat(packed, x, gtype, rows)
+        cpu.set_x8(True)
+        eights = K.mul_mat(packed, x, gtype, rows)
+    finally:
+        cpu.set_tiles(True)
+        cpu.set_x8(True)
+    assert torch.equal(eights, rowwise)
+
+
+DECODE_TYPES = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.IQ4_NL,
+                GGMLType.MXFP4, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K,
+                GGMLType.IQ4_XS]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("gtype", DECODE_TYPES, ids=lambda t: t.name)
+def test_decode_batches_give_each_row_its_bits_alone(gtype, isa):
+    """Batch-invariant decode: up to 16 activation rows (a decode step of up to 16
+    sequences) take the four- and eight-row dots, which do each row's arithmetic as the
+    one-row dot does, so every row of the batch is bit for bit the row alone; on every
+    ISA level, in the file's layout and the repacked one (Q5_0, MXFP4). From 17 rows the
+    tiles sum in another order (equal up to rounding, test_tiles_equal_the_row_wise_dots)."""
+    rng = np.random.default_rng(400 + int(gtype))
+    rows, cols = 72, 1024
+    packed = torch.from_numpy(weights(rng, gtype, rows, cols))
+    try:
+        cpu.set_isa(isa)
+        rep = K.repacked(packed, gtype, rows, cols)
+        for mm in [cpu.MulMat(K, packed, gtype, rows, cols)] + ([cpu.MulMat(K, packed, gtype, rows, cols, native=rep)]
+                                                             if rep else []):
+            x = torch.randn(16, cols) * 3
+            alone = torch.cat([mm(x[i:i + 1]) for i in range(16)])
+            for n in (2, 3, 4, 5, 7, 8, 9, 13, 16):
+                assert torch.equal(mm(x[:n]), alone[:n]), (n, rep is not None)
+    finally:
+        cpu.set_isa(None)
+
+
+@pytest.mark.parametrize("n", [1, 4, 8, 13])
+@pytest.mark.parametrize("gtype", SIGNED32, ids=lambda t: t.name)
+def test_signed_blocks_against_activations_of_one_sign(gtype, n):
+    """Activations all positive (after a ReLU-like gate, or an embedding model's pooled
+    inputs): the AVX-512 VNNI dots of the signed types take the weights' block sums back
+    as integers; offsetting the weights by 128 through the activations' float sums
+    instead cancelled 128 sum(x) against itself and lost up to 1e-3 of the result's
+    scale. Equal to the AVX2 sign trick's exact integers within float rounding."""
+    if "avx512" not in cpu.isas():
+        pytest.skip("the VNNI dots are AVX-512 code; this CPU has no AVX-512")
+    rng = np.random.default_rng(16)
+    rows, cols = 40, 640
+    packed = torch.from_numpy(weights(rng, gtype, rows, cols))
+    x = torch.randn(n, cols).abs() + 3.0
+    out = {}
+    try:
+        for isa in ("avx2", "avx512"):
+            cpu.set_isa(isa)
+            out[isa] = K.mul_mat(packed, x, gtype, rows)
+    finally:
+        cpu.set_isa(None)
+    torch.testing.assert_close(out["avx512"], out["avx2"], rtol=1e-6, atol=1e-6 * float(out["avx2"].abs().max()))
+
+
+TILED = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
+         GGMLType.Q8_0, GGMLType.IQ4_NL, GGMLType.MXFP4]
+
+
+@pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])
+@pytest.mark.parametrize("rows,n", [(43, 8), (43, 13), (43, 64), (43, 300), (2051, 13)])
+@pytest.mark.parametrize("gtype", TILED, ids=lambda t: t.name)
+def test_tiles_equal_the_row_wise_dots(gtype, rows, n, isa):
+    """From 8 activation rows, these types' weight rows go through repacked tiles of eight;
+    rows past the last whole tile (43 = 5 x 8 + 3) the row-wise dots. 300 activation rows
+    meet the tiles in several cache-sized runs, 2051 weight rows give a thread more tiles
+    than it packs at once. Same integer sums, so equal up to float rounding; and within
+    the activation quantization's bound of the exact product. On each ISA level with tiles
+    (the k-quants have their own AVX-512 tile layout)."""
+    rng = np.random.default_rng(13)
+    cols = 1024 if rows < 1000 else 256
+    packed = torch.from_numpy(weights(rng, gtype, rows, cols))
+    x = torch.randn(n, cols)
+    try:
+        cpu.set_isa(isa)
+        cpu.set_tiles(False)
+        rowwise = K.mul_mat(packed, x, gtype, rows)
+        cpu.set_tiles(True)
+        tiles = K.mul_mat(packed, x, gtype, rows)
+    finally:
+        cpu.set_tiles(True)
+        cpu.set_isa(None)
+    torch.testing.assert_close(tiles, rowwise, rtol=1e-5, atol=1e-6 * float(rowwise.abs().max()))
+    W = dequantize(packed.numpy(), gtype, (rows, cols)).astype(np.float64)
+    bound = activation_bound(W, x.double().numpy(), 256 if gtype in (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K) else 32)
+    assert np.all(np.abs(tiles.numpy() - x.double().numpy() @ W.T) <= bound * 1.001 + 1e-4)
+
+
+
+FOUR_ROW = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.IQ4_NL, GGMLType.MXFP4,
+            GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]
+
+
+@pytest.mark.parametrize("gtype", FOUR_ROW, ids=lambda t: t.name)
+def test_four_row_dots_equal_one_row_dots_on_every_isa(gtype):
+    """Four to seven activation rows (below the tiles) take each ISA's four-row dots (AVX2's
+    sign trick; AVX-512 VNNI's unsigned bytes with the offset through the block sums) plus
+    one-row dots for the rest: equal to one row at a time up to summation order, on every
+    bit pattern a block can hold."""
+    rng = np.random.default_rng(300 + int(gtype))
+    rows, cols = 19, 1024
+    packed = torch.from_numpy(random_packed(rng, gtype, rows, cols // gtype.block_size, f16_scale=0.02))
+    x = torch.randn(7, cols)
+    W = dequantize(packed.numpy(), gtype, (rows, cols)).astype(np.float64)
+    bound = activation_bound(W, x.double().numpy(), 32 if gtype.block_size == 32 else 256)
+    try:
+        cpu.set_tiles(False)
+        for isa in ISAS:
+            cpu.set_isa(isa)
+            single = torch.cat([K.mul_mat_rows(packed, x[i:i + 1], int(gtype), rows) for i in range(7)])
+            for n in (4, 7):
+                got = K.mul_mat_rows(packed, x[:n], int(gtype), rows)
+                torch.testing.assert_close(got, single[:n], rtol=1e-5, atol=1e-5 * float(single.abs().max()))
+                assert np.all(np.abs(got.numpy() - x[:n].double().numpy() @ W.T) <= bound[:n] * 1.001 + 1e-4), isa
+    finally:
+        cpu.set_tiles(True)

@@ -294,6 +294,17 @@ class KVCache:
             return n
         return max((p for (s, p) in self._checkpoints if s == slot and p <= n), default=0)
 
+    def can_cut_back(self, slot: int, n: int) -> bool:
+        """Whether, after its next `n` tokens, `slot` can go back exactly to any position past
+        its current end without a snapshot (speculation's rollback): no recurrent layer, and
+        every sliding ring still holding the window before the earliest such position."""
+        if self.has_linear:
+            return False
+        if not self.min_ring:
+            return True
+        first = self.lengths[slot] + 1
+        return max(0, first - self.windows[1] + 1) >= max(self.lost[slot], first - 1 + n - self.min_ring)
+
     def _natural_restart(self, slot: int, pos: int) -> bool:
         """Exact without a checkpoint: at 0, at the end, and before the end where no
         recurrent layer exists and every sliding ring still holds the window before `pos`."""
@@ -416,8 +427,10 @@ class KVCache:
                 cells = self._ring_cells(i, ckpt.pos - a.shape[1], ckpt.pos)
                 self.k[i][slot][:, cells] = a
                 self.v[i][slot][:, cells] = b
-        if self.min_ring:  # every ring holds the window before pos again; older positions may be gone
-            self.lost[slot] = max(self.lost[slot], ckpt.pos - self.windows[0] + 1)
+        if self.min_ring:  # every ring holds the window before pos again, and what it held past pos is gone:
+            # the first position all of them hold is the smallest window's first (not what the slot
+            # had lost before, which a long answer after pos had pushed far past it)
+            self.lost[slot] = max(0, ckpt.pos - self.windows[0] + 1)
 
     def _evict(self, key: tuple[int, int]) -> None:
         ckpt = self._checkpoints.pop(key)

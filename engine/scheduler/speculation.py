@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..batch import Batch
+from ..errors import CacheError
 from ..sampling import SamplingParams, apply_logit_bias
 from ..speculative import Drafting, SpecSettings, SpeculationError, available_modes
 from ..text import Step
@@ -49,7 +50,8 @@ class Speculation:
             return []
         end = pos + len(c.refeed) + 1
         drafts = c.drafting.propose(min(room, self.cache.n_ctx - end, c.budget - len(c.generated) - 1))
-        if drafts and self.cache.has_linear:  # recurrent states cannot be cut back: keep them
+        if drafts and not self.cache.can_cut_back(c.slot, end - pos + len(drafts)):
+            # recurrent states (or a ring that this step would overwrite) cannot be cut back: keep them
             c.snapshot = self.cache.snapshot(c.slot, reuse=c.snapshot)
         return drafts
 
@@ -88,6 +90,9 @@ class Speculation:
         if self.cache.can_restart_at(c.slot, valid):
             self.cache.rewind(c.slot, valid)
         else:  # recurrent states: back to before the step; what held is fed again with the next token
+            if c.snapshot is None or c.snapshot.pos != row.pos:
+                raise CacheError(f"KV cache: slot {c.slot} cannot go back to {valid} after a rejected draft, "
+                                 f"and no snapshot from before the step (at {row.pos}) was kept")
             self.cache.restore(c.slot, c.snapshot)
             c.refeed = row.tokens[:c.valid]
             valid = row.pos

@@ -164,6 +164,42 @@ def test_a_restored_recurrent_state_equals_a_fresh_prefill(models):
         cache.free(cold)
 
 
+def test_the_same_prompt_again_after_an_answer_past_the_ring(models):
+    """Issue 39's 500 (aider sent its prompt again after a long answer, on Gemma 3): the
+    second request goes on from the prompt's checkpoint in the slot the answer ran past its
+    sliding rings (window 8 + a 16-token batch), and its rejected drafts are cut back there
+    exactly. Before, restoring the checkpoint kept the slot's far-off 'lost' mark, so no
+    rollback was exact and the rollback restored a snapshot nobody had taken."""
+    lm = models("gemma3")
+    ring = load_model(lm.gguf.path, device="cpu", n_seq=2, max_batch=16)
+    assert ring.cache.min_ring == 24 and ring.cache.checkpoint_budget > 0
+    a = pattern(1)
+
+    def off_the_cycle(generated, logits):  # every seventh token leaves the cycle the drafts predict
+        if len(generated) % 7 == 6:
+            logits = logits.clone()
+            logits[generated[-6]] = float("-inf")
+        return logits
+
+    prompt = a * 4
+    params = SamplingParams(temperature=0, max_tokens=90, ignore_eos=True, logit_bias={t: 6.0 for t in a},
+                            logits_processor=off_the_cycle)
+    plain, _ = run(ring, "off", [(0, prompt, params)])
+    sched = Scheduler(ring, spec=SpecSettings(mode="ngram"))
+    try:
+        outs = [[], []]
+        for out in outs:  # one after the other, in one scheduler: the second reuses the first's slot
+            sched.add(Request(list(prompt), [params], out.append))
+            while sched.busy:
+                sched.step()
+        hits = ring.cache.checkpoint_stats.hits
+    finally:
+        sched.close()
+    assert all(not isinstance(x, Exception) for o in outs for x in o)
+    assert [tokens(o) for o in outs] == [tokens(plain[0])] * 2
+    assert sched.drafted_tokens > sched.accepted_tokens > 0 and hits > 0
+
+
 CHI2_999 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12}  # 0.1% critical values
 
 

@@ -14,12 +14,13 @@ from .chat_format import (BRACKET_THINK, CHANNEL_THOUGHT, GEMMA4, HERMES, LFM2, 
 from .config import EngineConfig
 from .options import CacheType, DeviceChoice, KernelChoice, PrefillDtype, SpecChoice, VisionDtype
 from .embed import EmbeddingError, embed, rank
-from .errors import (CacheError, DraftMismatch, FileError, KernelError, MissingMetadata, TokenizerError,
-                     UnsupportedArchitecture, VisionFileError, WeightError, is_file_error, is_transient)
+from .errors import (CacheError, DraftMismatch, FileError, KernelError, MissingMetadata, TemplateError,
+                     TokenizerError, UnsupportedArchitecture, VisionFileError, WeightError, is_file_error, is_transient)
 from .fetch import (ModelRef, best_companion, cached_gguf_models, companion_kind, download, is_model_file, model_id,
                     parse)
 from .grammar import GrammarError, GrammarMask, ThinkingBudget, closed_objects, json_grammar, schema_of
 from .sampling import SamplingParams
+from .templates import TemplateWorkers
 from .scheduler import Request, Scheduler, check_speculative
 from .speculative import SpeculationError
 from .text import held_back
@@ -35,7 +36,7 @@ __all__ = [
     "ModelRef", "best_companion", "cached_gguf_models", "companion_kind", "download", "goes_with", "is_model_file",
     "model_id", "parse",
     # prompts: tokenizing, the chat template, images
-    "ImageError", "encode", "prompt_ids", "render",
+    "ImageError", "TemplateError", "TemplateWorkers", "encode", "prompt_ids", "render",
     # a model's chat format (LoadedModel.chat_format): reasoning markers, tool-call families, harmony
     "BRACKET_THINK", "CHANNEL_THOUGHT", "CallFormat", "ChatFormat", "Family", "GEMMA4", "HERMES", "LFM2", "LLAMA3",
     "MISTRAL", "THINK_CLOSE", "THINK_OPEN", "TOOL_CLOSE", "TOOL_OPEN", "call_format", "family_of", "reasoning_markers",

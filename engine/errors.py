@@ -67,6 +67,16 @@ class ImageError(ValueError):
     """An image this model cannot take: it does not decode, is over a limit, or the model has no vision file."""
 
 
+class TemplateError(ValueError):
+    """A chat template failed on these messages: its own error (`kind` "template"), more
+    memory than a render may take ("memory"), a prompt longer than the context can take
+    ("size"), or past its time limit ("timeout"); or no worker was free in time ("busy")."""
+
+    def __init__(self, message: str, kind: str = "template"):
+        super().__init__(message)
+        self.kind = kind
+
+
 class EmbeddingError(ValueError):
     """An input the model cannot embed (too long for one forward or for the context)."""
 

@@ -5,17 +5,20 @@ the body limit. Errors become each API's envelope in one place (server.core.erro
 from __future__ import annotations
 
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 from .admin.routes import router as admin_router
 from .admin.serving import AdminServing
 from .anthropic.routes import router as anthropic_router
 from .anthropic.serving import MessagesServing
 from .chat.routes import router as chat_router
+from ..engine import TemplateWorkers
 from .chat.serving import ChatServing
 from .core import webui
 from .core.errors import install_handlers
 from .core.metrics import Metrics
 from .core.middleware import BodyLimit, Guard
+from .core.pools import Pools
 from .core.openapi import install
 from .embeddings.routes import router as embeddings_router
 from .embeddings.serving import EmbeddingsServing
@@ -32,23 +35,28 @@ ROUTERS = (admin_router, chat_router, responses_router, embeddings_router, anthr
 def create_app(settings: ServerSettings) -> FastAPI:
     metrics = Metrics()
     catalog = Catalog(settings)
-    residency = Residency(catalog, settings, metrics)
+    pools = Pools(settings.load_wait)
+    residency = Residency(catalog, settings, metrics, pool=pools.loads)
     startup = new_state()
-    app = FastAPI(title="gguf-serve", lifespan=lifespan_for(settings, catalog, residency, startup))
+    templates = TemplateWorkers(settings.template_workers, settings.template_timeout)
+    app = FastAPI(title="gguf-serve", lifespan=lifespan_for(settings, catalog, residency, startup, templates, pools))
     install(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
-    app.add_middleware(Guard, settings=settings, metrics=metrics)  # outermost: before the body is read
+    app.add_middleware(Guard, settings=settings, metrics=metrics)  # before the body is read
+    if settings.cors_origins:  # outermost: a browser's preflight carries no key, and changes nothing
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
+                           allow_headers=["*"], expose_headers=["*"])
     if settings.webui:
         webui.mount(app)
     install_handlers(app)
-    chat = ChatServing(residency, settings, metrics)
+    chat = ChatServing(residency, settings, templates, pools, metrics)
     app.state.catalog, app.state.residency = catalog, residency
     app.state.startup = startup  # the CLI reads "fatal" once uvicorn returns
-    app.state.admin = AdminServing(catalog, residency, startup, metrics)
-    app.state.chat = chat
+    app.state.admin = AdminServing(catalog, residency, startup, metrics, pools, templates)
+    app.state.chat, app.state.templates = chat, templates
     app.state.responses = ResponsesServing(chat)
     app.state.messages = MessagesServing(chat)
-    app.state.embeddings = EmbeddingsServing(residency)
+    app.state.embeddings = EmbeddingsServing(residency, pools)
     for router in ROUTERS:
         app.include_router(router)
     return app

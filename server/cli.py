@@ -17,6 +17,8 @@ from ..gguf_io import GGUFError, GGUFReader, describe
 from ..gguf_io.summary import format_description
 from .models.default_model import default_model_path
 
+DRAIN_SECONDS = 10  # after SIGTERM or Ctrl-C, the longest the server waits for its connections to close
+
 
 def _inspect(args: argparse.Namespace) -> int:
     path = args.file or default_model_path()
@@ -124,11 +126,14 @@ def _serve(argv: list[str]) -> int:
         print("gguf-serve: serving the embedded default model and the Hub cache's GGUF models, each loaded on "
               "its first request", flush=True)
     class Server(uvicorn.Server):
-        def handle_exit(self, sig, frame) -> None:  # Ctrl-C / SIGTERM: running generations end at their next step
+        def handle_exit(self, sig, frame) -> None:  # Ctrl-C / SIGTERM: running generations end at their next step,
             app.state.residency.cancel_all()
+            app.state.templates.close()  # and renders at once (their workers are killed)
             super().handle_exit(sig, frame)
 
-    server = Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))
+    # connections still open DRAIN_SECONDS after a stop signal are closed: the process ends whatever they wait on
+    server = Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
+                                   timeout_graceful_shutdown=DRAIN_SECONDS))
     app.state.shutdown = lambda: setattr(server, "should_exit", True)  # startup's way out when nothing loads
     try:
         server.run()

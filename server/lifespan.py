@@ -1,6 +1,7 @@
 """The server's life: at startup, the named models registered and loaded (on a thread,
 so that /health answers "loading" meanwhile), the idle reaper started; at shutdown,
-the reaper and every model's worker stopped before the interpreter ends."""
+the reaper, every model's worker and the chat-template workers stopped before the
+interpreter ends."""
 
 from __future__ import annotations
 
@@ -61,9 +62,11 @@ def start(app: FastAPI, settings: ServerSettings, catalog: Catalog, residency: R
         log.error("startup failed: %s", e)
 
 
-def lifespan_for(settings: ServerSettings, catalog: Catalog, residency: Residency, state: dict):
+def lifespan_for(settings: ServerSettings, catalog: Catalog, residency: Residency, state: dict, templates,
+                 pools):
     """The app's lifespan: `start` on a thread and the idle reaper; on the way out, both
-    stopped and every worker's thread joined."""
+    stopped, every worker's thread joined, the chat-template workers ended and the pools
+    shut."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -78,5 +81,7 @@ def lifespan_for(settings: ServerSettings, catalog: Catalog, residency: Residenc
             residency.cond.notify_all()
         reaper.join(5)
         residency.stop_workers()
+        await templates.aclose()
+        pools.close()
 
     return lifespan

@@ -95,7 +95,19 @@ class ServerSettings(BaseSettings):
     idle_unload: Optional[float] = Field(default=None, ge=0, description=(
         "unload a model after this many seconds without requests (default: never; a request's keep_alive "
         "overrides it for its model)"))
+    template_timeout: float = Field(default=10.0, gt=0, description=(
+        "seconds a chat template may take to render a request's messages (and to wait for a free worker); past "
+        "it the request gets a 500 naming the template, and nothing else waits on it"))
+    template_workers: int = Field(default=2, ge=1, description=(
+        "processes that render chat templates, shared by every model (each limited to 1 GiB more memory)"))
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1, description="largest request body accepted")
+    allowed_hosts: list[str] = Field(default_factory=list, description=(
+        "Host names browsers may reach the server by, besides IP addresses, localhost and this machine's name "
+        "(repeat; .example.com: a domain and its subdomains; *: any); checked where the server listens on a "
+        "loopback address or where this is given: a page of another site that rebinds its name here gets a 403"))
+    cors_origins: list[str] = Field(default_factory=list, description=(
+        "origins whose pages may call the API from a browser (repeat; *: any): CORS headers for them, and their "
+        "POSTs accepted; default: none but the server's own (the chat page)"))
     webui: bool = Field(default=True, description=(
         "serve the chat page at / (public, like /health; the API it calls keeps --api-key); --no-webui: none"))
 

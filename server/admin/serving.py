@@ -3,14 +3,13 @@ model list, loading and unloading on request, /tokenize and /detokenize, the met
 
 from __future__ import annotations
 
-import asyncio
-
 from fastapi.responses import JSONResponse, Response
 
-from ...engine import encode
+from ...engine import TemplateWorkers, encode
 from ..chat.wire import token_text
 from ..core.errors import BadRequest
 from ..core.metrics import Metrics
+from ..core.pools import Pools
 from ..models.catalog import Catalog, Entry
 from ..models.residency import Residency
 from .protocol import DetokenizeRequest, Model, ModelAction, ModelActionResult, ModelList, TokenizeRequest
@@ -34,15 +33,26 @@ def detokenize(lm, ids: list[int]) -> dict:
 class AdminServing:
     """Over the catalog, its residency, startup's state (server.lifespan) and the metrics."""
 
-    def __init__(self, catalog: Catalog, residency: Residency, startup: dict, metrics: Metrics):
+    def __init__(self, catalog: Catalog, residency: Residency, startup: dict, metrics: Metrics, pools: Pools,
+                 templates: TemplateWorkers):
         self.catalog, self.residency, self.startup, self.metrics = catalog, residency, startup, metrics
+        self.pools, self.templates = pools, templates
 
     def health(self):
+        """200 while the server can take work; 503 while it loads, if its start failed, or while
+        a pool refuses work or holds work past its deadline, or a render has waited over a
+        second for a chat-template worker (`busy` says which: readiness fails, and a balancer
+        sends the work elsewhere)."""
         state = self.startup
         if state["error"] is not None:
             return JSONResponse({"status": "error", "error": str(state["error"])}, status_code=503)
         if not state["ready"]:
             return JSONResponse({"status": "loading"}, status_code=503)
+        busy = self.pools.trouble()
+        if (templates := self.templates.state())["full"]:
+            busy["templates"] = templates
+        if busy:
+            return JSONResponse({"status": "busy", "busy": busy}, status_code=503)
         return {"status": "ok", **({"failed": state["failed"]} if state["failed"] else {})}
 
     def prometheus(self) -> Response:
@@ -59,18 +69,18 @@ class AdminServing:
         return self.describe(self.catalog.get(model_id))
 
     async def load(self, req: ModelAction) -> ModelActionResult:
-        entry = await asyncio.to_thread(self.residency.ensure_loaded, self.catalog.get(req.model), req.keep_alive)
+        entry = await self.pools.loads.run(self.residency.ensure_loaded, self.catalog.get(req.model), req.keep_alive)
         return ModelActionResult(model=entry.id, status=self.residency.state(entry))
 
     async def unload(self, req: ModelAction) -> ModelActionResult:
         entry = self.catalog.get(req.model)
-        await asyncio.to_thread(self.residency.unload, entry)
+        await self.pools.loads.run(self.residency.unload, entry)
         return ModelActionResult(model=entry.id, status=self.residency.state(entry))
 
     async def tokenize(self, req: TokenizeRequest) -> dict:
         async with self.residency.holding(req.model, req.keep_alive) as entry:
-            return await asyncio.to_thread(tokenize, entry.lm, req.content, req.add_special, req.with_pieces)
+            return await self.pools.prompts.run(tokenize, entry.lm, req.content, req.add_special, req.with_pieces)
 
     async def detokenize(self, req: DetokenizeRequest) -> dict:
         async with self.residency.holding(req.model, req.keep_alive) as entry:
-            return await asyncio.to_thread(detokenize, entry.lm, req.tokens)
+            return await self.pools.prompts.run(detokenize, entry.lm, req.tokens)

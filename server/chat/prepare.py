@@ -10,8 +10,8 @@ import json
 from dataclasses import dataclass, field, replace
 
 from ...engine import (HERMES, THINK_CLOSE, THINK_OPEN, Family, GrammarError, GrammarMask, SamplingParams,
-                      SpeculationError, check_speculative, json_grammar, render, schema_of)
-from ..core.errors import BadRequest
+                      SpeculationError, TemplateError, TemplateWorkers, check_speculative, json_grammar, schema_of)
+from ..core.errors import BadRequest, ContextLengthExceeded, InternalError, Unavailable
 from ..models.worker import Job
 from . import harmony
 from .protocol import unsupported_fields
@@ -107,10 +107,21 @@ def per_choice(req, max_tokens: int | None, lm, logprobs: int | None) -> list[Sa
             for i in range(n)]
 
 
-def render_chat(lm, messages: list[dict], kwargs: dict) -> str:
+async def render_chat(templates: TemplateWorkers, lm, messages: list[dict], kwargs: dict) -> str:
+    """The chat prompt, rendered by a template worker within its limits (engine.templates): the
+    template's own refusal is a 400 in its words, a render past --template-timeout a 500
+    naming it, no worker free in time a 503."""
+    max_chars = max(1 << 20, 64 * lm.n_ctx)  # a prompt this long is far over the context anyway
     try:
-        return render(lm.tokenizer, lm.chat_template, messages, **kwargs)
-    except Exception as e:  # a template raising on these messages (e.g. role order)
+        return await templates.render(lm.chat_template, messages, special_tokens=lm.tokenizer.special_tokens_map,
+                                      max_chars=max_chars, **kwargs)
+    except TemplateError as e:
+        if e.kind == "timeout":
+            raise InternalError(f"the model's chat template: {e}", code="template_timeout") from None
+        if e.kind == "busy":
+            raise Unavailable(f"{e}; retry shortly", headers={"Retry-After": "1"}) from None
+        if e.kind == "size":  # far over the context: refused before tokenizing it
+            raise ContextLengthExceeded(f"This model's maximum context length is {lm.n_ctx} tokens; {e}") from None
         raise BadRequest(f"the chat template rejected these messages: {e}", param="messages") from None
 
 

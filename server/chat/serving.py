@@ -13,8 +13,9 @@ import threading
 import time
 from typing import AsyncIterator
 
-from ...engine import GrammarError, ImageError, ThinkingBudget, encode, prompt_ids, schema_of
+from ...engine import GrammarError, ImageError, TemplateWorkers, ThinkingBudget, encode, prompt_ids, schema_of
 from ..core.errors import APIError, BadRequest, ContextLengthExceeded
+from ..core.pools import Pools
 from ..core.protocol import new_id, now
 from ..models.catalog import refuse_kind
 from ..models.residency import Residency
@@ -38,9 +39,11 @@ class ChatServing:
     """The chat and completions endpoints, and the generation path the Responses and
     Messages APIs run through (`through_chat`, `pieces`)."""
 
-    def __init__(self, residency: Residency, settings, metrics=None):
+    def __init__(self, residency: Residency, settings, templates: TemplateWorkers, pools: Pools, metrics=None):
         self.residency = residency
         self.settings = settings
+        self.templates = templates  # the chat templates' worker processes, shared by every model
+        self.pools = pools  # tokenizing, grammars and images on bounded threads (server.core.pools)
         self.metrics = metrics
         self._warned_no_switch: set[str] = set()
 
@@ -87,7 +90,7 @@ class ChatServing:
             end = min(len(text), start + MEASURE_PIECE)
             cut = text.rfind(" ", start + MEASURE_PIECE // 2, end) if end < len(text) else -1
             end = cut if cut > 0 else end  # at a space: a piece changes the count by a token or two
-            count += len(await asyncio.to_thread(tok.encode, text[start:end], add_special_tokens=False))
+            count += len(await self.pools.prompts.run(tok.encode, text[start:end], add_special_tokens=False))
             start, pieces = end, pieces + 1
             at_least = count - 16 * pieces  # what the pieces' boundaries could have added, generously
             if at_least >= ctx:
@@ -149,10 +152,10 @@ class ChatServing:
                 self._warned_no_switch.add(entry.id)
                 log.info("%s: its chat template has no thinking switch; the reasoning setting is ignored", entry.id)
         tools, grammar_for_tools, family = tools_for(req, lm, messages, kwargs)
-        prompt = await asyncio.to_thread(render_chat, lm, messages, kwargs)
+        prompt = await render_chat(self.templates, lm, messages, kwargs)
         await self._measure(entry, prompt, "messages")
         try:
-            ids, media = await asyncio.to_thread(prompt_ids, lm, prompt, images)
+            ids, media = await self.pools.prompts.run(prompt_ids, lm, prompt, images)
         except ImageError as e:  # the template placed the images otherwise than given
             raise BadRequest(str(e), param="messages") from None
         max_tokens = req.max_completion_tokens or req.max_tokens
@@ -173,9 +176,9 @@ class ChatServing:
         # a grammar mask waits for the reasoning block to close, or lets one open first
         think = {"after": think_close, "optional": think_open, "waiting": split.in_reasoning} if split.enabled else {}
         if grammar_for_tools is not None:
-            await asyncio.to_thread(constrain, lm, grammar_for_tools, params, think, "tool_choice")
+            await self.pools.prompts.run(constrain, lm, grammar_for_tools, params, think, "tool_choice")
         elif json_format is not None:
-            await asyncio.to_thread(constrain, lm, json_format, params, think, "response_format")
+            await self.pools.prompts.run(constrain, lm, json_format, params, think, "response_format")
         budget = req.thinking_budget_tokens
         budget = self.settings.reasoning_budget if budget is None else budget
         if budget is not None and split.enabled and think_close is not None:  # else: no block to close
@@ -188,14 +191,14 @@ class ChatServing:
         """A harmony template's (gpt-oss) forced call or JSON answer: a grammar in the format
         itself (its reply is split by channels, so nothing waits for a reasoning block)."""
         if grammar_for_tools is not None:
-            await asyncio.to_thread(constrain, lm, grammar_for_tools, params, {}, "tool_choice")
+            await self.pools.prompts.run(constrain, lm, grammar_for_tools, params, {}, "tool_choice")
         elif json_format is not None:
             try:
                 grammar = harmony.forced_grammar(lm.tokenizer.backend_tokenizer.token_to_id,
                                                  schema=schema_of(json_format))
             except (GrammarError, ValueError) as e:
                 raise BadRequest(str(e), param="response_format") from None
-            await asyncio.to_thread(constrain, lm, grammar, params, {}, "response_format")
+            await self.pools.prompts.run(constrain, lm, grammar, params, {}, "response_format")
 
     async def _content(self, lm, m, i: int, images: list):
         """A message's content as the template reads it: its text, or, with images, its parts
@@ -212,7 +215,7 @@ class ChatServing:
                 raise BadRequest(f"{where}: images go in user messages, not {m.role} ones", param=where,
                                  code="invalid_image")
             try:
-                image = await asyncio.to_thread(load_image, lm, part, self.settings)
+                image = await self.pools.images.run(load_image, lm, part, self.settings)
             except ImageError as e:
                 raise bad_image(e, where) from None
             if lm.vision.family.BIDIRECTIONAL and image.n_tokens > lm.cache.max_batch:
@@ -352,7 +355,7 @@ class ChatServing:
 
     async def _prepare_completion(self, entry, req: CompletionRequest, prompt: str) -> Prepared:
         await self._measure(entry, prompt, "prompt")
-        ids = await asyncio.to_thread(encode, entry.lm.tokenizer, prompt)
+        ids = await self.pools.prompts.run(encode, entry.lm.tokenizer, prompt)
         self._check_length(entry, len(ids), req.max_tokens, "prompt")
         params = per_choice(req, req.max_tokens, entry.lm, req.logprobs)
         return Prepared(entry, ids, params, Split())

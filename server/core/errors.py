@@ -72,8 +72,9 @@ class Unauthorized(APIError):
 
 
 class Forbidden(APIError):
-    """The model exists where it comes from, but this server may not fetch it (a gated or
-    private Hub repository without a token that has access)."""
+    """The request may not be served: a Host or Origin a browser sent that this server does
+    not answer to, or a model that exists where it comes from but that this server may not
+    fetch (a gated or private Hub repository without a token that has access)."""
 
     status = 403
     type = "permission_error"

@@ -1,5 +1,6 @@
 """The ASGI middleware in front of the routes: the body size limit, enforced however the
-body is framed, and the guard (API key, Content-Length, the request counter)."""
+body is framed, and the guard (Host and Origin, API key, Content-Length, the request
+counter)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import hmac
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..settings import ServerSettings
-from .errors import APIError, PayloadTooLarge, Unauthorized, anthropic_path
+from .errors import APIError, Forbidden, PayloadTooLarge, Unauthorized, anthropic_path
+from .hosts import HostPolicy
 from .metrics import Metrics
 from .webui import is_public
 
@@ -40,14 +42,17 @@ class BodyLimit:
 
 
 class Guard:
-    """ASGI middleware in front of everything: the API key (every path but /health and the
-    chat page's own files: `/metrics` and the docs name models and traffic), a Content-Length over the body
-    limit refused before the body is read, and the request counter by route and status.
+    """ASGI middleware in front of everything: the Host and Origin a browser sends (DNS
+    rebinding, cross-site posts: server.core.hosts), the API key (every path but /health
+    and the chat page's own files: `/metrics` and the docs name models and traffic), a
+    Content-Length over the body limit refused before the body is read, and the request
+    counter by route and status.
     Plain ASGI, so that `receive` reaches the routes untouched (a route watching for the
     client's `http.disconnect` sees it)."""
 
     def __init__(self, app, settings: ServerSettings, metrics: Metrics):
         self.app, self.settings, self.metrics = app, settings, metrics
+        self.hosts = HostPolicy(settings.host, settings.allowed_hosts, settings.cors_origins)
 
     def _authorized(self, headers: dict) -> bool:
         """`Authorization: Bearer <key>` (the scheme in any case, RFC 9110) or Anthropic's
@@ -61,6 +66,13 @@ class Guard:
     def _refusal(self, scope) -> APIError | None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         path, limit = scope.get("path", ""), self.settings.max_body_bytes
+        host, origin = headers.get("host"), headers.get("origin")
+        if not self.hosts.host_allowed(host):
+            return Forbidden(f"Host '{host[:200]}' is not one this server answers to (--allowed-hosts)",
+                             code="host_not_allowed")
+        if not self.hosts.origin_allowed(scope.get("method", "GET"), origin, host):
+            return Forbidden(f"Origin '{origin[:200]}' may not make requests to this server (--cors-origins)",
+                             code="origin_not_allowed")
         public = path == "/health" or (self.settings.webui and is_public(path))
         if self.settings.api_key and not public and not self._authorized(headers):
             return Unauthorized("Incorrect or missing API key")

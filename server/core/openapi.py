@@ -1,7 +1,8 @@
 """The OpenAPI document says what the server really answers: the error envelope on every
 status it can give (400 for every validation failure: FastAPI's 422 never happens
-here), the SSE stream beside the JSON body of the generating endpoints, plain text on
-/metrics, 503 from /health while loading."""
+here; 403 on every path, from the Host and Origin check), the SSE stream beside the
+JSON body of the generating endpoints, plain text on /metrics, 503 from /health while
+loading."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ WHY = {
     400: "Invalid request: a field out of range or unsupported (named in `error.param`), "
          "or prompt plus completion over the context (`context_length_exceeded`)",
     401: "Missing or wrong API key (when the server has one)",
-    403: "The model's Hub repository refuses this server (gated, or private without a token that has access)",
+    403: "A Host or Origin (a browser's) that this server does not answer to (`host_not_allowed`, "
+         "`origin_not_allowed`: --allowed-hosts, --cors-origins); or the model's Hub repository refuses this "
+         "server (gated, or private without a token that has access)",
     404: "Unknown model (`model_not_found`) or path",
     409: "The model is in use by requests (unload it once they end)",
     413: "Request body over the server's limit",
@@ -74,9 +77,12 @@ def install(app: FastAPI) -> None:
         if app.openapi_schema is None:
             doc = get_openapi(title=app.title, version=app.version, routes=app.routes,
                               description="OpenAI-compatible API over packed GGUF models")
+            envelope = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
             for ops in doc.get("paths", {}).values():
                 for op in ops.values():
                     op.get("responses", {}).pop("422", None)
+                    # the guard's Host and Origin check answers any path
+                    op.setdefault("responses", {}).setdefault("403", {"description": WHY[403], "content": envelope})
             schemas = doc.setdefault("components", {}).setdefault("schemas", {})
             for name in ("HTTPValidationError", "ValidationError"):
                 schemas.pop(name, None)

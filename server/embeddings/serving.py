@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from ...engine import EmbeddingError, encode
 from ..core.errors import BadRequest
+from ..core.pools import Pools
 from ..models.catalog import refuse_kind
 from ..models.residency import Residency
 from ..models.worker import EmbedJob
@@ -47,8 +48,8 @@ def _token_lists(req: EmbeddingRequest, tok) -> list[list[int]]:
 class EmbeddingsServing:
     """The /v1/embeddings and /v1/rerank endpoints."""
 
-    def __init__(self, residency: Residency):
-        self.residency = residency
+    def __init__(self, residency: Residency, pools: Pools):
+        self.residency, self.pools = residency, pools
 
     async def _run(self, entry, kind: str, inputs: list[list[int]], param: str) -> torch.Tensor:
         loop = asyncio.get_running_loop()
@@ -63,7 +64,7 @@ class EmbeddingsServing:
     async def embeddings(self, req: EmbeddingRequest) -> dict:
         async with self.residency.holding(req.model, req.keep_alive) as entry:
             refuse_kind(entry, "embed")
-            inputs = await asyncio.to_thread(_token_lists, req, entry.lm.tokenizer)
+            inputs = await self.pools.prompts.run(_token_lists, req, entry.lm.tokenizer)
             vectors = await self._run(entry, "embed", inputs, "input")
         if req.dimensions is not None:  # Matryoshka: the first `dimensions`, renormalized
             if req.dimensions > vectors.shape[1]:
@@ -88,7 +89,7 @@ class EmbeddingsServing:
                     raise BadRequest(f"documents.{j}: a document is a string or {{\"text\": ...}}",
                                      param=f"documents.{j}")
                 texts.append(text)
-            inputs = await asyncio.to_thread(_rerank_inputs, entry.lm, req.query, texts)
+            inputs = await self.pools.prompts.run(_rerank_inputs, entry.lm, req.query, texts)
             scores = await self._run(entry, "rank", inputs, "documents")
         order = sorted(range(len(texts)), key=lambda j: -float(scores[j]))[:req.top_n or len(texts)]
         results = []

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 from ...engine import LOAD_STAGES, available_memory, is_file_error, is_transient, load_model, trim_heap
 from ..core.errors import Conflict, ModelLoadFailed, Unavailable
+from ..core.pools import Pool
 from .catalog import Catalog, Entry
 from .worker import Worker, worker_for
 
@@ -50,11 +51,14 @@ class Residency:
     """The catalog's models in memory: `entries` is the catalog's, in least recently
     used order (a model used moves to the end); `cond` guards their load state."""
 
-    def __init__(self, catalog: Catalog, settings, metrics=None, clock=time.monotonic):
-        """`clock`: the seconds that idle time is counted in (keep_alive, --idle-unload); a
+    def __init__(self, catalog: Catalog, settings, metrics=None, clock=time.monotonic, pool: Pool | None = None):
+        """`pool`: the threads requests wait for their model's load on (server.core.pools'
+        loads: not the event loop's shared executor). `clock`: the seconds that idle time is
+        counted in (keep_alive, --idle-unload); a
         test gives its own to step through them without waiting."""
         self.catalog = catalog
         self.clock = clock
+        self.pool = pool or Pool("loads", 8, 64, None, "model loading")
         self.entries = catalog.entries
         self.settings = settings
         self.metrics = metrics
@@ -72,7 +76,7 @@ class Residency:
         """The model a request names (catalog.named), held for it and loaded, off the event
         loop; it stays loaded until `release`."""
         entry = self.catalog.named(model)
-        task = asyncio.ensure_future(asyncio.to_thread(self.acquire, entry, keep_alive))
+        task = asyncio.ensure_future(self.pool.run(self.acquire, entry, keep_alive))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:  # the client went while it waited: the hold ends once the load does

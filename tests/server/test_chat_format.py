@@ -8,11 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from gguf_serve.engine import HERMES, THINK_CLOSE, THINK_OPEN, ChatFormat, load_model
+from gguf_serve.engine import HERMES, THINK_CLOSE, THINK_OPEN, ChatFormat, TemplateWorkers, load_model
 from gguf_serve.engine import chat_format as chat_format_module
 from gguf_serve.engine.text import end_of_generation_ids
 from gguf_serve.server.chat.protocol import ChatCompletionRequest
 from gguf_serve.server.chat.serving import ChatServing
+from gguf_serve.server.core.pools import Pools
 from gguf_serve.server.settings import ServerSettings
 
 from tiny_models import HARMONY_TOKENS, tiny_chat_model
@@ -66,12 +67,18 @@ def test_requests_ask_the_format_read_at_load(tiny_path, monkeypatch):
                  "writes_harmony", "family_of"):
         monkeypatch.setattr(chat_format_module, name, no_detection)
     monkeypatch.setattr(ChatFormat, "of", no_detection)
-    service = ChatServing(None, ServerSettings())
+    service = ChatServing(None, ServerSettings(), TemplateWorkers(1), Pools(120.0))
     entry = SimpleNamespace(id="tiny", lm=lm)
 
     def prepare():
         req = ChatCompletionRequest(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
-        return asyncio.run(service._prepare_chat(entry, req))
+
+        async def once():  # each in its own loop, with its own template worker
+            try:
+                return await service._prepare_chat(entry, req)
+            finally:
+                await service.templates.aclose()
+        return asyncio.run(once())
 
     first, second = prepare(), prepare()
     assert first.entry.lm.chat_format is second.entry.lm.chat_format is loaded

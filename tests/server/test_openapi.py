@@ -51,15 +51,16 @@ def test_no_422_and_every_error_in_the_envelope(srv):
 # that stays failed, 503 loading, no room past --load-wait, a transient load failure, the
 # Hub not answering), the model's queue (429), unloading one in use (409), a client gone
 # before a reply that is not streamed (499), /health while loading (503).
+# Every path: 403 from the Host and Origin check (a browser's).
 MODEL = {200, 400, 401, 403, 404, 500, 503}
 GENERATING = MODEL | {413, 429, 499}
 ROUTE_STATUSES = {
-    ("get", "/metrics"): {200, 401},
-    ("get", "/health"): {200, 503},
-    ("get", "/v1/models"): {200, 401},
-    ("get", "/v1/models/{model_id}"): {200, 401, 404},
+    ("get", "/metrics"): {200, 401, 403},
+    ("get", "/health"): {200, 403, 503},
+    ("get", "/v1/models"): {200, 401, 403},
+    ("get", "/v1/models/{model_id}"): {200, 401, 403, 404},
     ("post", "/models/load"): MODEL,
-    ("post", "/models/unload"): {200, 400, 401, 404, 409},
+    ("post", "/models/unload"): {200, 400, 401, 403, 404, 409},
     ("post", "/tokenize"): MODEL,
     ("post", "/detokenize"): MODEL,
     ("post", "/v1/chat/completions"): GENERATING,

@@ -44,25 +44,66 @@ FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
 KEEP_ENCODED = 16  # encoded images kept for follow-ups
 
 
-def decode_image(data: bytes, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: int = MAX_IMAGE_PIXELS):
-    """A PNG, JPEG, WebP or GIF (its first frame) as an RGB Pillow image; ImageError
-    for anything else or anything over the limits."""
-    from PIL import Image, UnidentifiedImageError
+MEDIA_TYPES = {"PNG": ("image/png",), "JPEG": ("image/jpeg", "image/jpg"), "WEBP": ("image/webp",),
+               "GIF": ("image/gif",)}
+
+
+@dataclass(frozen=True)
+class ImageHeader:
+    """What an image's header says, before any pixel is decoded."""
+
+    format: str
+    width: int
+    height: int
+
+
+def _open(data: bytes, max_bytes: int, max_pixels: int, media_type: str | None):
+    """The image opened lazily (its header read, nothing decoded), within the limits and of
+    the media type the caller was told (a data URL's), if any."""
+    from PIL import Image  # deferred: Pillow only where images are used
 
     if len(data) > max_bytes:
         raise ImageError(f"the image is {len(data)} bytes; the limit is {max_bytes} bytes")
+    im = Image.open(io.BytesIO(data), formats=FORMATS)
+    w, h = im.size
+    if w * h > max_pixels:
+        raise ImageError(f"the image is {w}x{h} pixels; the limit is {max_pixels} pixels")
+    if w < 1 or h < 1:
+        raise ImageError(f"the image is {w}x{h} pixels")
+    if media_type is not None and media_type.lower() not in MEDIA_TYPES[im.format]:
+        raise ImageError(f"the data URL says {media_type}, but its bytes are a {im.format} image")
+    return im
+
+
+def _decoding_errors():
+    from PIL import Image, UnidentifiedImageError  # deferred: Pillow only where images are used
+
+    return UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError
+
+
+def read_header(data: bytes, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: int = MAX_IMAGE_PIXELS,
+                media_type: str | None = None) -> ImageHeader:
+    """The image's format and size from its header alone (cheap whatever its size), or ImageError."""
     try:
-        with Image.open(io.BytesIO(data), formats=FORMATS) as im:
-            w, h = im.size
-            if w * h > max_pixels:
-                raise ImageError(f"the image is {w}x{h} pixels; the limit is {max_pixels} pixels")
-            if w < 1 or h < 1:
-                raise ImageError(f"the image is {w}x{h} pixels")
+        with _open(data, max_bytes, max_pixels, media_type) as im:
+            return ImageHeader(im.format, *im.size)
+    except ImageError:
+        raise
+    except _decoding_errors() as e:
+        raise ImageError(f"the image does not decode as PNG, JPEG, WebP or GIF ({type(e).__name__}: {e})") from None
+
+
+def decode_image(data: bytes, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: int = MAX_IMAGE_PIXELS,
+                 media_type: str | None = None):
+    """A PNG, JPEG, WebP or GIF (its first frame) as an RGB Pillow image; ImageError
+    for anything else, anything over the limits, or bytes of another type than `media_type`."""
+    try:
+        with _open(data, max_bytes, max_pixels, media_type) as im:
             im.seek(0)
             return im.convert("RGB")
     except ImageError:
         raise
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+    except _decoding_errors() as e:
         raise ImageError(f"the image does not decode as PNG, JPEG, WebP or GIF ({type(e).__name__}: {e})") from None
 
 
@@ -106,6 +147,12 @@ class VisionModel:
         self.tokenizer = tokenizer
 
     # ------------------------------------------------------------ images
+
+    def count(self, data: bytes, detail: str = "auto", **limits) -> tuple[ImageHeader, int]:
+        """The image's header and the tokens it will take, from its header alone (nothing
+        decoded), or ImageError: a request's images are checked against the context so."""
+        head = read_header(data, **limits)
+        return head, self.tower.n_tokens(head.width, head.height, detail)
 
     def prepare(self, data: bytes, detail: str = "auto", **limits) -> PromptImage:
         image = decode_image(data, **limits)

@@ -39,7 +39,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
     residency = Residency(catalog, settings, metrics, pool=pools.loads)
     startup = new_state()
     templates = TemplateWorkers(settings.template_workers, settings.template_timeout)
-    app = FastAPI(title="gguf-serve", lifespan=lifespan_for(settings, catalog, residency, startup, templates, pools))
+    on_exit = [templates.aclose, pools.aclose]
+    app = FastAPI(title="gguf-serve", lifespan=lifespan_for(settings, catalog, residency, startup, on_exit))
     install(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(Guard, settings=settings, metrics=metrics)  # before the body is read
@@ -50,6 +51,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         webui.mount(app)
     install_handlers(app)
     chat = ChatServing(residency, settings, templates, pools, metrics)
+    on_exit.append(chat.fetcher.aclose)
     app.state.catalog, app.state.residency = catalog, residency
     app.state.startup = startup  # the CLI reads "fatal" once uvicorn returns
     app.state.admin = AdminServing(catalog, residency, startup, metrics, pools, templates)

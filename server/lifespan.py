@@ -62,11 +62,11 @@ def start(app: FastAPI, settings: ServerSettings, catalog: Catalog, residency: R
         log.error("startup failed: %s", e)
 
 
-def lifespan_for(settings: ServerSettings, catalog: Catalog, residency: Residency, state: dict, templates,
-                 pools):
+def lifespan_for(settings: ServerSettings, catalog: Catalog, residency: Residency, state: dict,
+                 on_exit: list):
     """The app's lifespan: `start` on a thread and the idle reaper; on the way out, both
-    stopped, every worker's thread joined, the chat-template workers ended and the pools
-    shut."""
+    stopped, every worker's thread joined, then `on_exit`'s coroutine functions awaited (the
+    chat-template workers, the pools, the image fetcher's connections)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -81,7 +81,7 @@ def lifespan_for(settings: ServerSettings, catalog: Catalog, residency: Residenc
             residency.cond.notify_all()
         reaper.join(5)
         residency.stop_workers()
-        await templates.aclose()
-        pools.close()
+        for close in on_exit:
+            await close()
 
     return lifespan

@@ -80,8 +80,19 @@ class ServerSettings(BaseSettings):
         "merges; default: ~/.cache/gguf-serve)"))
     no_mmproj: bool = Field(default=False, description="serve text only: load no vision file, even where one is found")
     image_urls: bool = Field(default=False, description=(
-        "fetch http(s) image URLs in messages (with --max-image-bytes and a 10 s limit); default: data URLs only"))
+        "fetch http(s) image URLs in messages (public addresses only, within --max-image-bytes and "
+        "--image-url-timeout); default: data URLs only"))
+    image_url_timeout: float = Field(default=10.0, gt=0, description=(
+        "seconds an image URL's fetch may take, all of it (redirects, a slow host)"))
+    image_urls_allow_private: bool = Field(default=False, description=(
+        "let image URLs reach loopback, private and link-local addresses (this machine, its network, cloud "
+        "metadata): off, a request cannot make the server fetch from them"))
+    image_urls_redirects: bool = Field(default=False, description=(
+        "follow an image URL's redirects to other hosts (each checked as the URL is); off: same host only"))
     max_image_bytes: int = Field(default=20 * 1024 * 1024, ge=1, description="largest image accepted, encoded")
+    max_images: Optional[int] = Field(default=None, ge=1, description=(
+        "images one request may hold, refused before any is decoded (default: the context over 256, a Gemma 3 "
+        "image's tokens)"))
     offline: bool = Field(default=False, description="never touch the network (HF_HUB_OFFLINE)")
     max_queue: int = Field(default=16, ge=1, description="requests that may wait per model before 429")
     max_loaded: int = Field(default=2, ge=1, json_schema_extra={"flags": ["--models-max"]}, description=(

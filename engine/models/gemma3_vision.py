@@ -92,6 +92,10 @@ class Tower:
 
     # ------------------------------------------------------------ images
 
+    def n_tokens(self, width: int, height: int, detail: str = "auto") -> int:
+        """The tokens an image of this size takes: always the same (one resolution)."""
+        return self.p.n_tokens
+
     def plan(self, image, detail: str = "auto") -> ImagePlan:
         """Gemma 3 takes one resolution: the image resized to image_size x image_size (`detail` has no choice)."""
         s = self.p.image_size

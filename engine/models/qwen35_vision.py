@@ -140,10 +140,20 @@ class Tower:
 
     # ------------------------------------------------------------ images
 
-    def plan(self, image, detail: str = "auto") -> ImagePlan:
+    def _size(self, width: int, height: int, detail: str) -> tuple[int, int]:
+        """(height, width) the tower takes an image of this size at, for `detail`."""
         p = self.p
         budget = {"low": min(p.max_pixels, MAX_PIXELS["low"]), "high": max(p.max_pixels, MAX_PIXELS["high"])}
-        h, w = smart_resize(image.height, image.width, p.factor, p.min_pixels, budget.get(detail, p.max_pixels))
+        return smart_resize(height, width, p.factor, p.min_pixels, budget.get(detail, p.max_pixels))
+
+    def n_tokens(self, width: int, height: int, detail: str = "auto") -> int:
+        """The tokens an image of this size takes (known from its header, before decoding)."""
+        h, w = self._size(width, height, detail)
+        return (h // self.p.patch_size) * (w // self.p.patch_size) // (self.p.merge * self.p.merge)
+
+    def plan(self, image, detail: str = "auto") -> ImagePlan:
+        p = self.p
+        h, w = self._size(image.width, image.height, detail)
         pixels = resize_normalized(image, w, h, p.mean, p.std, resample="bicubic")
         rows, cols = h // p.patch_size, w // p.patch_size
         return ImagePlan(pixels, rows * cols // (p.merge * p.merge), grid=(rows // p.merge, cols // p.merge))

@@ -21,7 +21,8 @@ from ..models.catalog import refuse_kind
 from ..models.residency import Residency
 from ..models.worker import Job
 from . import harmony
-from .images import bad_image, load_image
+from .images import (MAX_REQUEST_PIXELS, Fetcher, ImagePart, bad_image, image_bytes, max_images,
+                     no_vision_file)
 from .prepare import (Prepared, Split, constrain, origin_param, per_choice, refuse_parts, refuse_unsupported, render_chat,
                       template_tool_calls, tools_for)
 from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Completion,
@@ -44,6 +45,7 @@ class ChatServing:
         self.settings = settings
         self.templates = templates  # the chat templates' worker processes, shared by every model
         self.pools = pools  # tokenizing, grammars and images on bounded threads (server.core.pools)
+        self.fetcher = Fetcher(settings)  # image URLs (--image-urls), on the event loop
         self.metrics = metrics
         self._warned_no_switch: set[str] = set()
 
@@ -125,11 +127,12 @@ class ChatServing:
 
     async def _prepare_chat(self, entry, req: ChatCompletionRequest) -> Prepared:
         lm = entry.lm
-        messages, images = [], []
+        messages, pending = [], []
+        self._count_images(lm, req.messages)
         for i, m in enumerate(req.messages):
             refuse_parts(m, i)
             msg = {"role": "system" if m.role == "developer" else m.role,
-                   "content": await self._content(lm, m, i, images)}
+                   "content": await self._content(m, i, pending)}
             if m.tool_calls:
                 msg["tool_calls"] = template_tool_calls(m.tool_calls, i)
             if m.tool_call_id:
@@ -151,6 +154,7 @@ class ChatServing:
             elif entry.id not in self._warned_no_switch:
                 self._warned_no_switch.add(entry.id)
                 log.info("%s: its chat template has no thinking switch; the reasoning setting is ignored", entry.id)
+        images = await self._images(lm, pending)
         tools, grammar_for_tools, family = tools_for(req, lm, messages, kwargs)
         prompt = await render_chat(self.templates, lm, messages, kwargs)
         await self._measure(entry, prompt, "messages")
@@ -200,9 +204,25 @@ class ChatServing:
                 raise BadRequest(str(e), param="response_format") from None
             await self.pools.prompts.run(constrain, lm, grammar, params, {}, "response_format")
 
-    async def _content(self, lm, m, i: int, images: list):
+    def _count_images(self, lm, messages) -> None:
+        """Refuse a request with more images than --max-images, or with any for a model that
+        has no vision file, before a byte of them is read."""
+        limit, n = max_images(self.settings, lm), 0
+        for i, m in enumerate(messages):
+            for j, part in enumerate(m.content if isinstance(m.content, list) else []):
+                if part.type != "image_url":
+                    continue
+                where = f"messages.{i}.content.{j}"
+                if lm.vision is None:
+                    raise bad_image(no_vision_file(), where)
+                n += 1
+                if n > limit:
+                    raise BadRequest(f"{where}: a request may hold at most {limit} images (--max-images)",
+                                     param=where, code="invalid_image")
+
+    async def _content(self, m, i: int, pending: list):
         """A message's content as the template reads it: its text, or, with images, its parts
-        (each image_url part an image, prepared for the vision file and added to `images`)."""
+        (each image_url part an image, its bytes had and added to `pending`)."""
         if not isinstance(m.content, list) or not any(p.type == "image_url" for p in m.content):
             return m.text()
         parts = []
@@ -215,15 +235,41 @@ class ChatServing:
                 raise BadRequest(f"{where}: images go in user messages, not {m.role} ones", param=where,
                                  code="invalid_image")
             try:
-                image = await self.pools.images.run(load_image, lm, part, self.settings)
+                pending.append(await image_bytes(part, where, self.settings, self.fetcher))
             except ImageError as e:
                 raise bad_image(e, where) from None
-            if lm.vision.family.BIDIRECTIONAL and image.n_tokens > lm.cache.max_batch:
-                raise BadRequest(f"{where}: the image is {image.n_tokens} tokens; a forward pass takes at most "
-                                 f"{lm.cache.max_batch}", param=where, code="invalid_image")
-            images.append(image)
             parts.append({"type": "image"})
         return parts
+
+    async def _images(self, lm, pending: list[ImagePart]) -> list:
+        """The request's images prepared for the vision file: first each one's size and tokens
+        from its header, all of them checked against the context and MAX_REQUEST_PIXELS,
+        then (only then) decoded, on the images pool."""
+        tokens = pixels = 0
+        for p in pending:
+            try:
+                head, n = lm.vision.count(p.data, p.detail, media_type=p.media_type,
+                                          max_bytes=self.settings.max_image_bytes)
+            except ImageError as e:
+                raise bad_image(e, p.where) from None
+            if lm.vision.family.BIDIRECTIONAL and n > lm.cache.max_batch:
+                raise BadRequest(f"{p.where}: the image is {n} tokens; a forward pass takes at most "
+                                 f"{lm.cache.max_batch}", param=p.where, code="invalid_image")
+            tokens, pixels = tokens + n, pixels + head.width * head.height
+            if tokens >= lm.n_ctx:
+                raise ContextLengthExceeded(f"This model's maximum context length is {lm.n_ctx} tokens; the images "
+                                            f"up to {p.where} take {tokens}", param=p.where)
+            if pixels > MAX_REQUEST_PIXELS:
+                raise BadRequest(f"{p.where}: the request's images come to {pixels} pixels; one request may hold "
+                                 f"{MAX_REQUEST_PIXELS}", param=p.where, code="invalid_image")
+        images = []
+        for p in pending:
+            try:
+                images.append(await self.pools.images.run(lm.vision.prepare, p.data, p.detail, media_type=p.media_type,
+                                                          max_bytes=self.settings.max_image_bytes))
+            except ImageError as e:
+                raise bad_image(e, p.where) from None
+        return images
 
     async def pieces(self, prep: Prepared, tally: Tally) -> AsyncIterator[Piece]:
         """The choices' pieces as the scheduler makes them (one prefill, the choices

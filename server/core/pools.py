@@ -93,6 +93,6 @@ class Pools:
         """The pools that refuse work or hold overdue work, with their state (none: all well)."""
         return {p.name: st for p in self.all() if (st := p.state())["full"] or st["overdue"]}
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
         for p in self.all():
             p.close()

@@ -15,8 +15,10 @@ import typing
 
 from ..gguf_io import GGUFError, GGUFReader, describe
 from ..gguf_io.summary import format_description
+from .core.connections import ACCEPT_BATCH, HEAD_TIMEOUT, default_max_connections, protocol, raise_open_files
 from .models.default_model import default_model_path
 
+log = logging.getLogger("gguf_serve.server")
 DRAIN_SECONDS = 10  # after SIGTERM or Ctrl-C, the longest the server waits for its connections to close
 
 
@@ -131,9 +133,14 @@ def _serve(argv: list[str]) -> int:
             app.state.templates.close()  # and renders at once (their workers are killed)
             super().handle_exit(sig, frame)
 
+    open_files = raise_open_files()
+    max_connections = settings.max_connections or default_max_connections(open_files)
+    log.info("connections: at most %d at once (%s), request heads within %g s", max_connections,
+             "--max-connections" if settings.max_connections else f"the open-file limit {open_files}", HEAD_TIMEOUT)
     # connections still open DRAIN_SECONDS after a stop signal are closed: the process ends whatever they wait on
     server = Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
-                                   timeout_graceful_shutdown=DRAIN_SECONDS))
+                                   timeout_graceful_shutdown=DRAIN_SECONDS, http=protocol(max_connections),
+                                   backlog=ACCEPT_BATCH))
     app.state.shutdown = lambda: setattr(server, "should_exit", True)  # startup's way out when nothing loads
     try:
         server.run()

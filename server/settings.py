@@ -111,6 +111,10 @@ class ServerSettings(BaseSettings):
         "it the request gets a 500 naming the template, and nothing else waits on it"))
     template_workers: int = Field(default=2, ge=1, description=(
         "processes that render chat templates, shared by every model (each limited to 1 GiB more memory)"))
+    max_connections: Optional[int] = Field(default=None, ge=1, description=(
+        "connections held at once: past it, the one waiting longest for its request head is closed, or the new "
+        "one refused with a 503 (default: what the open-file limit, raised at start, leaves room for, at most "
+        "4096); a request head must arrive within 10 s"))
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1, description="largest request body accepted")
     allowed_hosts: list[str] = Field(default_factory=list, description=(
         "Host names browsers may reach the server by, besides IP addresses, localhost and this machine's name "

@@ -4,6 +4,7 @@ counter)."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -14,12 +15,17 @@ from .hosts import HostPolicy
 from .metrics import Metrics
 from .webui import is_public
 
+BODY_TIMEOUT = 60.0  # seconds for a request's whole body to arrive
+
 
 class BodyLimit:
     """ASGI middleware: a request body over `limit` bytes is refused with 413 while it is
     read, whatever its framing (Content-Length is checked before, in `guard`; a chunked
-    body has none). The error is raised from `receive`, inside the app, so it becomes
-    the usual error response."""
+    body has none), and one that has not all arrived within BODY_TIMEOUT seconds with 408
+    (a client sending it a byte at a time). The errors are raised from `receive`, inside
+    the app, so they become the usual error response. Once the body is in, `receive` is
+    the server's own (a route watching for the client's disconnect waits as long as it
+    likes)."""
 
     def __init__(self, app, limit: int):
         self.app, self.limit = app, limit
@@ -27,13 +33,21 @@ class BodyLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        seen = 0
+        seen, whole = 0, False
+        deadline = asyncio.get_running_loop().time() + BODY_TIMEOUT
 
         async def limited():
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, whole
+            if whole:
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
+            except TimeoutError:
+                raise StarletteHTTPException(408, f"the request body did not arrive within {BODY_TIMEOUT:g} s") \
+                    from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
+                whole = not message.get("more_body", False)
                 if seen > self.limit:
                     raise StarletteHTTPException(413, f"request body over the {self.limit}-byte limit")
             return message

@@ -1,6 +1,6 @@
 """The OpenAPI document says what the server really answers: the error envelope on every
 status it can give (400 for every validation failure: FastAPI's 422 never happens
-here; 403 on every path, from the Host and Origin check), the SSE stream beside the
+here; 403 on every path, from the Host and Origin check; 408 on every POST), the SSE stream beside the
 JSON body of the generating endpoints, plain text on /metrics, 503 from /health while
 loading."""
 
@@ -20,6 +20,7 @@ WHY = {
          "`origin_not_allowed`: --allowed-hosts, --cors-origins); or the model's Hub repository refuses this "
          "server (gated, or private without a token that has access)",
     404: "Unknown model (`model_not_found`) or path",
+    408: "The request's body did not all arrive within 60 s",
     409: "The model is in use by requests (unload it once they end)",
     413: "Request body over the server's limit",
     429: "The model's queue is full, or it was unloaded under the request (`Retry-After` says when to try again)",
@@ -83,6 +84,9 @@ def install(app: FastAPI) -> None:
                     op.get("responses", {}).pop("422", None)
                     # the guard's Host and Origin check answers any path
                     op.setdefault("responses", {}).setdefault("403", {"description": WHY[403], "content": envelope})
+            for ops in doc.get("paths", {}).values():  # and a body that does not arrive in time, any POST
+                if "post" in ops:
+                    ops["post"]["responses"].setdefault("408", {"description": WHY[408], "content": envelope})
             schemas = doc.setdefault("components", {}).setdefault("schemas", {})
             for name in ("HTTPValidationError", "ValidationError"):
                 schemas.pop(name, None)

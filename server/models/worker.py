@@ -1,7 +1,7 @@
 """One generation worker per loaded model: a thread running the model's scheduler
 (engine.scheduler), never the event loop. Requests (`Job`) wait in a bounded queue
 (429 beyond it) and join the running batch in arrival order; their Steps come back to
-the event loop through each job's queue."""
+the event loop through each job's queue, at most MAX_UNREAD of them unread."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ from ...engine import Request, SamplingParams, Scheduler, embed, rank
 from ..core.errors import Overloaded
 
 log = logging.getLogger("gguf_serve.server")
+
+# steps a reply's reader may leave unread before its generation is cancelled: a streamed reply
+# whose client stops reading (its socket full) is not generated on into memory
+MAX_UNREAD = 1024
 
 
 @dataclass(eq=False)
@@ -31,6 +35,10 @@ class Job:
     media: dict = field(default_factory=dict)  # the prompt's images by content key (engine.vision.PromptImage)
 
     def emit(self, item) -> None:
+        if self.out.qsize() >= MAX_UNREAD and not self.cancel.is_set():  # (a racy read: a bound, not a count)
+            log.warning("a client stopped reading its reply (%d steps unread): its generation is cancelled",
+                        MAX_UNREAD)
+            self.cancel.set()
         self.loop.call_soon_threadsafe(self.out.put_nowait, item)
         if item is None or isinstance(item, Exception):
             for f in self.done_callbacks:

@@ -13,6 +13,20 @@ from helpers import random_packed
 from kernel_cases import ISAS, K, SIGNED32, activation_bound, restore_isa, weights  # noqa: F401 (restore_isa: the fixture)
 
 
+def product(packed, x, gtype, rows, *, isa=None, tiles=True, x8=True):
+    """The kernels' product on one ISA level (None: the best) with the tiles and the eight-row
+    dots on or off, the defaults restored after."""
+    try:
+        cpu.set_isa(isa)
+        cpu.set_tiles(tiles)
+        cpu.set_x8(x8)
+        return K.mul_mat(packed, x, gtype, rows)
+    finally:
+        cpu.set_tiles(True)
+        cpu.set_x8(True)
+        cpu.set_isa(None)
+
+
 X8 = [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.IQ4_NL, GGMLType.MXFP4]
 
 
@@ -30,16 +44,8 @@ def test_eight_row_dots_equal_the_four_row_ones(gtype, n):
     rows, cols = 43, 640
     packed = torch.from_numpy(weights(rng, gtype, rows, cols))
     x = torch.randn(n, cols)
-    try:
-        cpu.set_tiles(False)
-        cpu.set_x8(False)
-        rowwise = K.mul_mat(packed, x, gtype, rows)
-        cpu.set_x8(True)
-        eights = K.mul_mat(packed, x, gtype, rows)
-    finally:
-        cpu.set_tiles(True)
-        cpu.set_x8(True)
-    assert torch.equal(eights, rowwise)
+    rowwise = product(packed, x, gtype, rows, tiles=False, x8=False)
+    assert torch.equal(product(packed, x, gtype, rows, tiles=False), rowwise)
 
 
 DECODE_TYPES = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.IQ4_NL,
@@ -113,15 +119,8 @@ def test_tiles_equal_the_row_wise_dots(gtype, rows, n, isa):
     cols = 1024 if rows < 1000 else 256
     packed = torch.from_numpy(weights(rng, gtype, rows, cols))
     x = torch.randn(n, cols)
-    try:
-        cpu.set_isa(isa)
-        cpu.set_tiles(False)
-        rowwise = K.mul_mat(packed, x, gtype, rows)
-        cpu.set_tiles(True)
-        tiles = K.mul_mat(packed, x, gtype, rows)
-    finally:
-        cpu.set_tiles(True)
-        cpu.set_isa(None)
+    rowwise = product(packed, x, gtype, rows, isa=isa, tiles=False)
+    tiles = product(packed, x, gtype, rows, isa=isa)
     torch.testing.assert_close(tiles, rowwise, rtol=1e-5, atol=1e-6 * float(rowwise.abs().max()))
     W = dequantize(packed.numpy(), gtype, (rows, cols)).astype(np.float64)
     bound = activation_bound(W, x.double().numpy(), 256 if gtype in (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K) else 32)

@@ -48,7 +48,14 @@ def test_embeddings_equal_transformers(tmp_path, kind, mix):
         bound = 0.9999 if mix == "F32" else 0.999
         assert float(F.cosine_similarity(row, reference(kind, dense, ids), dim=0)) >= bound
     for i in (0, 3):  # in company or alone: the same vector
-        torch.testing.assert_close(embed(lm, [INPUTS[i]])[0], got[i], rtol=1e-4, atol=1e-5)
+        alone = embed(lm, [INPUTS[i]])[0]
+        if mix == "Q4_K_M":
+            # the first forward's 29 rows take the k-quant tiles, which sum in another order than one
+            # sequence's rows (equal up to rounding: engine/test_cpu_rows.py), and a rounding can flip an
+            # activation's 8-bit step in a later layer: within the quantized bound, as against transformers
+            assert float(F.cosine_similarity(alone, got[i], dim=0)) >= 0.999
+        else:
+            torch.testing.assert_close(alone, got[i], rtol=1e-4, atol=1e-5)
 
 
 def test_rank_is_the_yes_probability(tmp_path):

@@ -38,7 +38,8 @@ def test_no_422_and_every_error_in_the_envelope(srv):
         for method, op in ops.items():
             assert "422" not in op["responses"], (method, path)
             if path.startswith("/v1/chat") or path in ("/v1/completions", "/v1/responses", "/v1/messages"):
-                assert set(op["responses"]) == {"200", "400", "401", "403", "404", "413", "429", "499", "500", "503"}
+                assert set(op["responses"]) == {"200", "400", "401", "403", "404", "408", "413", "429", "499", "500",
+                                                "503"}
                 assert set(op["responses"]["200"]["content"]) == {"application/json", "text/event-stream"}
                 envelope = "/AnthropicError" if path == "/v1/messages" else "/ErrorResponse"
                 assert op["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith(envelope)
@@ -51,8 +52,8 @@ def test_no_422_and_every_error_in_the_envelope(srv):
 # that stays failed, 503 loading, no room past --load-wait, a transient load failure, the
 # Hub not answering), the model's queue (429), unloading one in use (409), a client gone
 # before a reply that is not streamed (499), /health while loading (503).
-# Every path: 403 from the Host and Origin check (a browser's).
-MODEL = {200, 400, 401, 403, 404, 500, 503}
+# Every path: 403 from the Host and Origin check (a browser's); every POST: 408, a body too slow.
+MODEL = {200, 400, 401, 403, 404, 408, 500, 503}
 GENERATING = MODEL | {413, 429, 499}
 ROUTE_STATUSES = {
     ("get", "/metrics"): {200, 401, 403},
@@ -60,7 +61,7 @@ ROUTE_STATUSES = {
     ("get", "/v1/models"): {200, 401, 403},
     ("get", "/v1/models/{model_id}"): {200, 401, 403, 404},
     ("post", "/models/load"): MODEL,
-    ("post", "/models/unload"): {200, 400, 401, 403, 404, 409},
+    ("post", "/models/unload"): {200, 400, 401, 403, 404, 408, 409},
     ("post", "/tokenize"): MODEL,
     ("post", "/detokenize"): MODEL,
     ("post", "/v1/chat/completions"): GENERATING,

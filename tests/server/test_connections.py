@@ -1,0 +1,139 @@
+"""Connections bounded (issue 39): under systemd's default of 1,024 open files, 1,100
+clients sending their request heads a byte at a time do not stop a normal request from
+being answered (the connection waiting longest for its head makes room); a head still
+incomplete after 10 s is closed; a streamed reply whose client stops reading stops being
+generated."""
+
+from __future__ import annotations
+
+import json
+import resource
+import socket
+import subprocess
+import tempfile
+import time
+
+import httpx
+import pytest
+
+from server_harness import free_port, no_end, scrape, serve_command, server, until, value
+
+
+@pytest.fixture
+def limited(tiny_path):
+    """A server that cannot open more than 1,024 files (systemd's LimitNOFILE default)."""
+    port = free_port()
+    limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))  # noqa: E731
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(serve_command(tiny_path, "--port", str(port)), preexec_fn=limit, stdout=log,
+                            stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert until(lambda: _healthy(base), 120), "the server did not start"
+        yield base, port, proc, log
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def _healthy(base) -> bool:
+    try:
+        return httpx.get(f"{base}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_slow_request_heads_do_not_keep_a_request_out(limited):
+    base, port, proc, log = limited
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))  # this test's own 1,100 sockets
+    slow = []
+    try:
+        for _ in range(1100):
+            s = socket.socket()
+            s.setblocking(False)
+            try:
+                s.connect(("127.0.0.1", port))
+            except BlockingIOError:
+                pass
+            slow.append(s)
+        head = b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        for i in range(3):  # a byte a second from each
+            for s in slow:
+                try:
+                    s.send(head[i:i + 1])
+                except OSError:
+                    pass  # closed by the server already: room was made
+            time.sleep(1)
+        t = time.monotonic()
+        r = httpx.get(f"{base}/v1/models", timeout=10)
+        assert r.status_code == 200 and time.monotonic() - t < 5
+        assert proc.poll() is None
+        open_now = sum(1 for s in slow if _open(s))
+        assert open_now < 1024  # the server closed slow heads to stay within its files
+        log.seek(0)
+        assert b"Too many open files" not in log.read()  # and never ran out of them
+    finally:
+        for s in slow:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _open(s: socket.socket) -> bool:
+    try:
+        return s.recv(1, socket.MSG_PEEK) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def test_a_request_head_not_done_in_10_s_is_closed(tiny_path):
+    with server(tiny_path) as base:
+        port = int(base.rsplit(":", 1)[1])
+        s = socket.create_connection(("127.0.0.1", port))
+        s.settimeout(20)
+        t = time.monotonic()
+        s.send(b"GET /v1/models HTTP/1.1\r\n")
+        closed = False
+        while time.monotonic() - t < 18:
+            try:
+                s.send(b"X-Slow: 1\r\n")
+            except OSError:
+                closed = True
+                break
+            s.settimeout(1)
+            try:
+                if s.recv(1024) == b"":
+                    closed = True
+                    break
+            except socket.timeout:
+                pass
+        assert closed and 9 < time.monotonic() - t < 15
+        s.close()
+        assert httpx.get(f"{base}/v1/models").status_code == 200
+
+
+def test_an_unread_stream_stops_generating(tiny_path):
+    with server(tiny_path, "--ctx-size", "32768", "--spec", "off") as base:
+        port = int(base.rsplit(":", 1)[1])
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", port))
+        body = json.dumps({"model": "tiny-qwen3.gguf", "prompt": "hello", "max_tokens": 30000, "stream": True,
+                           "logit_bias": no_end(tiny_path)}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        model = "tiny-qwen3.gguf"
+        assert until(lambda: value(scrape(base), "gguf_serve_requests_running", model=model) == 1, 30)
+        # never read: the reply fills the socket, then the unread steps; the generation is cancelled
+        assert until(lambda: value(scrape(base), "gguf_serve_requests_running", model=model) == 0, 120)
+        generated = value(scrape(base), "gguf_serve_generated_tokens_total", model=model)
+        assert generated < 30000
+        s.close()
+        assert httpx.post(f"{base}/v1/completions", json={"model": model, "prompt": "hi", "max_tokens": 2}
+                          ).status_code == 200

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from .core.errors import APIError
+from .core.errors import APIError, public
 from .models.catalog import Catalog
 from .models.residency import Residency
 from .settings import ServerSettings
@@ -36,7 +36,7 @@ def start(app: FastAPI, settings: ServerSettings, catalog: Catalog, residency: R
                 if not isinstance(added, list):  # a directory's models load on first request
                     residency.ensure_loaded(added)
             except Exception as e:  # this model only
-                reason = str(e.message if isinstance(e, APIError) else e)
+                reason = e.message if isinstance(e, APIError) else public(str(e))
                 state["failed"][spec] = reason
                 catalog.add_failed(spec, e)
                 log.error("%s: %s", spec, reason)

@@ -5,6 +5,7 @@ Anthropic's on its paths), and the app's exception handlers that turn every fail
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,14 +15,31 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 log = logging.getLogger("gguf_serve.server")
 
 
+ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~-])(?:/[^\s'\"/:,;()\[\]]+)+/([^\s'\"/:,;()\[\]]+)")
+LONG_RUN = re.compile(r"\S{200,}")
+MAX_MESSAGE = 1000  # characters of an error message, at most
+
+
+def public(text: str) -> str:
+    """An error's text as a client may see it: absolute server paths cut to their file's
+    name (the id the user named says enough), any run of 200 characters without a space (a
+    file's metadata quoted whole, a token list) cut to its start and its length, and the
+    whole at most MAX_MESSAGE characters."""
+    text = ABSOLUTE_PATH.sub(lambda m: m.group(1), text)
+    text = LONG_RUN.sub(lambda m: f"{m.group(0)[:60]}… ({len(m.group(0))} characters)", text)
+    return text if len(text) <= MAX_MESSAGE else f"{text[:MAX_MESSAGE]}… ({len(text)} characters)"
+
+
 class APIError(Exception):
-    """An error with an HTTP status and OpenAI's error fields."""
+    """An error with an HTTP status and OpenAI's error fields; its message is cut as
+    `public` says (no server paths, nothing quoted at length)."""
 
     status = 400
     type = "invalid_request_error"
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
                  headers: dict[str, str] | None = None):
+        message = public(message)
         super().__init__(message)
         self.message = message
         self.param = param

@@ -16,7 +16,7 @@ from typing import Any
 from ...engine import goes_with
 from ...gguf_io import GGUFError, GGUFReader
 from ...gguf_io.summary import describe
-from ..core.errors import APIError, BadRequest, ModelLoadFailed, ModelNotFound
+from ..core.errors import APIError, BadRequest, ModelLoadFailed, ModelNotFound, public
 from . import resolve
 from .default_model import default_model_path
 from .worker import Worker
@@ -145,7 +145,7 @@ class Catalog:
             try:
                 self._describe(entry)
             except ModelLoadFailed as e:
-                entry.error = str(e)
+                entry.error = e.message
             self.entries[mid] = entry
             self.aliases.setdefault(path, mid)
             entries.append(entry)
@@ -157,7 +157,7 @@ class Catalog:
         entry = self.entries.get(spec) or self.entries.get(self.aliases.get(spec, ""))
         if entry is None:
             entry = self.entries[spec] = Entry(spec, None)
-        entry.error = error.message if isinstance(error, APIError) else str(error)
+        entry.error = error.message if isinstance(error, APIError) else public(str(error))
         entry.failure = error if isinstance(error, APIError) else None
         return entry
 

@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 from tqdm.auto import tqdm
 
 from ...engine import LOAD_STAGES, available_memory, is_file_error, is_transient, load_model, trim_heap
-from ..core.errors import Conflict, ModelLoadFailed, Unavailable
+from ..core.errors import Conflict, ModelLoadFailed, Unavailable, public
 from ..core.pools import Pool
 from .catalog import Catalog, Entry
 from .worker import Worker, worker_for
@@ -272,8 +272,9 @@ class Residency:
             trim_heap()
             return Unavailable(f"cannot load {entry.id} now ({reason}); retry shortly", param="model",
                                code="model_load_unavailable", headers={"Retry-After": "5"})
-        entry.error = f"cannot load {entry.id}: {reason}"
-        log.error("%s (kept: %s)", entry.error, "the file's own fault" if is_file_error(e) else "not one that passes")
+        log.error("cannot load %s: %s (kept: %s)", entry.id, reason,
+                  "the file's own fault" if is_file_error(e) else "not one that passes")
+        entry.error = public(f"cannot load {entry.id}: {reason}")  # as clients see it: no server paths
         return ModelLoadFailed(entry.error)
 
     def _footprint(self, entry: Entry, lm) -> int:

@@ -5,6 +5,7 @@ again. Real files, a real catalog and residency, and one server over HTTP."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -17,6 +18,7 @@ from gguf_serve.server.core.errors import ModelLoadFailed, Unavailable
 from gguf_serve.server.models.catalog import Catalog
 from gguf_serve.server.models.residency import Residency
 from gguf_serve.server.settings import ServerSettings
+from helpers import write_small_model
 from server_harness import THINKING_TEMPLATE, server
 from tiny_models import tiny_chat_model
 
@@ -100,3 +102,17 @@ def test_over_http_a_transient_failure_is_a_503_with_retry_after_then_the_model_
         shutil.copy(keep, d / "a.gguf")
         r = httpx.post(f"{base}/v1/completions", json=body, timeout=60)
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1
+
+
+def test_errors_name_no_server_paths_and_quote_nothing_at_length(tmp_path):
+    """(issue 39) A file whose metadata holds a megabyte where its architecture's name goes:
+    the error a client sees (in /v1/models, public without a key, and in the refusal) names
+    the file as listed, not the server's folder, and quotes the value's start, not all of it."""
+    folder = tmp_path / "private-folder"
+    folder.mkdir()
+    write_small_model(folder / "huge.gguf", extra_metadata={"general.architecture": "x" * (1 << 20)})
+    with server(str(folder)) as base:
+        for text in (json.dumps(httpx.get(f"{base}/v1/models").json()),
+                     httpx.post(f"{base}/v1/completions", json={"model": "huge.gguf", "prompt": "hi"}).text):
+            assert "huge.gguf" in text and "private-folder" not in text and str(tmp_path) not in text
+            assert "x" * 300 not in text and len(text) < 4000

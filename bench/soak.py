@@ -6,7 +6,12 @@ statuses the clients saw (no 5xx is the aim), the requests the server counted by
 against the clients' own counts, and the server's resident memory after a warm-up and at
 the end (flat is the aim).
 
-    python bench/soak.py [--clients 32] [--seconds 300] [--threads 2]
+    python bench/soak.py [--clients 32] [--seconds 300] [--threads 2] [--ctx-size 4096] [--cache-ram MiB]
+
+Clients wait a second after a 429 or 503 (Retry-After). Memory is sampled each second:
+the KV cache's pages are touched as slots fill, and Gemma's sliding-window checkpoints
+(about 8 MiB each) fill --cache-ram as prompts come, so it grows at first and should then
+stay put.
 """
 
 from __future__ import annotations
@@ -77,7 +82,7 @@ def counted(base: str) -> collections.Counter:
     for fam in text_string_to_metric_families(httpx.get(f"{base}/metrics").text):
         for s in fam.samples:
             if s.name == "gguf_serve_requests_total":
-                out[(s.labels["route"], s.labels["status"])] += int(s.value)
+                out[(s.labels["endpoint"], s.labels["status"])] += int(s.value)
     return out
 
 
@@ -86,6 +91,9 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=300)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ctx-size", type=int, default=4096, help="the server's --ctx-size (its KV cache's size)")
+    ap.add_argument("--cache-ram", type=int, help="the server's --cache-ram, MiB of state checkpoints (default its own: "
+                                                   "a tenth of the memory available, filled as prompts come)")
     args = ap.parse_args()
     folder = tempfile.mkdtemp(prefix="gguf-serve-soak-")
     gemma = os.path.join(folder, "gemma.gguf")
@@ -94,7 +102,9 @@ def main() -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen([sys.executable, "-m", "gguf_serve.server.cli", folder, "--port", str(port),
-                             "--threads", str(args.threads)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                             "--threads", str(args.threads), "--ctx-size", str(args.ctx_size),
+                             *(["--cache-ram", str(args.cache_ram)] if args.cache_ram is not None else [])],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         wait_ready(base, proc)
         with httpx.Client(base_url=base, timeout=600) as c:  # warm-up: both models loaded, every path once
@@ -110,15 +120,18 @@ def main() -> None:
                     route, status = one(c, rng, "gemma.gguf")
                     with lock:
                         seen[(route, str(status))] += 1
+                    if status in (429, 503):  # as clients do: wait as Retry-After says (1 s)
+                        time.sleep(1)
 
         threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
         for t in threads:
             t.start()
-        peak = before_rss
+        samples = [before_rss]
         while any(t.is_alive() for t in threads):
-            peak = max(peak, rss_mib(proc.pid))
+            samples.append(rss_mib(proc.pid))
             time.sleep(1)
         after_rss = rss_mib(proc.pid)
+        quarters = [samples[len(samples) * k // 4] for k in (1, 2, 3)]
         server = counted(base) - before_counts
         server = collections.Counter({k: v for k, v in server.items() if k[0] in {r for r, _ in seen}})
         print(f"{args.clients} clients, {args.seconds:g} s: {sum(seen.values())} requests")
@@ -126,8 +139,8 @@ def main() -> None:
             print(f"  {key[0]:24} {key[1]}: clients {seen[key]:5}  server {server[key]:5}")
         fives = sum(v for (r, s), v in seen.items() if s.startswith("5"))
         print(f"5xx: {fives}; counts equal: {seen == server}")
-        print(f"resident memory: {before_rss:.0f} MiB after the warm-up, {after_rss:.0f} MiB at the end, "
-              f"peak {peak:.0f} MiB")
+        print(f"resident memory (MiB): {before_rss:.0f} after the warm-up, {' / '.join(f'{q:.0f}' for q in quarters)} "
+              f"at a quarter, half and three quarters, {after_rss:.0f} at the end, peak {max(samples):.0f}")
     finally:
         proc.terminate()
         proc.wait(30)

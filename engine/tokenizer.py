@@ -190,6 +190,11 @@ def _gemma4(reader: GGUFReader, tokens, types) -> tuple[Tokenizer, bool]:
     return tok, True
 
 
+# the longest token a vocabulary may hold (real ones: at most a few hundred characters of whitespace or code); a
+# 16 MiB one cost 1.4 GiB to build into the tokenizer
+MAX_TOKEN_CHARS = 1 << 16
+
+
 def load_tokenizer(reader: GGUFReader, cache_dir: str | None = None) -> PreTrainedTokenizerFast:
     """The file's tokenizer as a transformers fast tokenizer; `cache_dir` (EngineConfig.cache_dir;
     None: default_cache_dir()) keeps a SentencePiece vocabulary's derived merges for later loads."""
@@ -198,6 +203,10 @@ def load_tokenizer(reader: GGUFReader, cache_dir: str | None = None) -> PreTrain
     if kind is None or tokens is None:
         raise TokenizerError(f"{reader.path}: no tokenizer in the file ({Keys.TOKENIZER_MODEL} / {Keys.TOKENIZER_TOKENS})")
     types = reader.metadata.get(Keys.TOKENIZER_TOKEN_TYPE) or [NORMAL] * len(tokens)
+    long = next((i for i, t in enumerate(tokens) if len(t) > MAX_TOKEN_CHARS), None)
+    if long is not None:  # a vocabulary's tokens are words: this one would cost its size many times over to build
+        raise TokenizerError(f"{reader.path}: token {long} is {len(tokens[long])} characters long; a vocabulary's "
+                             f"tokens are at most {MAX_TOKEN_CHARS}")
     if kind == "llama":
         tok, default_bos = _spm(reader, tokens, types, cache_dir)
     elif kind == "gpt2":

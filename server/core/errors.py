@@ -5,6 +5,7 @@ Anthropic's on its paths), and the app's exception handlers that turn every fail
 from __future__ import annotations
 
 import logging
+import os
 import re
 
 from fastapi import FastAPI, Request
@@ -20,12 +21,18 @@ LONG_RUN = re.compile(r"\S{200,}")
 MAX_MESSAGE = 1000  # characters of an error message, at most
 
 
+def _on_disk(path: str) -> bool:
+    """Whether an absolute path is this machine's (a file or the folder it was in), not an
+    API's (/v1/models)."""
+    return os.path.exists(path) or os.path.isdir(os.path.dirname(path))
+
+
 def public(text: str) -> str:
-    """An error's text as a client may see it: absolute server paths cut to their file's
-    name (the id the user named says enough), any run of 200 characters without a space (a
+    """An error's text as a client may see it: absolute paths of this machine's files cut to
+    their file's name (the id the user named says enough), any run of 200 characters without a space (a
     file's metadata quoted whole, a token list) cut to its start and its length, and the
     whole at most MAX_MESSAGE characters."""
-    text = ABSOLUTE_PATH.sub(lambda m: m.group(1), text)
+    text = ABSOLUTE_PATH.sub(lambda m: m.group(1) if _on_disk(m.group(0)) else m.group(0), text)
     text = LONG_RUN.sub(lambda m: f"{m.group(0)[:60]}… ({len(m.group(0))} characters)", text)
     return text if len(text) <= MAX_MESSAGE else f"{text[:MAX_MESSAGE]}… ({len(text)} characters)"
 

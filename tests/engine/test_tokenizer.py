@@ -129,6 +129,13 @@ def test_missing_or_unknown_tokenizer_is_a_clear_error(tmp_path):
         w.add("tokenizer.ggml.tokens", ["a"])
     with pytest.raises(TokenizerError, match="tokenizer model 'rwkv' is not supported"):
         load_tokenizer(GGUFReader(p2))
+    p3 = tmp_path / "huge-token.gguf"  # (issue 39) a 16 MiB special token cost 1.4 GiB to build
+    with GGUFWriter(p3) as w:
+        w.add("tokenizer.ggml.model", "gpt2")
+        w.add("tokenizer.ggml.tokens", ["a", "b", "x" * (1 << 24)])
+        w.add("tokenizer.ggml.token_type", [1, 1, 3])
+    with pytest.raises(TokenizerError, match="token 2 is 16777216 characters long; a vocabulary's tokens are at most"):
+        load_tokenizer(GGUFReader(p3))
 
 
 def _gemma4_vocab() -> tuple[list[str], list[str], list[int]]:

@@ -42,7 +42,6 @@ class TemplateWorkers:
         self._waits: dict[object, float] = {}  # the renders waiting for a worker, since when (monotonic)
         self.busy = 0  # renders running
         self.closing = False
-        self.killed = 0  # workers ended for running past their time or their caller leaving
 
     def _queue(self) -> asyncio.Queue:
         loop = asyncio.get_running_loop()
@@ -147,7 +146,6 @@ class TemplateWorkers:
     def _kill(self, proc) -> None:
         if proc is None:
             return
-        self.killed += 1
         _end(proc)
         task = asyncio.ensure_future(proc.wait())  # reaped in the background
         self._reaping.add(task)

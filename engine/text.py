@@ -53,20 +53,22 @@ class Detokenizer:
 
     def push(self, token_id: int) -> str:
         self.ids.append(token_id)
-        before = self._decode(self.ids[self.prefix:self.read])
-        after = self._decode(self.ids[self.prefix:])
-        if len(after) > len(before) and not after.endswith("\ufffd"):
-            self.prefix, self.read = self.read, len(self.ids)
-            return after[len(before):]
-        return ""
+        return self._emit(final=False)
 
     def flush(self) -> str:
         """The text held back at the end: bytes that never completed a character come out as
         U+FFFD (as llama-server sends them), not dropped with their tokens."""
+        return self._emit(final=True)
+
+    def _emit(self, final: bool) -> str:
+        """The text the ids not yet emitted add (all of it when `final`, else only once it
+        does not end in a partial character), and the window moved past them."""
         before = self._decode(self.ids[self.prefix:self.read])
         after = self._decode(self.ids[self.prefix:])
-        self.prefix = self.read = len(self.ids)
-        return after[len(before):]
+        if final or (len(after) > len(before) and not after.endswith("\ufffd")):
+            self.prefix, self.read = self.read, len(self.ids)
+            return after[len(before):]
+        return ""
 
 
 def end_of_generation_ids(lm) -> set[int]:

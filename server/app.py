@@ -35,7 +35,7 @@ ROUTERS = (admin_router, chat_router, responses_router, embeddings_router, anthr
 def create_app(settings: ServerSettings) -> FastAPI:
     metrics = Metrics()
     catalog = Catalog(settings)
-    pools = Pools(settings.load_wait)
+    pools = Pools()
     residency = Residency(catalog, settings, metrics, pool=pools.loads)
     startup = new_state()
     templates = TemplateWorkers(settings.template_workers, settings.template_timeout)

@@ -75,16 +75,22 @@ class Pool:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+def loads_pool() -> Pool:
+    """The threads requests wait on for their model's load (or for room), each until
+    --load-wait: the load keeps its own deadline."""
+    return Pool("loads", 8, 64, None, "model loading")
+
+
 class Pools:
     """The server's pools, sized for the machine: tokenizing (and grammars, measuring), image
     decoding, and model loads (a request waiting for its model's load, or for room, holds a
     thread of this pool until --load-wait)."""
 
-    def __init__(self, load_wait: float):
+    def __init__(self):
         cpus = os.cpu_count() or 2
         self.prompts = Pool("prompts", max(2, cpus), 64, 60.0, "tokenizing")
         self.images = Pool("images", max(2, min(4, cpus)), 32, 60.0, "image decoding")
-        self.loads = Pool("loads", 8, 64, None, "model loading")
+        self.loads = loads_pool()
 
     def all(self) -> tuple[Pool, ...]:
         return self.prompts, self.images, self.loads

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from ...engine import LOAD_STAGES, available_memory, is_file_error, is_transient, load_model, trim_heap
 from ..core.errors import Conflict, ModelLoadFailed, Unavailable, public
-from ..core.pools import Pool
+from ..core.pools import Pool, loads_pool
 from .catalog import Catalog, Entry
 from .worker import Worker, worker_for
 
@@ -58,7 +58,7 @@ class Residency:
         test gives its own to step through them without waiting."""
         self.catalog = catalog
         self.clock = clock
-        self.pool = pool or Pool("loads", 8, 64, None, "model loading")
+        self.pool = pool or loads_pool()
         self.entries = catalog.entries
         self.settings = settings
         self.metrics = metrics

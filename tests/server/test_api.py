@@ -371,7 +371,7 @@ def test_measuring_in_pieces_refuses_only_what_is_over(gemma_path):
             "    indented code();  ") * 4000
     assert len(para) > 4 * MEASURE_PIECE
     n = len(tok.backend_tokenizer.encode(para, add_special_tokens=False).ids)
-    service = ChatServing(None, ServerSettings(), None, Pools(120.0))  # (measuring renders nothing)
+    service = ChatServing(None, ServerSettings(), None, Pools())  # (measuring renders nothing)
     for ctx, refused in ((n + 1, False), (n - 200, True)):
         entry = SimpleNamespace(lm=SimpleNamespace(n_ctx=ctx, tokenizer=tok))
         try:

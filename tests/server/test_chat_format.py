@@ -67,7 +67,7 @@ def test_requests_ask_the_format_read_at_load(tiny_path, monkeypatch):
                  "writes_harmony", "family_of"):
         monkeypatch.setattr(chat_format_module, name, no_detection)
     monkeypatch.setattr(ChatFormat, "of", no_detection)
-    service = ChatServing(None, ServerSettings(), TemplateWorkers(1), Pools(120.0))
+    service = ChatServing(None, ServerSettings(), TemplateWorkers(1), Pools())
     entry = SimpleNamespace(id="tiny", lm=lm)
 
     def prepare():

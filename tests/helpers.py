@@ -16,6 +16,9 @@ F16_FIELDS = {
     GGMLType.Q4_0: (0,), GGMLType.Q4_1: (0, 2), GGMLType.Q5_0: (0,), GGMLType.Q5_1: (0, 2), GGMLType.Q8_0: (0,),
     GGMLType.IQ4_NL: (0,), GGMLType.Q2_K: (80, 82), GGMLType.Q3_K: (108,), GGMLType.Q4_K: (0, 2),
     GGMLType.Q5_K: (0, 2), GGMLType.Q6_K: (208,), GGMLType.IQ4_XS: (0,),
+    GGMLType.IQ2_XXS: (0,), GGMLType.IQ2_XS: (0,), GGMLType.IQ2_S: (0,), GGMLType.IQ3_XXS: (0,), GGMLType.IQ3_S: (0,),
+    GGMLType.IQ1_S: (0,), GGMLType.TQ1_0: (52,), GGMLType.TQ2_0: (64,), GGMLType.Q1_0: (0,), GGMLType.Q2_0: (0,),
+    GGMLType.F16: (0,), GGMLType.IQ1_M: (), GGMLType.BF16: (),
 }
 
 
@@ -31,9 +34,15 @@ def random_packed(rng: np.random.Generator, gtype: GGMLType, rows: int, blocks_p
         raw.reshape(-1, info.type_size)[:, 0] = rng.integers(118, 122, size=raw.size // info.type_size)
     elif f16_scale is not None:
         blocks = raw.reshape(-1, info.type_size)
+        v = f16_scale * rng.uniform(0.5, 1.0, blocks.shape[0]) * rng.choice([-1, 1], blocks.shape[0])
         for off in F16_FIELDS[gtype]:
-            v = (f16_scale * rng.uniform(0.5, 1.0, blocks.shape[0]) * rng.choice([-1, 1], blocks.shape[0]))
             blocks[:, off:off + 2] = v.astype(np.float16).view(np.uint8).reshape(-1, 2)
+        if gtype == GGMLType.BF16:  # the float32 value's top half
+            blocks[:, :] = (v.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).view(np.uint8).reshape(-1, 2)
+        if gtype == GGMLType.IQ1_M:  # the half factor in the top nibbles of the four scale words (bytes 49, 51, 53, 55)
+            h = v.astype(np.float16).view(np.uint16)
+            for k in range(4):
+                blocks[:, 49 + 2 * k] = (blocks[:, 49 + 2 * k] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4).astype(np.uint8)
     return raw
 
 

@@ -27,7 +27,12 @@ static const struct { int type; const char *name; int block, bytes, act; int f16
     {13, "Q5_K", 256, 176, 256, {0, 2}},   {6, "Q5_0", 32, 22, 32, {0, -1}},       {2, "Q4_0", 32, 18, 32, {0, -1}},
     {3, "Q4_1", 32, 20, 32, {0, 2}},       {7, "Q5_1", 32, 24, 32, {0, 2}},        {11, "Q3_K", 256, 110, 256, {108, -1}},
     {10, "Q2_K", 256, 84, 256, {80, 82}},  {20, "IQ4_NL", 32, 18, 32, {0, -1}},    {23, "IQ4_XS", 256, 136, 256, {0, -1}},
-    {39, "MXFP4", 32, 17, 32, {-1, -1}},
+    {39, "MXFP4", 32, 17, 32, {-1, -1}},   {16, "IQ2_XXS", 256, 66, 256, {0, -1}}, {17, "IQ2_XS", 256, 74, 256, {0, -1}},
+    {22, "IQ2_S", 256, 82, 256, {0, -1}},  {18, "IQ3_XXS", 256, 98, 256, {0, -1}}, {21, "IQ3_S", 256, 110, 256, {0, -1}},
+    {19, "IQ1_S", 256, 50, 256, {0, -1}},  {29, "IQ1_M", 256, 56, 256, {-1, -1}},  {34, "TQ1_0", 256, 54, 256, {52, -1}},
+    {35, "TQ2_0", 256, 66, 256, {64, -1}}, {41, "Q1_0", 128, 18, 32, {0, -1}},     {42, "Q2_0", 64, 18, 32, {0, -1}},
+    /* the float types: every element a float16 field (F16) or a bfloat16 (set below); a bound of 1/254 per product */
+    {1, "F16", 1, 2, 1, {0, -1}},          {30, "BF16", 1, 2, 1, {-1, -1}},
 };
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -65,6 +70,19 @@ int main(void) {
                     const uint16_t h = f2h((uniform() * 0.5f + 0.5f) * 0.02f * (next_u32() & 1 ? 1.f : -1.f));
                     memcpy(w + (size_t)b * bytes + TYPES[t].f16[f], &h, 2);
                 }
+        for (int b = 0; b < ROWS * nb; b++) {
+            const float v = (uniform() * 0.5f + 0.5f) * 0.02f * (next_u32() & 1 ? 1.f : -1.f);
+            uint32_t fb;
+            memcpy(&fb, &v, 4);
+            uint8_t *blk = w + (size_t)b * bytes;
+            if (TYPES[t].type == 30) { /* BF16: the value's top half */
+                const uint16_t h = (uint16_t)(fb >> 16);
+                memcpy(blk, &h, 2);
+            } else if (TYPES[t].type == 29) { /* IQ1_M: the half factor in the top nibbles of the four scale words */
+                const uint16_t h = f2h(v);
+                for (int k = 0; k < 4; k++) blk[48 + 2 * k + 1] = (uint8_t)((blk[48 + 2 * k + 1] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
+            }
+        }
         if (TYPES[t].type == 39) /* MXFP4: the exponent byte as a scale of 2^-9..2^-6 */
             for (int b = 0; b < ROWS * nb; b++) w[(size_t)b * bytes] = (uint8_t)(118 + next_u32() % 4);
         float *W = malloc(sizeof(float) * ROWS * COLS), *x = malloc(sizeof(float) * NX * COLS);

@@ -14,13 +14,13 @@ from gguf_serve.engine.kernels import cpu, reference
 from gguf_serve.gguf_io import GGMLType, GGUFReader, dequantize
 
 from helpers import random_packed
-from kernel_cases import ISAS, K, TYPES, activation_bound, restore_isa, weights  # noqa: F401 (restore_isa: the fixture)
+from kernel_cases import ISAS, K, TYPES, act_block, activation_bound, restore_isa, weights  # noqa: F401 (restore_isa: the fixture)
 
 
 def test_the_library_is_built_by_the_install():
     assert cpu.load() is not None, "pip install should have compiled engine/kernels/csrc/"
     assert all(cpu.supports(t) for t in TYPES)
-    assert not cpu.supports(GGMLType.IQ2_XXS)  # those keep the torch path
+    assert not cpu.supports(GGMLType.NVFP4)  # those keep the torch path
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -40,8 +40,7 @@ def test_error_within_activation_quantization_bound(gtype, isa):
     exact = x.astype(np.float64) @ W.T
     cpu.set_isa(isa)
     y = K.mul_mat_rows(torch.from_numpy(packed), torch.from_numpy(x), int(gtype), rows).numpy()
-    act_block = 32 if gtype.block_size == 32 else 256
-    bound = activation_bound(W, x.astype(np.float64), act_block)
+    bound = activation_bound(W, x.astype(np.float64), act_block(gtype))
     assert np.all(np.abs(y - exact) <= bound * 1.001 + 1e-4)
     assert np.abs(y - exact).max() > 0  # activations really are quantized
 
@@ -70,7 +69,7 @@ def test_simd_paths_equal_scalar_on_random_blocks(gtype):
     x = torch.randn(3, cols)
     W = dequantize(packed.numpy(), gtype, (rows, cols)).astype(np.float64)
     exact = x.double().numpy() @ W.T
-    bound = activation_bound(W, x.double().numpy(), 32 if gtype.block_size == 32 else 256)
+    bound = activation_bound(W, x.double().numpy(), act_block(gtype))
     out = {}
     for isa in ISAS:
         cpu.set_isa(isa)
@@ -104,7 +103,7 @@ def test_mul_mat_id_one_native_call_equals_expert_by_expert(gtype):
             for k in range(2):
                 xr = (x[t] if x.dim() == 2 else x[t, k]).double().numpy()[None]
                 Wk = W[int(ids[t, k])]
-                bound = activation_bound(Wk, xr, 32 if gtype.block_size == 32 else 256)[0]
+                bound = activation_bound(Wk, xr, act_block(gtype))[0]
                 assert np.all(np.abs(got[t, k].numpy() - xr[0] @ Wk.T) <= bound * 1.001 + 1e-4)
 
 
@@ -166,8 +165,7 @@ def test_real_gemma_tensors(gemma_path):
         W = t.dequantize().astype(np.float64)
         x = rng.standard_normal((1, cols)).astype(np.float32)
         y = K.mul_mat(torch.from_numpy(np.ascontiguousarray(t.data)), torch.from_numpy(x), t.ggml_type, rows).numpy()
-        act_block = 32 if t.ggml_type.block_size == 32 else 256
-        bound = activation_bound(W, x.astype(np.float64), act_block)
+        bound = activation_bound(W, x.astype(np.float64), act_block(t.ggml_type))
         assert np.all(np.abs(y - x.astype(np.float64) @ W.T) <= bound * 1.001 + 1e-4), name
 
 

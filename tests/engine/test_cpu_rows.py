@@ -10,7 +10,7 @@ from gguf_serve.engine.kernels import cpu
 from gguf_serve.gguf_io import GGMLType, dequantize
 
 from helpers import random_packed
-from kernel_cases import ISAS, K, SIGNED32, activation_bound, restore_isa, weights  # noqa: F401 (restore_isa: the fixture)
+from kernel_cases import FLOATS, ISAS, K, LOW_BIT, SIGNED32, act_block, activation_bound, restore_isa, weights  # noqa: F401 (restore_isa: the fixture)
 
 
 def product(packed, x, gtype, rows, *, isa=None, tiles=True, x8=True):
@@ -50,7 +50,7 @@ def test_eight_row_dots_equal_the_four_row_ones(gtype, n):
 
 DECODE_TYPES = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.IQ4_NL,
                 GGMLType.MXFP4, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K,
-                GGMLType.IQ4_XS]
+                GGMLType.IQ4_XS] + LOW_BIT + FLOATS
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -102,7 +102,7 @@ def test_signed_blocks_against_activations_of_one_sign(gtype, n):
 
 
 TILED = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
-         GGMLType.Q8_0, GGMLType.IQ4_NL, GGMLType.MXFP4]
+         GGMLType.Q8_0, GGMLType.IQ4_NL, GGMLType.MXFP4, GGMLType.IQ4_XS] + [t for t in LOW_BIT if t.block_size == 256]
 
 
 @pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])
@@ -143,7 +143,7 @@ def test_four_row_dots_equal_one_row_dots_on_every_isa(gtype):
     packed = torch.from_numpy(random_packed(rng, gtype, rows, cols // gtype.block_size, f16_scale=0.02))
     x = torch.randn(7, cols)
     W = dequantize(packed.numpy(), gtype, (rows, cols)).astype(np.float64)
-    bound = activation_bound(W, x.double().numpy(), 32 if gtype.block_size == 32 else 256)
+    bound = activation_bound(W, x.double().numpy(), act_block(gtype))
     try:
         cpu.set_tiles(False)
         for isa in ISAS:

@@ -112,12 +112,12 @@ def test_cpu_defaults_native_where_supported_else_reference_one_log_line_each(mo
     with caplog.at_level(logging.INFO, logger="gguf_serve.kernels"):
         a = settings.select("cpu", GGMLType.Q6_K)
         b = settings.select("cpu", GGMLType.Q6_K)
-        c = settings.select("cpu", GGMLType.IQ2_XXS)
+        c = settings.select("cpu", GGMLType.NVFP4)
     assert a is b and a.name == f"cpu-native ({cpu.best_isa()})" and a.cpu is settings.cpu
     assert c is kernels.REFERENCE
     lines = [r.getMessage() for r in caplog.records if "kernels for" in r.getMessage()]
     assert lines == [f"kernels for cpu Q6_K: cpu-native ({cpu.best_isa()}) (native kernel available)",
-                     "kernels for cpu IQ2_XXS: reference (no native kernel for this device and type)"]
+                     "kernels for cpu NVFP4: reference (no native kernel for this device and type)"]
 
 
 def test_hub_unavailable_offline_falls_back(monkeypatch, clean_kernels, tmp_path):

@@ -14,7 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [str(Path(__file__).with_name("native_check.c"))] + sorted(str(p) for p in (ROOT / "engine/kernels/csrc").rglob("*.c"))
 FLAGS = ["-O2", "-std=c11", "-fno-strict-aliasing", "-ffp-contract=off", "-Wall", "-Werror"]
-TYPES = {"Q4_K", "Q6_K", "Q8_0", "Q5_K", "Q5_0", "Q4_0", "Q4_1", "Q5_1", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS", "MXFP4"}
+TYPES = {"Q4_K", "Q6_K", "Q8_0", "Q5_K", "Q5_0", "Q4_0", "Q4_1", "Q5_1", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS", "MXFP4",
+         "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "TQ1_0", "TQ2_0", "Q1_0", "Q2_0", "F16", "BF16"}
 
 
 def _check(output: str, levels: list[str]) -> None:

@@ -4,7 +4,7 @@
  * thread (a model's, for its forward pass; the pool's workers take the caller's level
  * with each task, pool.c). */
 
-#include "quants.h"
+#include "iq.h"
 
 #if defined(GC_X86)
 static const char *const ISA_NAMES[N_ISA] = {"scalar", "avx2", "avx512"};
@@ -45,6 +45,19 @@ static const kernel_t KERNELS[] = {
     K4V(T_Q5_K, QK_K, 1, sizeof(blk_q5_K), q5_K),
     K4V(T_Q6_K, QK_K, 1, sizeof(blk_q6_K), q6_K),
     K(T_IQ4_XS, QK_K, 1, sizeof(blk_iq4_xs), iq4_xs),
+    K4V(T_IQ2_XXS, QK_K, 1, sizeof(blk_iq2_xxs), iq2_xxs),
+    K4V(T_IQ2_XS, QK_K, 1, sizeof(blk_iq2_xs), iq2_xs),
+    K4V(T_IQ2_S, QK_K, 1, sizeof(blk_iq2_s), iq2_s),
+    K4V(T_IQ3_XXS, QK_K, 1, sizeof(blk_iq3_xxs), iq3_xxs),
+    K4V(T_IQ3_S, QK_K, 1, sizeof(blk_iq3_s), iq3_s),
+    K4V(T_IQ1_S, QK_K, 1, sizeof(blk_iq1_s), iq1_s),
+    K4V(T_IQ1_M, QK_K, 1, sizeof(blk_iq1_m), iq1_m),
+    K4V(T_TQ1_0, QK_K, 1, sizeof(blk_tq1_0), tq1_0),
+    K4V(T_TQ2_0, QK_K, 1, sizeof(blk_tq2_0), tq2_0),
+    K4V(T_Q1_0, 128, ACT32, sizeof(blk_q1_0), q1_0),
+    K4V(T_Q2_0, 64, ACT32, sizeof(blk_q2_0), q2_0),
+    K4V(T_F16, 1, ACT_F32, 2, f16),
+    K4V(T_BF16, 1, ACT_F32, 2, bf16),
 #if defined(GC_X86)
     {T_Q5_0_X8, 32, 0, sizeof(blk_q5_0), {NULL}, NULL, NULL, NULL, 1, {dot8_q5_0x8_s, dot8_q5_0x8_avx2, dot8_q5_0x8_avx2},
      deq8_q5_0x8},

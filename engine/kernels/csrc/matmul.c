@@ -199,6 +199,10 @@ static void quant_task(void *vctx, int64_t start, int64_t end) {
     for (int64_t b = start; b < end; b++) {
         const float *x = c->x + b * c->n_cols;
         uint8_t *xq = c->xq + b * c->xq_row_bytes;
+        if (c->act256 == ACT_F32) { /* the float types read the activations as they are */
+            memcpy(xq, x, (size_t)c->n_cols * sizeof(float));
+            continue;
+        }
 #ifdef GC_X86
         const int isa = gc_isa();
         if (isa >= ISA_AVX512) {
@@ -218,8 +222,8 @@ static void quant_task(void *vctx, int64_t start, int64_t end) {
 }
 
 static size_t act_row_bytes(const kernel_t *k, int64_t n_cols) {
-    const int64_t nb = n_cols / k->block;
-    return k->act256 ? (size_t)nb * sizeof(act256) : (size_t)nb * sizeof(act32);
+    if (k->act256 == ACT_F32) return (size_t)n_cols * sizeof(float);
+    return k->act256 ? (size_t)(n_cols / QK_K) * sizeof(act256) : (size_t)(n_cols / 32) * sizeof(act32);
 }
 
 int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64_t *n_rows, int64_t n_cols,
@@ -266,12 +270,16 @@ int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64
     }
     const int64_t total = first[n];
     /* one quantized copy of x per activation format the matrices need */
-    uint8_t *xq[2] = {NULL, NULL};
-    size_t xq_bytes[2] = {0, 0};
+    uint8_t *xq[3] = {NULL, NULL, NULL};
+    size_t xq_bytes[3] = {0, 0, 0};
     for (int m = 0; m < n; m++) {
         const int f = ks[m]->act256;
         if (xq[f]) continue;
         xq_bytes[f] = act_row_bytes(ks[m], n_cols);
+        if (f == ACT_F32) { /* float32 as given */
+            xq[f] = (uint8_t *)(uintptr_t)x;
+            continue;
+        }
         xq[f] = scratch(f, xq_bytes[f] * (size_t)n_x + 64);
         if (!xq[f]) return GC_NO_MEMORY;
         q_ctx qc = {x, n_cols, xq[f], xq_bytes[f], f};
@@ -295,7 +303,7 @@ int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64
         const int64_t nb = n_cols / k->block;
         dotx8_fn dx8 = NULL;
 #ifdef GC_X86
-        if (x8 && !k->rows8 && !k->act256) dx8 = dotx8_for(k->type);
+        if (x8 && !k->rows8 && k->act256 == ACT32) dx8 = dotx8_for(k->type);
 #endif
         mats[m] = (mm_ctx){k, pick(k), ws[m], (int64_t)(nb * k->bytes), n_rows[m], n_cols, n_x, xq[k->act256],
                            xq_bytes[k->act256], y + first[m], total, pick4(k), pick8(k), dx8, x8};
@@ -454,7 +462,7 @@ static int mul_mat_id_n(int n, const int *types, const void *const *ws, int64_t 
     for (int64_t s = 0; s < n_slots; s++)
         if (ids[s] < 0 || ids[s] >= n_experts) return GC_BAD_EXPERT;
     const int64_t nb = n_cols / k->block, n_x = x_per_slot ? n_slots : n_tokens;
-    const size_t xq_row_bytes = k->act256 ? (size_t)nb * sizeof(act256) : (size_t)nb * sizeof(act32);
+    const size_t xq_row_bytes = act_row_bytes(k, n_cols);
     uint8_t *xq = malloc(xq_row_bytes * (size_t)n_x + 64);
     int64_t *count = calloc((size_t)n_experts, sizeof(int64_t));
     int64_t *gexp = malloc(sizeof(int64_t) * (size_t)(n_slots + 1)), *gstart = malloc(sizeof(int64_t) * (size_t)(n_slots + 2));

@@ -136,8 +136,11 @@ typedef struct { uint8_t e[8]; uint8_t qs[128]; } blk_mxfp4x8;
 /* kvalues_mxfp4 + 12: unsigned for vpmaddubsw, the offset through the activation block sums */
 static const int8_t kvalues_mxfp4_u[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
+/* the activation formats: 8-bit blocks of 32 (act32) or 256 (act256), or float32 as given */
+enum { ACT32 = 0, ACT256 = 1, ACT_F32 = 2 };
+
 typedef struct {
-    int type, block, act256; /* act256: activations in 256-blocks (k-quants) else 32 */
+    int type, block, act256; /* act256: the activation format (ACT32, ACT256, ACT_F32) */
     size_t bytes;            /* bytes per weight block */
     dot_fn dot[N_ISA];       /* by ISA level (NULL: none at that level) */
     deq_fn deq;

@@ -4,6 +4,7 @@
  * points matmul.c calls. */
 
 #include "x86.h"
+#include "../iq.h"
 
 #ifdef GC_X86
 
@@ -276,6 +277,18 @@ AVX2 static void kq_tile_pack(int type, const uint8_t *w, int64_t row_bytes, int
         __m256i sc_lo[8], sc_hi[8], mn[8];
         for (int k = 0; k < 8; k++) {
             const uint8_t *row = w + k * row_bytes;
+            int16_t sc16[16];
+            if (iq_expand(type, row + i * (row_bytes / nb), (int8_t *)v[k], sc16, &t[i].d[k])) {
+                /* signed bytes, scales of 16 and no minimum: skq_tile_dot */
+                const __m256i s = _mm256_loadu_si256((const __m256i *)sc16);
+                const __m256i lo = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(s));
+                const __m256i hi = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(s, 1));
+                sc_lo[k] = pair16(lo, lo);
+                sc_hi[k] = pair16(hi, hi);
+                mn[k] = _mm256_setzero_si256();
+                t[i].dmin[k] = 0.f;
+                continue;
+            }
             if (type == T_Q6_K) {
                 const blk_q6_K *b = (const blk_q6_K *)row + i;
                 q6k_unpack(b, v[k]);
@@ -353,6 +366,44 @@ AVX2 static void kq_tile_dot(const kq_tile_block *t, int nb, const act256 *const
                 const __m256i pb = _mm256_add_epi16(_mm256_maddubs_epi16(w2, _mm256_set1_epi32(x4[2])),
                                                     _mm256_maddubs_epi16(w3, _mm256_set1_epi32(x4[3])));
                 isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(_mm256_madd_epi16(pa, sc), _mm256_madd_epi16(pb, sc)));
+            }
+        }
+        const __m256 vd = _mm256_loadu_ps(t[i].d);
+        for (int r = 0; r < 4; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(vd, _mm256_set1_ps(X[r][i].d)), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+    }
+    for (int r = 0; r < 4; r++) _mm256_storeu_ps(out[r], acc[r]);
+}
+
+/* The same tiles with signed bytes (the i-quants, IQ4_XS): |w| . (x signed as w), no
+ * minimum. Up to |w| = 64 two vpmaddubsw sums share a 16-bit lane (2 x 2 x 64 x 127 <
+ * 2^15); `big` (IQ4_XS's table, to 127) takes each to 32 bits on its own. */
+AVX2 static inline __attribute__((always_inline)) void skq_tile_dot_as(const kq_tile_block *t, int nb, const act256 *const *X,
+                                                                     float out[4][8], const int big) {
+    __m256 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m256i isum[4];
+        for (int r = 0; r < 4; r++) isum[r] = _mm256_setzero_si256();
+        for (int j = 0; j < 16; j++) {
+            __m256i w[4], a[4];
+            for (int m = 0; m < 4; m++) {
+                w[m] = _mm256_loadu_si256((const __m256i *)t[i].q[4 * j + m]);
+                a[m] = _mm256_sign_epi8(w[m], w[m]);
+            }
+            const __m256i sc = _mm256_loadu_si256((const __m256i *)t[i].sc[j]);
+            for (int r = 0; r < 4; r++) {
+                int32_t x4[4];
+                memcpy(x4, X[r][i].qs + 16 * j, 16);
+                __m256i p[4];
+                for (int m = 0; m < 4; m++) p[m] = _mm256_maddubs_epi16(a[m], _mm256_sign_epi8(_mm256_set1_epi32(x4[m]), w[m]));
+                if (big)
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(
+                        _mm256_add_epi32(_mm256_madd_epi16(p[0], sc), _mm256_madd_epi16(p[1], sc)),
+                        _mm256_add_epi32(_mm256_madd_epi16(p[2], sc), _mm256_madd_epi16(p[3], sc))));
+                else
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[0], p[1]), sc),
+                                                                         _mm256_madd_epi16(_mm256_add_epi16(p[2], p[3]), sc)));
             }
         }
         const __m256 vd = _mm256_loadu_ps(t[i].d);
@@ -506,12 +557,60 @@ AVX512 static void kq512_tile_dot(const kq512_tile_block *t, int nb, const act25
     pairs_out(acc, out);
 }
 
+/* the signed form on AVX-512: |w| as bytes, the activations negated under w's sign mask */
+AVX512 static inline __attribute__((always_inline)) void skq512_tile_dot_as(const kq512_tile_block *t, int nb,
+                                                                          const act256 *const *X, float out[4][8], const int big) {
+    __m512 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m512i isum[4];
+        for (int r = 0; r < 4; r++) isum[r] = _mm512_setzero_si512();
+        for (int j = 0; j < 16; j++) {
+            const __m512i w0 = _mm512_loadu_si512(t[i].q[j][0]), w1 = _mm512_loadu_si512(t[i].q[j][1]);
+            const __m512i a0 = _mm512_abs_epi8(w0), a1 = _mm512_abs_epi8(w1);
+            const __mmask64 n0 = _mm512_movepi8_mask(w0), n1 = _mm512_movepi8_mask(w1);
+            const __m512i sc = _mm512_loadu_si512(t[i].sc[j]), zero = _mm512_setzero_si512();
+            for (int r = 0; r < 4; r++) {
+                const int8_t *xq = X[r][i].qs + 16 * j;
+                const __m512i x0 = bcast8(xq), x1 = bcast8(xq + 8);
+                const __m512i p0 = _mm512_maddubs_epi16(a0, _mm512_mask_sub_epi8(x0, n0, zero, x0));
+                const __m512i p1 = _mm512_maddubs_epi16(a1, _mm512_mask_sub_epi8(x1, n1, zero, x1));
+                if (big) isum[r] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(isum[r], p0, sc), p1, sc);
+                else isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_add_epi16(p0, p1), sc);
+            }
+        }
+        const __m512 vd = _mm512_loadu_ps(t[i].d);
+        for (int r = 0; r < 4; r++)
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(vd, _mm512_set1_ps(X[r][i].d)), _mm512_cvtepi32_ps(isum[r]), acc[r]);
+    }
+    pairs_out(acc, out);
+}
+
+AVX2 static void skq_tile_dot(const kq_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
+    skq_tile_dot_as(t, nb, X, out, 0);
+}
+AVX2 static void skq_tile_dot_big(const kq_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
+    skq_tile_dot_as(t, nb, X, out, 1);
+}
+AVX512 static void skq512_tile_dot(const kq512_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
+    skq512_tile_dot_as(t, nb, X, out, 0);
+}
+AVX512 static void skq512_tile_dot_big(const kq512_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
+    skq512_tile_dot_as(t, nb, X, out, 1);
+}
+
 /* ---- the tiles as matmul.c uses them */
-static int kq_type(int type) { return type == T_Q4_K || type == T_Q5_K || type == T_Q6_K; }
+/* the types expanded to signed bytes (iq_expand) */
+static int sk_type(int type) {
+    return type == T_IQ2_XXS || type == T_IQ2_XS || type == T_IQ2_S || type == T_IQ3_XXS || type == T_IQ3_S ||
+           type == T_IQ1_S || type == T_IQ1_M || type == T_TQ1_0 || type == T_TQ2_0 || type == T_IQ4_XS;
+}
+
+static int kq_type(int type) { return type == T_Q4_K || type == T_Q5_K || type == T_Q6_K || sk_type(type); }
 
 /* the types whose rows go through the tiles */
 int tile_type(int type) {
-    return type == T_Q4_K || type == T_Q5_K || type == T_Q6_K || type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 ||
+    return kq_type(type) || type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 ||
            type == T_Q5_1 || type == T_Q8_0 || type == T_IQ4_NL || type == T_MXFP4 || type == T_Q5_0_X8 ||
            type == T_MXFP4_X8;
 }
@@ -549,7 +648,12 @@ void tile_pack(int type, const uint8_t *w, int64_t row_bytes, int nb, void *t) {
 
 void tile_dot(int type, const void *t, int nb, const void *const *xs, float o[4][8]) {
     const int wide = gc_isa() >= ISA_AVX512;
-    if (kq_type(type)) {
+    if (sk_type(type)) {
+        const int big = type == T_IQ4_XS;
+        const act256 *const *X = (const act256 *const *)xs;
+        if (wide) (big ? skq512_tile_dot_big : skq512_tile_dot)(t, nb, X, o);
+        else (big ? skq_tile_dot_big : skq_tile_dot)(t, nb, X, o);
+    } else if (kq_type(type)) {
         if (wide) kq512_tile_dot(t, nb, (const act256 *const *)xs, o);
         else kq_tile_dot(t, nb, (const act256 *const *)xs, o);
     } else if (signed32(type)) {

@@ -1,0 +1,206 @@
+/* The x86-64 dots of the types iq.h expands (one and four activation rows from one body,
+ * built for the AVX2 and the AVX-512 level), F16 / BF16 against float32 activations, and
+ * the blocks as 256 signed bytes for the tiles (x86_tiles.c). A group's four words become
+ * one 32-byte vector; with the sign trick (|w| . x with x signed as w) vpmaddubsw pairs
+ * them with the activations and vpmaddwd applies the halves' scales. */
+
+#include "x86.h"
+#include "../iq.h"
+
+#ifdef GC_X86
+
+/* a group as a vector, and its two scales as 16-bit lanes (0-7: the first half's) */
+#define IQ_VEC(e) _mm256_set_epi64x((long long)(e).v[3], (long long)(e).v[2], (long long)(e).v[1], (long long)(e).v[0])
+#define IQ_SC(e) _mm256_setr_m128i(_mm_set1_epi16((short)(e).s[0]), _mm_set1_epi16((short)(e).s[1]))
+
+/* R activation rows (act256) against a row of a 256-block type: out[r] */
+#define IQ_ROWS(t, B, TARGET, SFX)                                                                   \
+    TARGET static inline __attribute__((always_inline)) void t##_rows_##SFX(const void *vw, const act256 *const *X, \
+                                                                          const int R, int nb, float *out) { \
+        const B *w = vw;                                                                             \
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};                                                         \
+        for (int i = 0; i < nb; i++) {                                                               \
+            prefetch_ahead(&w[i], (int)sizeof(B));                                                   \
+            __m256i sum[4];                                                                          \
+            for (int r = 0; r < R; r++) sum[r] = _mm256_setzero_si256();                             \
+            for (int g = 0; g < 8; g++) {                                                            \
+                iq_group e;                                                                          \
+                iqx_##t(&w[i], g, &e);                                                               \
+                const __m256i q = IQ_VEC(e), sc = IQ_SC(e), qa = _mm256_sign_epi8(q, q);            \
+                for (int r = 0; r < R; r++) {                                                        \
+                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(X[r][i].qs + 32 * g));   \
+                    sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(xv, q)), sc)); \
+                }                                                                                    \
+            }                                                                                        \
+            const float d = iqd_##t(&w[i]);                                                          \
+            for (int r = 0; r < R; r++) acc[r] += (d * X[r][i].d) * (float)hsum_i32_avx2(sum[r]);   \
+        }                                                                                            \
+        for (int r = 0; r < R; r++) out[r] = acc[r];                                                 \
+    }                                                                                                \
+    DEFINE_ROWS_1_4(TARGET, dot_##t##_##SFX, dot4_##t##_##SFX, t##_rows_##SFX)
+
+/* Q1_0, Q2_0: G groups a block, each meeting its own act32 block */
+#define B32_ROWS(t, B, G, TARGET, SFX)                                                               \
+    TARGET static inline __attribute__((always_inline)) void t##_rows_##SFX(const void *vw, const act32 *const *X, \
+                                                                          const int R, int nb, float *out) { \
+        const B *w = vw;                                                                             \
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};                                                         \
+        for (int i = 0; i < nb; i++) {                                                               \
+            const float d = H2F(w[i].d);                                                             \
+            for (int g = 0; g < G; g++) {                                                            \
+                iq_group e;                                                                          \
+                iqx_##t(&w[i], g, &e);                                                               \
+                const __m256i q = IQ_VEC(e), qa = _mm256_sign_epi8(q, q);                            \
+                for (int r = 0; r < R; r++) {                                                        \
+                    const act32 *xb = &X[r][G * i + g];                                              \
+                    const __m256i xv = _mm256_loadu_si256((const __m256i *)xb->qs);                  \
+                    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(xv, q)), _mm256_set1_epi16(1)); \
+                    acc[r] += (d * xb->d) * (float)hsum_i32_avx2(p);                                 \
+                }                                                                                    \
+            }                                                                                        \
+        }                                                                                            \
+        for (int r = 0; r < R; r++) out[r] = acc[r];                                                 \
+    }                                                                                                \
+    TARGET float dot_##t##_##SFX(const void *vw, const void *vx, int nb) {                           \
+        const act32 *X[1] = {vx};                                                                    \
+        float o;                                                                                     \
+        t##_rows_##SFX(vw, X, 1, nb, &o);                                                            \
+        return o;                                                                                    \
+    }                                                                                                \
+    TARGET void dot4_##t##_##SFX(const void *vw, const void *const *vx, int nb, float *out) {        \
+        t##_rows_##SFX(vw, (const act32 *const *)vx, 4, nb, out);                                    \
+    }
+
+#define IQ_AVX2(t, B) IQ_ROWS(t, B, AVX2, avx2)
+#define IQ_AVX512(t, B) IQ_ROWS(t, B, AVX512, avx512)
+GC_IQ_TYPES(IQ_AVX2)
+GC_IQ_TYPES(IQ_AVX512)
+#define B32_AVX2(t, B, G) B32_ROWS(t, B, G, AVX2, avx2)
+#define B32_AVX512(t, B, G) B32_ROWS(t, B, G, AVX512, avx512)
+GC_B32_TYPES(B32_AVX2)
+GC_B32_TYPES(B32_AVX512)
+
+/* ---- F16 / BF16 rows against float32 activations: 32 weights a step in four (AVX2) or
+ * two (AVX-512) partial sums, the last n % 32 one at a time (in the same order for one
+ * row or four) */
+AVX2 static inline __m256 bf16x8(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+AVX2 static inline __m256 f16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+AVX512 static inline __m512 bf16x16(const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+AVX512 static inline __m512 f16x16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+static inline float bf16_1(uint16_t h) {
+    const uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+#define F_ROWS_AVX2(t, LOAD8, CVT1)                                                                  \
+    AVX2 static inline __attribute__((always_inline)) void t##_rows_avx2(const void *vw, const float *const *X, const int R, \
+                                                                       int n, float *out) {          \
+        const uint16_t *w = vw;                                                                      \
+        __m256 acc[4][4];                                                                            \
+        for (int r = 0; r < R; r++) for (int k = 0; k < 4; k++) acc[r][k] = _mm256_setzero_ps();     \
+        int j = 0;                                                                                   \
+        for (; j + 32 <= n; j += 32) {                                                               \
+            prefetch_ahead(w + j, 64);                                                               \
+            __m256 wv[4];                                                                            \
+            for (int k = 0; k < 4; k++) wv[k] = LOAD8(w + j + 8 * k);                                \
+            for (int r = 0; r < R; r++)                                                              \
+                for (int k = 0; k < 4; k++) acc[r][k] = _mm256_fmadd_ps(wv[k], _mm256_loadu_ps(X[r] + j + 8 * k), acc[r][k]); \
+        }                                                                                            \
+        for (int r = 0; r < R; r++) {                                                                \
+            float s = hsum8(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3]))); \
+            for (int k = j; k < n; k++) s += CVT1(w[k]) * X[r][k];                                   \
+            out[r] = s;                                                                              \
+        }                                                                                            \
+    }
+
+#define F_ROWS_AVX512(t, LOAD16, CVT1)                                                               \
+    AVX512 static inline __attribute__((always_inline)) void t##_rows_avx512(const void *vw, const float *const *X, const int R, \
+                                                                           int n, float *out) {      \
+        const uint16_t *w = vw;                                                                      \
+        __m512 acc[4][2];                                                                            \
+        for (int r = 0; r < R; r++) for (int k = 0; k < 2; k++) acc[r][k] = _mm512_setzero_ps();     \
+        int j = 0;                                                                                   \
+        for (; j + 32 <= n; j += 32) {                                                               \
+            prefetch_ahead(w + j, 64);                                                               \
+            const __m512 w0 = LOAD16(w + j), w1 = LOAD16(w + j + 16);                                \
+            for (int r = 0; r < R; r++) {                                                            \
+                acc[r][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(X[r] + j), acc[r][0]);               \
+                acc[r][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(X[r] + j + 16), acc[r][1]);          \
+            }                                                                                        \
+        }                                                                                            \
+        for (int r = 0; r < R; r++) {                                                                \
+            float s = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));                     \
+            for (int k = j; k < n; k++) s += CVT1(w[k]) * X[r][k];                                   \
+            out[r] = s;                                                                              \
+        }                                                                                            \
+    }
+
+#define F_DOTS(t, TARGET, SFX)                                                                       \
+    TARGET float dot_##t##_##SFX(const void *vw, const void *vx, int n) {                            \
+        const float *X[1] = {vx};                                                                    \
+        float o;                                                                                     \
+        t##_rows_##SFX(vw, X, 1, n, &o);                                                             \
+        return o;                                                                                    \
+    }                                                                                                \
+    TARGET void dot4_##t##_##SFX(const void *vw, const void *const *vx, int n, float *out) {         \
+        t##_rows_##SFX(vw, (const float *const *)vx, 4, n, out);                                     \
+    }
+
+F_ROWS_AVX2(f16, f16x8, _cvtsh_ss)
+F_ROWS_AVX2(bf16, bf16x8, bf16_1)
+F_ROWS_AVX512(f16, f16x16, _cvtsh_ss)
+F_ROWS_AVX512(bf16, bf16x16, bf16_1)
+F_DOTS(f16, AVX2, avx2)
+F_DOTS(bf16, AVX2, avx2)
+F_DOTS(f16, AVX512, avx512)
+F_DOTS(bf16, AVX512, avx512)
+
+/* ---- a block for the tiles: 256 signed bytes, 16 scales of 16, the factor */
+static void expand_block(void (*x)(const void *, int, iq_group *), const void *blk, int8_t *q, int16_t *sc) {
+    for (int g = 0; g < 8; g++) {
+        iq_group e;
+        x(blk, g, &e);
+        memcpy(q + 32 * g, e.v, 32);
+        sc[2 * g] = (int16_t)e.s[0];
+        sc[2 * g + 1] = (int16_t)e.s[1];
+    }
+}
+
+int iq_expand(int type, const void *blk, int8_t *q, int16_t *sc, float *d) {
+    switch (type) {
+#define IQ_CASE(t, B) case T_##t: expand_block(iqx_##t, blk, q, sc); *d = iqd_##t(blk); return 1;
+#define T_iq2_xxs T_IQ2_XXS
+#define T_iq2_xs T_IQ2_XS
+#define T_iq2_s T_IQ2_S
+#define T_iq3_xxs T_IQ3_XXS
+#define T_iq3_s T_IQ3_S
+#define T_iq1_s T_IQ1_S
+#define T_iq1_m T_IQ1_M
+#define T_tq1_0 T_TQ1_0
+#define T_tq2_0 T_TQ2_0
+        GC_IQ_TYPES(IQ_CASE)
+    case T_IQ4_XS: {
+        const blk_iq4_xs *b = blk;
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = (((b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b->scales_h >> (2 * ib)) & 3) << 4)) - 32;
+            sc[2 * ib] = sc[2 * ib + 1] = (int16_t)ls;
+            for (int j = 0; j < 16; j++) {
+                q[32 * ib + j] = kvalues_iq4nl[b->qs[16 * ib + j] & 15];
+                q[32 * ib + 16 + j] = kvalues_iq4nl[b->qs[16 * ib + j] >> 4];
+            }
+        }
+        *d = h2f(b->d);
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+#endif /* GC_X86 */

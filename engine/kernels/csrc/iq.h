@@ -1,0 +1,224 @@
+/* The codebook, ternary and 1-/2-bit types (IQ1_S .. IQ3_S, TQ1_0, TQ2_0, Q1_0, Q2_0) and
+ * the float files' F16 and BF16, as the kernels read them. Every such block comes apart
+ * the same way: a group of 32 weights as signed bytes (four 8-byte words, weight 8k + j in
+ * byte j of word k), the integer scales of its two halves of 16, and one float factor for
+ * the block, so that weight = factor x scale x byte, exactly (each is a small integer
+ * times the file's half-precision scale). The expanders below (iqx_*, one per type, plain
+ * C on 64-bit words) are what every ISA's dots and the tiles are built on; the integer sum
+ * of a block is the same on every ISA, and the float work (factor x activation scale x
+ * sum, in block order) is written once, so every ISA and the one- and four-row dots give
+ * the same bits. Not part of the library's ABI. */
+#ifndef GC_IQ_H
+#define GC_IQ_H
+
+#include "quants.h"
+
+enum {
+    T_F16 = 1, T_IQ2_XXS = 16, T_IQ2_XS = 17, T_IQ3_XXS = 18, T_IQ1_S = 19, T_IQ3_S = 21, T_IQ2_S = 22,
+    T_IQ1_M = 29, T_BF16 = 30, T_TQ1_0 = 34, T_TQ2_0 = 35, T_Q1_0 = 41, T_Q2_0 = 42,
+};
+
+typedef struct { uint16_t d; uint16_t qs[32]; } blk_iq2_xxs;
+typedef struct { uint16_t d; uint16_t qs[32]; uint8_t scales[8]; } blk_iq2_xs;
+typedef struct { uint16_t d; uint8_t qs[32]; uint8_t signs[32]; uint8_t qh[8]; uint8_t scales[8]; } blk_iq2_s;
+typedef struct { uint16_t d; uint8_t qs[64]; uint8_t ss[32]; } blk_iq3_xxs;
+typedef struct { uint16_t d; uint8_t qs[64]; uint8_t qh[8]; uint8_t signs[32]; uint8_t scales[4]; } blk_iq3_s;
+typedef struct { uint16_t d; uint8_t qs[32]; uint16_t qh[8]; } blk_iq1_s;
+typedef struct { uint8_t qs[32]; uint8_t qh[16]; uint16_t sc[4]; } blk_iq1_m;
+typedef struct { uint8_t qs[48]; uint8_t qh[4]; uint16_t d; } blk_tq1_0;
+typedef struct { uint8_t qs[64]; uint16_t d; } blk_tq2_0;
+typedef struct { uint16_t d; uint8_t qs[16]; } blk_q1_0; /* 128 weights, one bit each: -d or +d */
+typedef struct { uint16_t d; uint8_t qs[16]; } blk_q2_0; /* 64 weights, two bits each: (q - 1) d */
+
+/* iq_tables.c: the codebooks, and bytes of 0xff where a sign bit is set (ksigns_mask: seven
+ * bits and their parity, as ggml's ksigns_iq2xs; bits_mask: the eight bits of a byte) */
+GC_HIDDEN extern const uint64_t grid_iq2xxs[256], grid_iq2xs[512], grid_iq2s[1024], grid_iq1s[2048];
+GC_HIDDEN extern const uint32_t grid_iq3xxs[256], grid_iq3s[512];
+GC_HIDDEN extern const uint64_t ksigns_mask[128], bits_mask[256];
+GC_HIDDEN extern const uint32_t q2_0_bytes[256]; /* a Q2_0 byte as its four weights' q - 1 */
+
+/* 32 weights: v[k] byte j = weight 8k + j; s[h] the integer scale of weights 16h .. 16h + 15 */
+typedef struct { uint64_t v[4]; int s[2]; } iq_group;
+
+static inline uint64_t ld64(const void *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static inline uint32_t ld32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+#define BYTES01 0x0101010101010101ull
+/* g's bytes negated where m's are 0xff (no byte of g is 0, so no borrow crosses a byte) */
+static inline uint64_t neg_where(uint64_t g, uint64_t m) { return (g ^ m) + (m & BYTES01); }
+/* a + b byte by byte (mod 256, no carry between bytes) */
+static inline uint64_t add8(uint64_t a, uint64_t b) {
+    const uint64_t h = 0x8080808080808080ull;
+    return ((a & ~h) + (b & ~h)) ^ ((a ^ b) & h);
+}
+
+/* the block's float factor */
+static inline float iqd_iq2_xxs(const void *b) { return h2f(((const blk_iq2_xxs *)b)->d) * 0.125f; }
+static inline float iqd_iq2_xs(const void *b) { return h2f(((const blk_iq2_xs *)b)->d) * 0.125f; }
+static inline float iqd_iq2_s(const void *b) { return h2f(((const blk_iq2_s *)b)->d) * 0.125f; }
+static inline float iqd_iq3_xxs(const void *b) { return h2f(((const blk_iq3_xxs *)b)->d) * 0.25f; }
+static inline float iqd_iq3_s(const void *b) { return h2f(((const blk_iq3_s *)b)->d); }
+static inline float iqd_iq1_s(const void *b) { return h2f(((const blk_iq1_s *)b)->d) * 0.125f; }
+static inline float iqd_iq1_m(const void *b) {
+    const uint16_t *sc = ((const blk_iq1_m *)b)->sc;
+    return h2f((uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0xF0) | ((sc[2] >> 4) & 0xF00) | (sc[3] & 0xF000))) * 0.125f;
+}
+static inline float iqd_tq1_0(const void *b) { return h2f(((const blk_tq1_0 *)b)->d); }
+static inline float iqd_tq2_0(const void *b) { return h2f(((const blk_tq2_0 *)b)->d); }
+
+/* group g (weights 32g ..) of a block: scales (2s + 1) of the eighths (IQ2) or quarters
+ * (IQ3_XXS) of d, the grid points signed by the sign masks */
+static inline void iqx_iq2_xxs(const void *vb, int g, iq_group *o) {
+    const blk_iq2_xxs *b = vb;
+    const uint32_t idx = ld32(b->qs + 4 * g), sg = ld32(b->qs + 4 * g + 2);
+    for (int l = 0; l < 4; l++) o->v[l] = neg_where(grid_iq2xxs[(idx >> 8 * l) & 255], ksigns_mask[(sg >> 7 * l) & 127]);
+    o->s[0] = o->s[1] = 2 * (int)(sg >> 28) + 1;
+}
+
+static inline void iqx_iq2_xs(const void *vb, int g, iq_group *o) {
+    const blk_iq2_xs *b = vb;
+    for (int l = 0; l < 4; l++) {
+        const uint16_t q = b->qs[4 * g + l];
+        o->v[l] = neg_where(grid_iq2xs[q & 511], ksigns_mask[q >> 9]);
+    }
+    o->s[0] = 2 * (b->scales[g] & 15) + 1;
+    o->s[1] = 2 * (b->scales[g] >> 4) + 1;
+}
+
+static inline void iqx_iq2_s(const void *vb, int g, iq_group *o) {
+    const blk_iq2_s *b = vb;
+    for (int l = 0; l < 4; l++)
+        o->v[l] = neg_where(grid_iq2s[b->qs[4 * g + l] | ((b->qh[g] << (8 - 2 * l)) & 0x300)], bits_mask[b->signs[4 * g + l]]);
+    o->s[0] = 2 * (b->scales[g] & 15) + 1;
+    o->s[1] = 2 * (b->scales[g] >> 4) + 1;
+}
+
+static inline void iqx_iq3_xxs(const void *vb, int g, iq_group *o) {
+    const blk_iq3_xxs *b = vb;
+    const uint32_t sg = ld32(b->ss + 4 * g);
+    const uint8_t *q = b->qs + 8 * g;
+    for (int l = 0; l < 4; l++)
+        o->v[l] = neg_where(grid_iq3xxs[q[2 * l]] | (uint64_t)grid_iq3xxs[q[2 * l + 1]] << 32, ksigns_mask[(sg >> 7 * l) & 127]);
+    o->s[0] = o->s[1] = 2 * (int)(sg >> 28) + 1;
+}
+
+static inline void iqx_iq3_s(const void *vb, int g, iq_group *o) {
+    const blk_iq3_s *b = vb;
+    const uint8_t *q = b->qs + 8 * g;
+    const unsigned h = b->qh[g];
+    for (int l = 0; l < 4; l++) {
+        const uint64_t lo = grid_iq3s[q[2 * l] | ((h << (8 - 2 * l)) & 0x100)];
+        const uint64_t hi = grid_iq3s[q[2 * l + 1] | ((h << (7 - 2 * l)) & 0x100)];
+        o->v[l] = neg_where(lo | hi << 32, bits_mask[b->signs[4 * g + l]]);
+    }
+    o->s[0] = o->s[1] = 1 + 2 * ((b->scales[g / 2] >> (4 * (g % 2))) & 15);
+}
+
+/* IQ1: grid points -1, 0, 1 plus a delta of +-1/8: bytes 8 g +- 1 on a factor of d / 8 */
+static inline uint64_t iq1_bytes(uint64_t grid, int negative) {
+    return add8((grid << 3) & 0xF8F8F8F8F8F8F8F8ull, negative ? ~0ull : BYTES01);
+}
+
+static inline void iqx_iq1_s(const void *vb, int g, iq_group *o) {
+    const blk_iq1_s *b = vb;
+    const unsigned h = b->qh[g];
+    for (int l = 0; l < 4; l++) o->v[l] = iq1_bytes(grid_iq1s[b->qs[4 * g + l] | (((h >> 3 * l) & 7) << 8)], h & 0x8000);
+    o->s[0] = o->s[1] = 2 * (int)((h >> 12) & 7) + 1;
+}
+
+static inline void iqx_iq1_m(const void *vb, int g, iq_group *o) {
+    const blk_iq1_m *b = vb;
+    for (int l = 0; l < 4; l++) {
+        const unsigned nib = (b->qh[2 * g + l / 2] >> (4 * (l % 2))) & 15;
+        o->v[l] = iq1_bytes(grid_iq1s[b->qs[4 * g + l] | ((nib & 7) << 8)], nib & 8);
+    }
+    for (int h = 0; h < 2; h++) {
+        const int k = 2 * g + h;
+        o->s[h] = 2 * (int)((b->sc[k / 4] >> (3 * (k % 4))) & 7) + 1;
+    }
+}
+
+/* TQ2_0: weight 128h + 32s + m is bits 2s.. of qs[32h + m], minus 1 */
+static inline void iqx_tq2_0(const void *vb, int g, iq_group *o) {
+    const blk_tq2_0 *b = vb;
+    const int h = g / 4, s = g % 4;
+    for (int l = 0; l < 4; l++) o->v[l] = add8((ld64(b->qs + 32 * h + 8 * l) >> 2 * s) & 0x0303030303030303ull, ~0ull);
+    o->s[0] = o->s[1] = 1;
+}
+
+/* TQ1_0: five (qs) or four (qh) base-3 digits a byte as ggml's fixed-point fractions: digit
+ * j of byte q is (uint8(q 3^j) x 3) >> 8, minus 1. Weights 32j + m of qs[m] (m < 32, groups
+ * 0-4), 160 + 16j + m of qs[32 + m] (groups 5-7), 240 + 4j + m of qh[m]. */
+static inline int8_t trit(uint8_t q, int j) {
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    return (int8_t)((((uint8_t)(q * pow3[j])) * 3) >> 8) - 1;
+}
+
+static inline void iqx_tq1_0(const void *vb, int g, iq_group *o) {
+    const blk_tq1_0 *b = vb;
+    int8_t v[32];
+    if (g < 5) {
+        for (int m = 0; m < 32; m++) v[m] = trit(b->qs[m], g);
+    } else {
+        const int j0 = 2 * (g - 5);
+        for (int m = 0; m < 16; m++) v[m] = trit(b->qs[32 + m], j0);
+        if (g < 7)
+            for (int m = 0; m < 16; m++) v[16 + m] = trit(b->qs[32 + m], j0 + 1);
+        else
+            for (int j = 0; j < 4; j++)
+                for (int m = 0; m < 4; m++) v[16 + 4 * j + m] = trit(b->qh[m], j);
+    }
+    memcpy(o->v, v, 32);
+    o->s[0] = o->s[1] = 1;
+}
+
+/* Q1_0 and Q2_0 meet 32-weight activation blocks: group g of the block (scales 1) */
+static inline void iqx_q1_0(const void *vb, int g, iq_group *o) {
+    const blk_q1_0 *b = vb;
+    for (int l = 0; l < 4; l++) o->v[l] = ~bits_mask[b->qs[4 * g + l]] | BYTES01; /* bit set: +1, else -1 */
+    o->s[0] = o->s[1] = 1;
+}
+
+static inline void iqx_q2_0(const void *vb, int g, iq_group *o) {
+    const blk_q2_0 *b = vb;
+    for (int l = 0; l < 4; l++) o->v[l] = q2_0_bytes[b->qs[8 * g + 2 * l]] | (uint64_t)q2_0_bytes[b->qs[8 * g + 2 * l + 1]] << 32;
+    o->s[0] = o->s[1] = 1;
+}
+
+/* the types built on the expanders: X(name, block struct) for the 256-weight ones (act256) */
+#define GC_IQ_TYPES(X) X(iq2_xxs, blk_iq2_xxs) X(iq2_xs, blk_iq2_xs) X(iq2_s, blk_iq2_s) X(iq3_xxs, blk_iq3_xxs) \
+    X(iq3_s, blk_iq3_s) X(iq1_s, blk_iq1_s) X(iq1_m, blk_iq1_m) X(tq1_0, blk_tq1_0) X(tq2_0, blk_tq2_0)
+/* ...and the small-block ones, groups of 32 per activation block (act32): X(name, struct, groups) */
+#define GC_B32_TYPES(X) X(q1_0, blk_q1_0, 4) X(q2_0, blk_q2_0, 2)
+/* the float types, activations as float32 */
+#define GC_FLOAT_TYPES(X) X(f16) X(bf16)
+
+/* iquants.c: the scalar code; and the x86 one (arch/x86_iq.c) */
+#define GC_IQ_PROTOS(t, B) GC_HIDDEN float dot_##t##_s(const void *, const void *, int); GC_HIDDEN void deq_##t(const void *, float *, int);
+GC_IQ_TYPES(GC_IQ_PROTOS)
+#define GC_B32_PROTOS(t, B, G) GC_IQ_PROTOS(t, B)
+GC_B32_TYPES(GC_B32_PROTOS)
+#define GC_F_PROTOS(t) GC_IQ_PROTOS(t, 0)
+GC_FLOAT_TYPES(GC_F_PROTOS)
+#if defined(GC_X86)
+#define GC_IQ_X86(t, B) GC_HIDDEN float dot_##t##_avx2(const void *, const void *, int); \
+    GC_HIDDEN float dot_##t##_avx512(const void *, const void *, int);                    \
+    GC_HIDDEN void dot4_##t##_avx2(const void *, const void *const *, int, float *);      \
+    GC_HIDDEN void dot4_##t##_avx512(const void *, const void *const *, int, float *);
+GC_IQ_TYPES(GC_IQ_X86)
+#define GC_B32_X86(t, B, G) GC_IQ_X86(t, B)
+GC_B32_TYPES(GC_B32_X86)
+#define GC_F_X86(t) GC_IQ_X86(t, 0)
+GC_FLOAT_TYPES(GC_F_X86)
+/* a block of an i-quant type (or IQ4_XS) as 256 signed bytes, 16 integer scales of 16 and
+ * the float factor, for the tiles; 0 where the type has no such form */
+GC_HIDDEN int iq_expand(int type, const void *blk, int8_t *q, int16_t *sc, float *d);
+#elif defined(GC_NEON)
+#define GC_IQ_NEON(t, B) GC_HIDDEN float dot_##t##_neon(const void *, const void *, int);
+GC_IQ_TYPES(GC_IQ_NEON)
+#define GC_B32_NEON(t, B, G) GC_IQ_NEON(t, B)
+GC_B32_TYPES(GC_B32_NEON)
+#define GC_F_NEON(t) GC_IQ_NEON(t, 0)
+GC_FLOAT_TYPES(GC_F_NEON)
+#endif
+
+#endif

@@ -114,8 +114,9 @@ static inline void iqx_iq3_s(const void *vb, int g, iq_group *o) {
 }
 
 /* IQ1: grid points -1, 0, 1 plus a delta of +-1/8: bytes 8 g +- 1 on a factor of d / 8 */
-static inline uint64_t iq1_bytes(uint64_t grid, int negative) {
-    return add8((grid << 3) & 0xF8F8F8F8F8F8F8F8ull, negative ? ~0ull : BYTES01);
+static inline uint64_t iq1_bytes(uint64_t grid, unsigned negative) {
+    /* the delta's bytes without a branch (its sign is random in a file): -1 or 1 */
+    return add8((grid << 3) & 0xF8F8F8F8F8F8F8F8ull, (0 - (uint64_t)(negative != 0)) | BYTES01);
 }
 
 static inline void iqx_iq1_s(const void *vb, int g, iq_group *o) {
@@ -148,26 +149,33 @@ static inline void iqx_tq2_0(const void *vb, int g, iq_group *o) {
 /* TQ1_0: five (qs) or four (qh) base-3 digits a byte as ggml's fixed-point fractions: digit
  * j of byte q is (uint8(q 3^j) x 3) >> 8, minus 1. Weights 32j + m of qs[m] (m < 32, groups
  * 0-4), 160 + 16j + m of qs[32 + m] (groups 5-7), 240 + 4j + m of qh[m]. */
-static inline int8_t trit(uint8_t q, int j) {
-    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
-    return (int8_t)((((uint8_t)(q * pow3[j])) * 3) >> 8) - 1;
+static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+
+/* digit j of each of the eight bytes of w, minus 1, in 16-bit lanes (q 3^j < 2^16, x 3 too) */
+static inline uint64_t trits8(uint64_t w, int j) {
+    const uint64_t lo = 0x00FF00FF00FF00FFull;
+    const uint64_t e = (((w & lo) * pow3[j]) & lo) * 3, o = ((((w >> 8) & lo) * pow3[j]) & lo) * 3;
+    return add8(((e >> 8) & lo) | (o & ~lo), ~0ull);
 }
 
 static inline void iqx_tq1_0(const void *vb, int g, iq_group *o) {
     const blk_tq1_0 *b = vb;
-    int8_t v[32];
     if (g < 5) {
-        for (int m = 0; m < 32; m++) v[m] = trit(b->qs[m], g);
+        for (int l = 0; l < 4; l++) o->v[l] = trits8(ld64(b->qs + 8 * l), g);
     } else {
         const int j0 = 2 * (g - 5);
-        for (int m = 0; m < 16; m++) v[m] = trit(b->qs[32 + m], j0);
-        if (g < 7)
-            for (int m = 0; m < 16; m++) v[16 + m] = trit(b->qs[32 + m], j0 + 1);
-        else
-            for (int j = 0; j < 4; j++)
-                for (int m = 0; m < 4; m++) v[16 + 4 * j + m] = trit(b->qh[m], j);
+        const uint64_t a = ld64(b->qs + 32), c = ld64(b->qs + 40);
+        o->v[0] = trits8(a, j0);
+        o->v[1] = trits8(c, j0);
+        if (g < 7) {
+            o->v[2] = trits8(a, j0 + 1);
+            o->v[3] = trits8(c, j0 + 1);
+        } else { /* qh: digit j of its four bytes are weights 240 + 4j .. */
+            const uint64_t h = ld32(b->qh), m32 = 0xFFFFFFFFull;
+            o->v[2] = (trits8(h, 0) & m32) | trits8(h, 1) << 32;
+            o->v[3] = (trits8(h, 2) & m32) | trits8(h, 3) << 32;
+        }
     }
-    memcpy(o->v, v, 32);
     o->s[0] = o->s[1] = 1;
 }
 

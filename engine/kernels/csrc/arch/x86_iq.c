@@ -44,8 +44,10 @@
     TARGET static inline __attribute__((always_inline)) void t##_rows_##SFX(const void *vw, const act32 *const *X, \
                                                                           const int R, int nb, float *out) { \
         const B *w = vw;                                                                             \
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};                                                         \
+        __m256 acc[4];                                                                               \
+        for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();                                    \
         for (int i = 0; i < nb; i++) {                                                               \
+            prefetch_ahead(&w[i], (int)sizeof(B));                                                   \
             const float d = H2F(w[i].d);                                                             \
             for (int g = 0; g < G; g++) {                                                            \
                 iq_group e;                                                                          \
@@ -55,11 +57,11 @@
                     const act32 *xb = &X[r][G * i + g];                                              \
                     const __m256i xv = _mm256_loadu_si256((const __m256i *)xb->qs);                  \
                     const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(xv, q)), _mm256_set1_epi16(1)); \
-                    acc[r] += (d * xb->d) * (float)hsum_i32_avx2(p);                                 \
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(p), acc[r]); \
                 }                                                                                    \
             }                                                                                        \
         }                                                                                            \
-        for (int r = 0; r < R; r++) out[r] = acc[r];                                                 \
+        for (int r = 0; r < R; r++) out[r] = hsum8(acc[r]);                                          \
     }                                                                                                \
     TARGET float dot_##t##_##SFX(const void *vw, const void *vx, int nb) {                           \
         const act32 *X[1] = {vx};                                                                    \

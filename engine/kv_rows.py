@@ -45,7 +45,9 @@ def _row_type(t: GGMLType, dtype: torch.dtype) -> KVType:
 KV_TYPES = {t.name: t for t in (
     _row_type(GGMLType.F32, torch.float32), _row_type(GGMLType.F16, torch.float16),
     _row_type(GGMLType.BF16, torch.bfloat16), _row_type(GGMLType.Q8_0, torch.uint8),
-    _row_type(GGMLType.Q4_0, torch.uint8))}
+    _row_type(GGMLType.Q4_0, torch.uint8), _row_type(GGMLType.Q4_1, torch.uint8),
+    _row_type(GGMLType.Q5_0, torch.uint8), _row_type(GGMLType.Q5_1, torch.uint8),
+    _row_type(GGMLType.IQ4_NL, torch.uint8))}
 _BY_DTYPE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 
 

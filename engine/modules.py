@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..gguf_io import GGMLType, GGUFReader, TensorInfo
-from .kernels import KernelSettings, cpu
+from .kernels import REFERENCE, KernelSettings, cpu
 from .kernels.reference import as_tensor
 from .errors import WeightError
 
@@ -20,9 +20,9 @@ class GgufLinear:
 
     def __init__(self, name: str, packed: torch.Tensor, ggml_type: GGMLType, in_features: int, out_features: int,
                  bias: torch.Tensor | None = None, products: torch.dtype | None = None, *, settings: KernelSettings):
-        """`products`: the dtype a float matrix (F16, BF16) is multiplied in by torch when no
-        native kernel takes it (the vision towers' bfloat16 on CPUs that compute it natively);
-        None: the input's. `settings`: the model's kernel settings."""
+        """`products`: the dtype a float matrix (F16, BF16) is multiplied in by torch (the
+        vision towers' bfloat16 on CPUs that compute it natively); None: the native kernels'
+        float32 dots where they are in use, else the input's dtype. `settings`: the model's kernel settings."""
         self.name = name
         self.packed = packed
         self.ggml_type = GGMLType(ggml_type)
@@ -31,15 +31,17 @@ class GgufLinear:
         self.kernels = settings.select(packed.device, self.ggml_type)
         self.native = None  # what the native CPU kernels read: (bytes, type code), the file's or repacked
         self.repacked = False
-        if self.kernels.native_cpu:
+        if products is not None and self.ggml_type in (GGMLType.F16, GGMLType.BF16):
+            # the vision towers' float matrices: torch's product in that dtype (a patch grid's
+            # hundreds of rows at once), not the float32 dots the native kernels have for them
+            self._call = lambda x: REFERENCE.mul_mat(self.packed, x.to(products), self.ggml_type,
+                                                     self.out_features).to(x.dtype)
+        elif self.kernels.native_cpu:
             k = self.kernels.cpu
             rep = k.repacked(packed, self.ggml_type, out_features, in_features)
             self.repacked = rep is not None
             self.native = rep or (packed, int(self.ggml_type))
             self._call = cpu.MulMat(k, packed, self.ggml_type, out_features, in_features, native=self.native)
-        elif products is not None and self.ggml_type in (GGMLType.F16, GGMLType.BF16):
-            self._call = lambda x: self.kernels.mul_mat(self.packed, x.to(products), self.ggml_type,
-                                                        self.out_features).to(x.dtype)
         else:
             self._call = lambda x: self.kernels.mul_mat(self.packed, x, self.ggml_type, self.out_features)
 

@@ -59,8 +59,8 @@ class ServerSettings(BaseSettings):
         "a tenth of the memory available, at most 8192; 0: none)"))
     cache_type_k: Optional[CacheType] = Field(
         default=None, json_schema_extra={"flags": ["-ctk"]}, description=(
-            "the KV cache's key rows: f16 (default on CPU), bf16, f32, or q8_0 / q4_0 (CPU only: half or a quarter "
-            "of f16's memory and of the bytes a decode step reads at depth)"))
+            "the KV cache's key rows: f16 (default on CPU), bf16, f32, or q8_0 / q5_1 / q5_0 / q4_1 / q4_0 / iq4_nl "
+            "(CPU only: from half to a quarter of f16's memory and of the bytes a decode step reads at depth)"))
     cache_type_v: Optional[CacheType] = Field(
         default=None, json_schema_extra={"flags": ["-ctv"]}, description="the KV cache's value rows, as --cache-type-k")
     spec: SpecChoice = Field(default="auto", description=(

@@ -136,6 +136,34 @@ def dq_iq4_nl(b):
     return f16(b[:, 0:2]) * KVALUES_IQ4NL[nibbles(b[:, 2:18])].astype(np.float32)
 
 
+@register(QUANTIZERS, GGMLType.IQ4_NL)
+def q_iq4_nl(x):
+    """ggml's quantize_row_iq4_nl_ref (what llama.cpp writes IQ4_NL cache rows with): the
+    scale from the value of largest magnitude over the table's -127, each value to its
+    nearest entry (the upper one on a tie), then the scale refit by least squares weighted
+    by x^2, summed in order as ggml does."""
+    x = x.astype(np.float32)
+    i = np.abs(x).argmax(axis=1)[:, None]
+    mx = np.take_along_axis(x, i, axis=1)
+    amax = np.abs(mx)
+    table = KVALUES_IQ4NL.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = np.float32(1) / (mx / table[0]) * x
+    hi = np.searchsorted(table, v, side="right").clip(1, 15)
+    L = np.where(v - table[hi - 1] < table[hi] - v, hi - 1, hi)
+    L = np.where(v <= table[0], 0, np.where(v >= table[15], 15, L))
+    small = (amax < np.float32(1e-15))[:, 0]
+    L[small] = 0
+    q = table[L]
+    w = x * x
+    sumqx = np.cumsum(w * q * x, axis=1, dtype=np.float32)[:, -1]
+    sumq2 = np.cumsum(w * q * q, axis=1, dtype=np.float32)[:, -1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = np.where((sumq2 > 0) & ~small, sumqx / sumq2, np.float32(0)).astype(np.float32)
+    qs = (L[:, :16] | (L[:, 16:] << 4)).astype(np.uint8)
+    return np.concatenate([d.astype(np.float16).view(np.uint8).reshape(-1, 2), qs], axis=1)
+
+
 @register(DEQUANTIZERS, GGMLType.IQ4_XS)
 def dq_iq4_xs(b):
     n = b.shape[0]

@@ -166,7 +166,7 @@ def test_attention_equals_torch(isa, layout, neox):
     close(c1.v[0], c2.v[0])
 
 
-@pytest.mark.parametrize("types", ["f16", "bf16", "q8_0", "q4_0", "q8_0/f16"])
+@pytest.mark.parametrize("types", ["f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q8_0/f16"])
 @pytest.mark.parametrize("layout", ["gqa", "ring", "sinks", "long", "long-window", "prefill", "prefill-ring"])
 def test_typed_caches_equal_torch(isa, layout, types):
     """Caches of half and quantized rows: the native op writes each new key and value as
@@ -193,7 +193,8 @@ def test_typed_caches_equal_torch(isa, layout, types):
         # the rows written: as numpy's quantizer (the inputs' last-bit differences in the
         # normed, rotated keys may move a value by one step, rarely)
         fa, fb = TORCH_OPS.from_rows(a, ty, d, torch.float32), TORCH_OPS.from_rows(b, ty, d, torch.float32)
-        step = fb.abs().amax(-1, keepdim=True) / (127 if ty.name == "q8_0" else 7 if ty.name == "q4_0" else 256)
+        levels = {"q8_0": 127, "q4_0": 7, "q4_1": 7, "q5_0": 15, "q5_1": 15, "iq4_nl": 5}.get(ty.name, 256)
+        step = fb.abs().amax(-1, keepdim=True) / levels
         assert ((fa - fb).abs() <= step * 1.01 + 1e-6).all()
         assert (a == b).float().mean() > 0.99
     # the attention over the rows the native op wrote: torch over the same rows, dequantized

@@ -1,4 +1,4 @@
-"""KV cache row types (--cache-type-k/-v: f32, f16, bf16, q8_0, q4_0) through the real
+"""KV cache row types (--cache-type-k/-v: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl) through the real
 engine: the CPU default, the memory each type takes, Gemma 3 270M's perplexity with each
 (prompt prefilled, then decoded step by step over the rows the native attention reads),
 eight streams batched over one typed cache equal to each stream alone, and a step of
@@ -36,14 +36,16 @@ def test_the_cpu_default_is_half_rows_and_the_types_size_the_cache(tmp_path, mon
     assert lm.cache.k[0].dtype is torch.float16
     assert "KiB per token (k f16, v f16)" in lm.cache.describe()  # the load's log line
     sizes = {ty: load_model(str(path), device="cpu", n_ctx=256, n_seq=2, config=typed(ty)).cache.nbytes
-             for ty in ("f32", "f16", "bf16", "q8_0", "q4_0")}
+             for ty in ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")}
     assert sizes["f32"] == 2 * sizes["f16"] == 2 * sizes["bf16"] == lm.cache.nbytes * 2
     assert sizes["q8_0"] * 64 == sizes["f16"] * 34 and sizes["q4_0"] * 64 == sizes["f16"] * 18
+    assert sizes["q4_1"] * 64 == sizes["f16"] * 20 and sizes["iq4_nl"] == sizes["q4_0"]
+    assert sizes["q5_0"] * 64 == sizes["f16"] * 22 and sizes["q5_1"] * 64 == sizes["f16"] * 24
     mixed = load_model(str(path), device="cpu", n_ctx=256, n_seq=2, config=EngineConfig(cache_type_k="q8_0",
                                                                                            cache_type_v="f16"))
     assert mixed.cache.nbytes * 128 == sizes["f16"] * (64 + 34)
     with pytest.raises(ValueError, match="no such cache type"):
-        EngineConfig(cache_type_k="q5_1")
+        EngineConfig(cache_type_k="q3_k")
 
 
 @pytest.fixture(scope="module")

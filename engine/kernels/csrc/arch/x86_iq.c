@@ -163,20 +163,23 @@ F_DOTS(bf16, AVX2, avx2)
 F_DOTS(f16, AVX512, avx512)
 F_DOTS(bf16, AVX512, avx512)
 
-/* ---- a block for the tiles: 256 signed bytes, 16 scales of 16, the factor */
-static void expand_block(void (*x)(const void *, int, iq_group *), const void *blk, int8_t *q, int16_t *sc) {
-    for (int g = 0; g < 8; g++) {
-        iq_group e;
-        x(blk, g, &e);
-        memcpy(q + 32 * g, e.v, 32);
-        sc[2 * g] = (int16_t)e.s[0];
-        sc[2 * g + 1] = (int16_t)e.s[1];
+/* ---- a block for the tiles: 256 signed bytes, 16 scales of 16, the factor (each type's
+ * expander inlined into its own loop) */
+#define IQ_EXPAND(t, B)                                                                              \
+    static void expand_##t(const void *blk, int8_t *q, int16_t *sc) {                               \
+        for (int g = 0; g < 8; g++) {                                                                \
+            iq_group e;                                                                              \
+            iqx_##t(blk, g, &e);                                                                     \
+            for (int l = 0; l < 4; l++) memcpy(q + 32 * g + 8 * l, &e.v[l], 8); /* no 32-byte reload */ \
+            sc[2 * g] = (int16_t)e.s[0];                                                             \
+            sc[2 * g + 1] = (int16_t)e.s[1];                                                         \
+        }                                                                                            \
     }
-}
+GC_IQ_TYPES(IQ_EXPAND)
 
 int iq_expand(int type, const void *blk, int8_t *q, int16_t *sc, float *d) {
     switch (type) {
-#define IQ_CASE(t, B) case T_##t: expand_block(iqx_##t, blk, q, sc); *d = iqd_##t(blk); return 1;
+#define IQ_CASE(t, B) case T_##t: expand_##t(blk, q, sc); *d = iqd_##t(blk); return 1;
 #define T_iq2_xxs T_IQ2_XXS
 #define T_iq2_xs T_IQ2_XS
 #define T_iq2_s T_IQ2_S
@@ -202,6 +205,17 @@ int iq_expand(int type, const void *blk, int8_t *q, int16_t *sc, float *d) {
     }
     default:
         return 0;
+    }
+}
+
+int iq_offset(int type) {
+    switch (type) {
+    case T_IQ2_XXS: case T_IQ2_XS: case T_IQ2_S: return 43; /* the grids' 8, 25, 43 */
+    case T_IQ3_XXS: return 62;
+    case T_IQ3_S: return 15;
+    case T_IQ1_S: case T_IQ1_M: return 9; /* 8 g +- 1 */
+    case T_TQ1_0: case T_TQ2_0: return 1;
+    default: return 0;
     }
 }
 

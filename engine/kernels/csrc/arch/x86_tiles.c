@@ -279,14 +279,20 @@ AVX2 static void kq_tile_pack(int type, const uint8_t *w, int64_t row_bytes, int
             const uint8_t *row = w + k * row_bytes;
             int16_t sc16[16];
             if (iq_expand(type, row + i * (row_bytes / nb), (int8_t *)v[k], sc16, &t[i].d[k])) {
-                /* signed bytes, scales of 16 and no minimum: skq_tile_dot */
+                /* the bytes made unsigned, w + off, the offset through the activation sums as
+                 * a minimum of off x scale (dmin = d); IQ4_XS stays signed (skq_tile_dot) */
+                const int off = iq_offset(type);
                 const __m256i s = _mm256_loadu_si256((const __m256i *)sc16);
                 const __m256i lo = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(s));
                 const __m256i hi = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(s, 1));
                 sc_lo[k] = pair16(lo, lo);
                 sc_hi[k] = pair16(hi, hi);
-                mn[k] = _mm256_setzero_si256();
-                t[i].dmin[k] = 0.f;
+                mn[k] = _mm256_mullo_epi16(s, _mm256_set1_epi16((short)off));
+                t[i].dmin[k] = off ? t[i].d[k] : 0.f;
+                for (int c = 0; c < 8 && off; c++) {
+                    __m256i *p = (__m256i *)(v[k] + 32 * c);
+                    _mm256_storeu_si256(p, _mm256_add_epi8(_mm256_loadu_si256(p), _mm256_set1_epi8((char)off)));
+                }
                 continue;
             }
             if (type == T_Q6_K) {
@@ -335,8 +341,11 @@ AVX2 static void kq_tile_pack(int type, const uint8_t *w, int64_t row_bytes, int
     }
 }
 
-/* out[r][k] = row k of the tile · activation row r, for four activation rows */
-AVX2 static void kq_tile_dot(const kq_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
+/* out[r][k] = row k of the tile · activation row r, for four activation rows. Up to 63 two
+ * vpmaddubsw sums share a 16-bit lane; `big` (bytes to 127: the offset i-quants) takes each
+ * to 32 bits on its own. */
+AVX2 static inline __attribute__((always_inline)) void kq_tile_dot_as(const kq_tile_block *t, int nb, const act256 *const *X,
+                                                                    float out[4][8], const int big) {
     __m256 acc[4];
     for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
@@ -361,11 +370,17 @@ AVX2 static void kq_tile_dot(const kq_tile_block *t, int nb, const act256 *const
             for (int r = 0; r < 4; r++) {
                 int32_t x4[4];
                 memcpy(x4, X[r][i].qs + 16 * j, 16);
-                const __m256i pa = _mm256_add_epi16(_mm256_maddubs_epi16(w0, _mm256_set1_epi32(x4[0])),
-                                                    _mm256_maddubs_epi16(w1, _mm256_set1_epi32(x4[1])));
-                const __m256i pb = _mm256_add_epi16(_mm256_maddubs_epi16(w2, _mm256_set1_epi32(x4[2])),
-                                                    _mm256_maddubs_epi16(w3, _mm256_set1_epi32(x4[3])));
-                isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(_mm256_madd_epi16(pa, sc), _mm256_madd_epi16(pb, sc)));
+                const __m256i p0 = _mm256_maddubs_epi16(w0, _mm256_set1_epi32(x4[0]));
+                const __m256i p1 = _mm256_maddubs_epi16(w1, _mm256_set1_epi32(x4[1]));
+                const __m256i p2 = _mm256_maddubs_epi16(w2, _mm256_set1_epi32(x4[2]));
+                const __m256i p3 = _mm256_maddubs_epi16(w3, _mm256_set1_epi32(x4[3]));
+                if (big)
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(
+                        _mm256_add_epi32(_mm256_madd_epi16(p0, sc), _mm256_madd_epi16(p1, sc)),
+                        _mm256_add_epi32(_mm256_madd_epi16(p2, sc), _mm256_madd_epi16(p3, sc))));
+                else
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p0, p1), sc),
+                                                                         _mm256_madd_epi16(_mm256_add_epi16(p2, p3), sc)));
             }
         }
         const __m256 vd = _mm256_loadu_ps(t[i].d);
@@ -375,9 +390,9 @@ AVX2 static void kq_tile_dot(const kq_tile_block *t, int nb, const act256 *const
     for (int r = 0; r < 4; r++) _mm256_storeu_ps(out[r], acc[r]);
 }
 
-/* The same tiles with signed bytes (the i-quants, IQ4_XS): |w| . (x signed as w), no
- * minimum. Up to |w| = 64 two vpmaddubsw sums share a 16-bit lane (2 x 2 x 64 x 127 <
- * 2^15); `big` (IQ4_XS's table, to 127) takes each to 32 bits on its own. */
+/* The same tiles with signed bytes (IQ4_XS, whose table runs from -127 to 113): |w| . (x
+ * signed as w), no minimum. Up to |w| = 64 two vpmaddubsw sums could share a 16-bit lane
+ * (2 x 2 x 64 x 127 < 2^15); `big` takes each to 32 bits on its own. */
 AVX2 static inline __attribute__((always_inline)) void skq_tile_dot_as(const kq_tile_block *t, int nb, const act256 *const *X,
                                                                      float out[4][8], const int big) {
     __m256 acc[4];
@@ -527,7 +542,8 @@ AVX512 static void kq512_tile_pack(int type, const uint8_t *w, int64_t row_bytes
     }
 }
 
-AVX512 static void kq512_tile_dot(const kq512_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
+AVX512 static inline __attribute__((always_inline)) void kq512_tile_dot_as(const kq512_tile_block *t, int nb,
+                                                                         const act256 *const *X, float out[4][8], const int big) {
     __m512 acc[4];
     for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
     for (int i = 0; i < nb; i++) {
@@ -543,8 +559,9 @@ AVX512 static void kq512_tile_dot(const kq512_tile_block *t, int nb, const act25
             const __m512i sc = _mm512_loadu_si512(t[i].sc[j]);
             for (int r = 0; r < 4; r++) {
                 const int8_t *xq = X[r][i].qs + 16 * j;
-                const __m512i p = _mm512_add_epi16(_mm512_maddubs_epi16(w0, bcast8(xq)), _mm512_maddubs_epi16(w1, bcast8(xq + 8)));
-                isum[r] = _mm512_dpwssd_epi32(isum[r], p, sc);
+                const __m512i p0 = _mm512_maddubs_epi16(w0, bcast8(xq)), p1 = _mm512_maddubs_epi16(w1, bcast8(xq + 8));
+                if (big) isum[r] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(isum[r], p0, sc), p1, sc);
+                else isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_add_epi16(p0, p1), sc);
             }
         }
         const __m512 vd = _mm512_loadu_ps(t[i].d), vdmin = _mm512_loadu_ps(t[i].dmin);
@@ -586,16 +603,23 @@ AVX512 static inline __attribute__((always_inline)) void skq512_tile_dot_as(cons
     pairs_out(acc, out);
 }
 
-AVX2 static void skq_tile_dot(const kq_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
-    skq_tile_dot_as(t, nb, X, out, 0);
+AVX2 static void kq_tile_dot(const kq_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
+    kq_tile_dot_as(t, nb, X, out, 0);
 }
-AVX2 static void skq_tile_dot_big(const kq_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
+AVX2 static void kq_tile_dot_big(const kq_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
+    kq_tile_dot_as(t, nb, X, out, 1);
+}
+AVX512 static void kq512_tile_dot(const kq512_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
+    kq512_tile_dot_as(t, nb, X, out, 0);
+}
+AVX512 static void kq512_tile_dot_big(const kq512_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
+    kq512_tile_dot_as(t, nb, X, out, 1);
+}
+/* IQ4_XS: signed, its table's values to 127 */
+AVX2 static void skq_tile_dot(const kq_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
     skq_tile_dot_as(t, nb, X, out, 1);
 }
 AVX512 static void skq512_tile_dot(const kq512_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
-    skq512_tile_dot_as(t, nb, X, out, 0);
-}
-AVX512 static void skq512_tile_dot_big(const kq512_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
     skq512_tile_dot_as(t, nb, X, out, 1);
 }
 
@@ -648,14 +672,20 @@ void tile_pack(int type, const uint8_t *w, int64_t row_bytes, int nb, void *t) {
 
 void tile_dot(int type, const void *t, int nb, const void *const *xs, float o[4][8]) {
     const int wide = gc_isa() >= ISA_AVX512;
-    if (sk_type(type)) {
-        const int big = type == T_IQ4_XS;
+    if (kq_type(type)) {
         const act256 *const *X = (const act256 *const *)xs;
-        if (wide) (big ? skq512_tile_dot_big : skq512_tile_dot)(t, nb, X, o);
-        else (big ? skq_tile_dot_big : skq_tile_dot)(t, nb, X, o);
-    } else if (kq_type(type)) {
-        if (wide) kq512_tile_dot(t, nb, (const act256 *const *)xs, o);
-        else kq_tile_dot(t, nb, (const act256 *const *)xs, o);
+        const int off = sk_type(type) ? iq_offset(type) : 0;
+        if (type == T_IQ4_XS) {
+            if (wide) skq512_tile_dot(t, nb, X, o);
+            else skq_tile_dot(t, nb, X, o);
+        } else if (off > 31) {
+            if (wide) kq512_tile_dot_big(t, nb, X, o);
+            else kq_tile_dot_big(t, nb, X, o);
+        } else if (wide) {
+            kq512_tile_dot(t, nb, X, o);
+        } else {
+            kq_tile_dot(t, nb, X, o);
+        }
     } else if (signed32(type)) {
         if (wide) t32x512_dot_signed(t, nb, (const act32 *const *)xs, o);
         else t32_dot_signed(t, nb, (const act32 *const *)xs, o);

@@ -1,4 +1,5 @@
-/* The KV cache's rows by type (float32, float16, bfloat16, Q8_0, Q4_0): their sizes, one
+/* The KV cache's rows by type (float32, float16, bfloat16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * IQ4_NL): their sizes, one
  * head's floats stored into a row (ggml's rounding), a row read back as floats (the
  * portable version; vec_impl.h has the SIMD ones), and gc_kv_rows, which reads many rows
  * for the attention of long prompt chunks in torch. */
@@ -10,6 +11,10 @@ int64_t kv_row_bytes(int type, int64_t d) {
     case KV_F16: case KV_BF16: return 2 * d;
     case KV_Q8_0: return d / 32 * (int64_t)sizeof(blk_q8_0);
     case KV_Q4_0: return d / 32 * (int64_t)sizeof(blk_q4_0);
+    case KV_Q4_1: return d / 32 * (int64_t)sizeof(blk_q4_1);
+    case KV_Q5_0: return d / 32 * (int64_t)sizeof(blk_q5_0);
+    case KV_Q5_1: return d / 32 * (int64_t)sizeof(blk_q5_1);
+    case KV_IQ4_NL: return d / 32 * (int64_t)sizeof(blk_iq4_nl);
     default: return -1;
     }
 }
@@ -36,10 +41,102 @@ static inline uint16_t f2bf(float f) { /* round to nearest even; NaNs kept quiet
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
+/* the value of largest magnitude of 32 (the first on ties), with its sign */
+static inline float signed_absmax32(const float *xb) {
+    float amax = 0.f, mx = 0.f;
+    for (int j = 0; j < 32; j++)
+        if (fabsf(xb[j]) > amax) { amax = fabsf(xb[j]); mx = xb[j]; }
+    return mx;
+}
+
+static inline int trunc_to(float v, int hi) { const int q = (int)v; return q < 0 ? 0 : q > hi ? hi : q; }
+
+/* 32 levels q (0..hi) as nibbles (weights j and j + 16 in byte j) and, for five bits, their
+ * fifth bits in qh (bit j: weight j) */
+static void pack32(const int *q, uint8_t *qs, uint8_t *qh) {
+    uint32_t h = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((q[j] & 15) | ((q[j + 16] & 15) << 4));
+        h |= (uint32_t)((q[j] >> 4) & 1) << j | (uint32_t)((q[j + 16] >> 4) & 1) << (j + 16);
+    }
+    if (qh) memcpy(qh, &h, 4);
+}
+
+/* IQ4_NL as ggml's quantize_row_iq4_nl_ref: the scale from the value of largest magnitude
+ * over the table's -127, each value to its nearest entry, then the scale refit by least
+ * squares weighted by x^2 */
+static inline int iq4_nearest(float v) {
+    const int8_t *t = kvalues_iq4nl;
+    if (v <= t[0]) return 0;
+    if (v >= t[15]) return 15;
+    int lo = 0, hi = 15;
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (v < t[mid]) hi = mid; else lo = mid;
+    }
+    return v - t[hi - 1] < t[hi] - v ? hi - 1 : hi;
+}
+
+static void store_iq4_nl(const float *xb, blk_iq4_nl *blk) {
+    int L[32] = {0};
+    float amax = 0.f, mx = 0.f, dd = 0.f;
+    for (int j = 0; j < 32; j++)
+        if (fabsf(xb[j]) > amax) { amax = fabsf(xb[j]); mx = xb[j]; }
+    if (amax >= 1e-15f) {
+        const float id = 1.f / (mx / kvalues_iq4nl[0]);
+        float sumqx = 0.f, sumq2 = 0.f;
+        for (int j = 0; j < 32; j++) {
+            L[j] = iq4_nearest(id * xb[j]);
+            const float q = kvalues_iq4nl[L[j]], w = xb[j] * xb[j];
+            sumqx += w * q * xb[j];
+            sumq2 += w * q * q;
+        }
+        dd = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+    }
+    blk->d = f2h(dd);
+    pack32(L, blk->qs, NULL);
+}
+
 /* one head's d floats into a cache row of `type` (ggml's reference quantizers, as
  * gguf_io's: Q8_0 d = amax / 127, q = round(x / d); Q4_0 d = -max / 8 for the value of
- * largest magnitude, q = trunc(x / d + 8.5) up to 15) */
+ * largest magnitude, q = trunc(x / d + 8.5) up to 15; Q5_0 the same over 16; Q4_1 / Q5_1
+ * d = (max - min) / 15 (31), q = trunc((x - min) / d + 0.5); IQ4_NL store_iq4_nl) */
 void kv_store(int type, const float *x, uint8_t *dst, int64_t d) {
+    int q[32];
+    switch (type) {
+    case KV_Q4_1: case KV_Q5_1:
+        for (int64_t b = 0; b < d / 32; b++) {
+            const float *xb = x + 32 * b;
+            const int hi = type == KV_Q4_1 ? 15 : 31;
+            float lo = xb[0], up = xb[0];
+            for (int j = 1; j < 32; j++) { lo = fminf(lo, xb[j]); up = fmaxf(up, xb[j]); }
+            const float dd = (up - lo) / (float)hi, id = dd != 0.f ? 1.f / dd : 0.f;
+            for (int j = 0; j < 32; j++) q[j] = trunc_to((xb[j] - lo) * id + 0.5f, hi);
+            if (type == KV_Q4_1) {
+                blk_q4_1 *blk = (blk_q4_1 *)dst + b;
+                blk->d = f2h(dd); blk->m = f2h(lo);
+                pack32(q, blk->qs, NULL);
+            } else {
+                blk_q5_1 *blk = (blk_q5_1 *)dst + b;
+                blk->d = f2h(dd); blk->m = f2h(lo);
+                pack32(q, blk->qs, blk->qh);
+            }
+        }
+        return;
+    case KV_Q5_0:
+        for (int64_t b = 0; b < d / 32; b++) {
+            const float *xb = x + 32 * b;
+            const float dd = signed_absmax32(xb) / -16.f, id = dd != 0.f ? 1.f / dd : 0.f;
+            for (int j = 0; j < 32; j++) q[j] = trunc_to(xb[j] * id + 16.5f, 31);
+            blk_q5_0 *blk = (blk_q5_0 *)dst + b;
+            blk->d = f2h(dd);
+            pack32(q, blk->qs, blk->qh);
+        }
+        return;
+    case KV_IQ4_NL:
+        for (int64_t b = 0; b < d / 32; b++) store_iq4_nl(x + 32 * b, (blk_iq4_nl *)dst + b);
+        return;
+    }
     switch (type) {
     case KV_F32: memcpy(dst, x, sizeof(float) * (size_t)d); break;
     case KV_F16: for (int64_t i = 0; i < d; i++) ((uint16_t *)dst)[i] = f2h(x[i]); break;
@@ -78,6 +175,10 @@ void kv_store(int type, const float *x, uint8_t *dst, int64_t d) {
 /* a cache row of `type` as d floats */
 void kv_load_s(int type, const uint8_t *src, float *y, int d) {
     switch (type) {
+    case KV_Q4_1: deq_q4_1(src, y, d / 32); break;
+    case KV_Q5_0: deq_q5_0(src, y, d / 32); break;
+    case KV_Q5_1: deq_q5_1(src, y, d / 32); break;
+    case KV_IQ4_NL: deq_iq4_nl(src, y, d / 32); break;
     case KV_F32: memcpy(y, src, sizeof(float) * (size_t)d); break;
     case KV_F16: for (int i = 0; i < d; i++) y[i] = h2f(((const uint16_t *)src)[i]); break;
     case KV_BF16:

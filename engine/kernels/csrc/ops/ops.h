@@ -19,7 +19,7 @@ enum { ACT_SILU = 0, ACT_GELU_TANH = 1, ACT_SWIGLU_OAI = 2 };
 
 /* KV cache rows by type (GGML's type ids): float32, float16, bfloat16, or 32-value blocks
  * of Q8_0 or Q4_0 (llama-server's --cache-type-k/-v). A row is one head's d values. */
-enum { KV_F32 = 0, KV_F16 = 1, KV_Q4_0 = 2, KV_Q8_0 = 8, KV_BF16 = 30 };
+enum { KV_F32 = 0, KV_F16 = 1, KV_Q4_0 = 2, KV_Q4_1 = 3, KV_Q5_0 = 6, KV_Q5_1 = 7, KV_Q8_0 = 8, KV_IQ4_NL = 20, KV_BF16 = 30 };
 
 /* kv_rows.c: a row's bytes (-1: not a cache type), one head's d floats into a row, a row as floats */
 GC_HIDDEN int64_t kv_row_bytes(int type, int64_t d);

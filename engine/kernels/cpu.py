@@ -221,10 +221,6 @@ def check(rc: int, fn: str, what: str) -> None:
 # Q5_0 and Q6_K, 2.1-2.4x on Q4_K; Q8_0 about equal row-wise, 2.2x faster in tiles than
 # row-wise.
 TILE_ELEMENTS = 1 << 22  # weights per dequantized tile
-FLOAT_TYPES = (GGMLType.F16, GGMLType.BF16)
-# F16 / BF16 matrices: up to this many rows the native float32 dots, beyond (prompts) the
-# dequantized tiles and torch's BLAS in the prefill dtype
-FLOAT_DOT_ROWS = 16
 GEMV_MAX_ROWS = {torch.float32: 1024, torch.bfloat16: 256}  # the row limit per prefill dtype
 
 
@@ -298,10 +294,6 @@ class CpuKernels:
         return cls(lib, max(1, int(threads or default_threads())), isas()[isa_level(isa)], bool(repack), dtype,
                    GEMV_MAX_ROWS[dtype])
 
-    def rows_limit(self, ggml_type: GGMLType | int) -> int:
-        """The most activation rows a native call takes for this type (more: mul_mat's tiles)."""
-        return min(self.gemv_max_rows, FLOAT_DOT_ROWS) if ggml_type in FLOAT_TYPES else self.gemv_max_rows
-
     @property
     def level(self) -> int:
         """The ISA level of `isa` (an index of isas())."""
@@ -352,7 +344,7 @@ class CpuKernels:
         """The kernel interface's mul_mat for CPU tensors of any leading shape and dtype."""
         cols = x.shape[-1]
         n = x.numel() // cols if cols else 0
-        if n <= self.rows_limit(ggml_type):
+        if n <= self.gemv_max_rows:
             y = self.mul_mat_rows(weight, x.reshape(n, cols), int(ggml_type), out_features)
         else:
             dt = self.prefill_dtype
@@ -453,7 +445,7 @@ class MulMat:
         self.ggml_type, self.rows, self.cols = GGMLType(ggml_type), rows, cols
         self._native, self.type = native or (self.weight, int(ggml_type))
         self._ptr = self._native.data_ptr()
-        self._fn, self._threads, self._max_rows = kernels.lib.gc_mul_mat, kernels.threads, kernels.rows_limit(ggml_type)
+        self._fn, self._threads, self._max_rows = kernels.lib.gc_mul_mat, kernels.threads, kernels.gemv_max_rows
         self._mul_mat = kernels.mul_mat
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -496,7 +488,7 @@ class MulMatGroup:
         """`weights` and `types` as the native call reads them (a repacked matrix's own)."""
         self.weights = [_contiguous(w) for w in weights]
         self.cols, self.total = cols, sum(rows)
-        self.max_rows = min(kernels.rows_limit(t) for t in types)  # more rows: the caller goes matrix by matrix
+        self.max_rows = kernels.gemv_max_rows  # more rows: the caller goes matrix by matrix
         n = len(weights)
         self._n = n
         self._types = (ctypes.c_int * n)(*[int(t) for t in types])

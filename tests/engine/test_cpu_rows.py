@@ -102,7 +102,7 @@ def test_signed_blocks_against_activations_of_one_sign(gtype, n):
 
 
 TILED = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
-         GGMLType.Q8_0, GGMLType.IQ4_NL, GGMLType.MXFP4, GGMLType.IQ4_XS] + [t for t in LOW_BIT if t.block_size == 256]
+         GGMLType.Q8_0, GGMLType.IQ4_NL, GGMLType.MXFP4, GGMLType.IQ4_XS] + [t for t in LOW_BIT if t.block_size == 256] + FLOATS
 
 
 @pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])

@@ -217,11 +217,10 @@ GC_IQ_TYPES(GC_IQ_X86)
 GC_B32_TYPES(GC_B32_X86)
 #define GC_F_X86(t) GC_IQ_X86(t, 0)
 GC_FLOAT_TYPES(GC_F_X86)
-/* a block of an i-quant type (or IQ4_XS) as 256 signed bytes, 16 integer scales of 16 and
- * the float factor, for the tiles; 0 where the type has no such form */
+/* a block of a 256-weight type above as 256 signed bytes, 16 integer scales of 16 and the
+ * float factor, for the tiles; 0 where the type has no such form */
 GC_HIDDEN int iq_expand(int type, const void *blk, int8_t *q, int16_t *sc, float *d);
-/* the largest |byte| iq_expand gives for a type, which the tiles add to make them unsigned
- * (0: IQ4_XS, whose tiles stay signed) */
+/* the largest |byte| iq_expand gives for a type, which the tiles add to make them unsigned */
 GC_HIDDEN int iq_offset(int type);
 #elif defined(GC_NEON)
 #define GC_IQ_NEON(t, B) GC_HIDDEN float dot_##t##_neon(const void *, const void *, int);

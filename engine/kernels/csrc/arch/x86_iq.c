@@ -190,19 +190,6 @@ int iq_expand(int type, const void *blk, int8_t *q, int16_t *sc, float *d) {
 #define T_tq1_0 T_TQ1_0
 #define T_tq2_0 T_TQ2_0
         GC_IQ_TYPES(IQ_CASE)
-    case T_IQ4_XS: {
-        const blk_iq4_xs *b = blk;
-        for (int ib = 0; ib < 8; ib++) {
-            const int ls = (((b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b->scales_h >> (2 * ib)) & 3) << 4)) - 32;
-            sc[2 * ib] = sc[2 * ib + 1] = (int16_t)ls;
-            for (int j = 0; j < 16; j++) {
-                q[32 * ib + j] = kvalues_iq4nl[b->qs[16 * ib + j] & 15];
-                q[32 * ib + 16 + j] = kvalues_iq4nl[b->qs[16 * ib + j] >> 4];
-            }
-        }
-        *d = h2f(b->d);
-        return 1;
-    }
     default:
         return 0;
     }

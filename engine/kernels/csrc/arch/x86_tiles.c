@@ -70,8 +70,13 @@ AVX2 static void t32_pack(int type, const uint8_t *wrows, int64_t row_bytes, int
 /* out[r][k] = row k of the tile · activation row r, for four activation rows. Signed
  * weights (Q8_0, IQ4_NL): vpmaddubsw takes |w| and the activations with w's signs, and
  * each pair sum (up to 2 x 127 x 127) goes to 32 bits at once; they have no e term. */
-AVX2 static inline __attribute__((always_inline)) void t32_dot_as(const t32_block *t, int nb, const act32 *const *X,
-                                                                float out[4][8], const int sgn) {
+/* activation block i of row r: an act32, or with a256 the 32 bytes of an act256 (IQ4_XS's
+ * sub-blocks, eight a 256-block, t32_iq4xs) and its scale */
+#define T32_XQ(X, r, i, a256) ((a256) ? ((const act256 *)(X)[r])[(i) / 8].qs + 32 * ((i) % 8) : ((const act32 *)(X)[r])[i].qs)
+#define T32_XD(X, r, i, a256) ((a256) ? ((const act256 *)(X)[r])[(i) / 8].d : ((const act32 *)(X)[r])[i].d)
+
+AVX2 static inline __attribute__((always_inline)) void t32_dot_as(const t32_block *t, int nb, const void *const *X,
+                                                                float out[4][8], const int sgn, const int a256) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[4];
     for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
@@ -86,7 +91,7 @@ AVX2 static inline __attribute__((always_inline)) void t32_dot_as(const t32_bloc
                 const __m256i wa = sgn ? _mm256_sign_epi8(wq, wq) : wq;
                 for (int r = 0; r < 4; r++) {
                     int32_t xv;
-                    memcpy(&xv, X[r][i].qs + 4 * g, 4);
+                    memcpy(&xv, T32_XQ(X, r, i, a256) + 4 * g, 4);
                     const __m256i xb = _mm256_set1_epi32(xv);
                     if (sgn)
                         isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(xb, wq)), ones));
@@ -99,19 +104,23 @@ AVX2 static inline __attribute__((always_inline)) void t32_dot_as(const t32_bloc
         }
         const __m256 vd = _mm256_loadu_ps(t[i].d), ve = _mm256_loadu_ps(t[i].e);
         for (int r = 0; r < 4; r++) {
-            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(vd, _mm256_set1_ps(X[r][i].d)), _mm256_cvtepi32_ps(isum[r]), acc[r]);
-            if (!sgn) acc[r] = _mm256_fmadd_ps(ve, _mm256_set1_ps(X[r][i].s), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(vd, _mm256_set1_ps(T32_XD(X, r, i, a256))), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+            if (!sgn) acc[r] = _mm256_fmadd_ps(ve, _mm256_set1_ps(((const act32 *)X[r])[i].s), acc[r]);
         }
     }
     for (int r = 0; r < 4; r++) _mm256_storeu_ps(out[r], acc[r]);
 }
 
 AVX2 static void t32_dot(const t32_block *t, int nb, const act32 *const *X, float out[4][8]) {
-    t32_dot_as(t, nb, X, out, 0);
+    t32_dot_as(t, nb, (const void *const *)X, out, 0, 0);
 }
 
 AVX2 static void t32_dot_signed(const t32_block *t, int nb, const act32 *const *X, float out[4][8]) {
-    t32_dot_as(t, nb, X, out, 1);
+    t32_dot_as(t, nb, (const void *const *)X, out, 1, 0);
+}
+
+AVX2 static void t32_dot_iq4xs(const t32_block *t, int nb, const act256 *const *X, float out[4][8]) {
+    t32_dot_as(t, nb, (const void *const *)X, out, 1, 1);
 }
 
 /* Q5_0 x8: lane vector p's low nibbles are the weights 4p.., its high ones 16 + 4p..; the
@@ -280,7 +289,7 @@ AVX2 static void kq_tile_pack(int type, const uint8_t *w, int64_t row_bytes, int
             int16_t sc16[16];
             if (iq_expand(type, row + i * (row_bytes / nb), (int8_t *)v[k], sc16, &t[i].d[k])) {
                 /* the bytes made unsigned, w + off, the offset through the activation sums as
-                 * a minimum of off x scale (dmin = d); IQ4_XS stays signed (skq_tile_dot) */
+                 * a minimum of off x scale (dmin = d) */
                 const int off = iq_offset(type);
                 const __m256i s = _mm256_loadu_si256((const __m256i *)sc16);
                 const __m256i lo = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(s));
@@ -390,44 +399,6 @@ AVX2 static inline __attribute__((always_inline)) void kq_tile_dot_as(const kq_t
     for (int r = 0; r < 4; r++) _mm256_storeu_ps(out[r], acc[r]);
 }
 
-/* The same tiles with signed bytes (IQ4_XS, whose table runs from -127 to 113): |w| . (x
- * signed as w), no minimum. Up to |w| = 64 two vpmaddubsw sums could share a 16-bit lane
- * (2 x 2 x 64 x 127 < 2^15); `big` takes each to 32 bits on its own. */
-AVX2 static inline __attribute__((always_inline)) void skq_tile_dot_as(const kq_tile_block *t, int nb, const act256 *const *X,
-                                                                     float out[4][8], const int big) {
-    __m256 acc[4];
-    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        __m256i isum[4];
-        for (int r = 0; r < 4; r++) isum[r] = _mm256_setzero_si256();
-        for (int j = 0; j < 16; j++) {
-            __m256i w[4], a[4];
-            for (int m = 0; m < 4; m++) {
-                w[m] = _mm256_loadu_si256((const __m256i *)t[i].q[4 * j + m]);
-                a[m] = _mm256_sign_epi8(w[m], w[m]);
-            }
-            const __m256i sc = _mm256_loadu_si256((const __m256i *)t[i].sc[j]);
-            for (int r = 0; r < 4; r++) {
-                int32_t x4[4];
-                memcpy(x4, X[r][i].qs + 16 * j, 16);
-                __m256i p[4];
-                for (int m = 0; m < 4; m++) p[m] = _mm256_maddubs_epi16(a[m], _mm256_sign_epi8(_mm256_set1_epi32(x4[m]), w[m]));
-                if (big)
-                    isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(
-                        _mm256_add_epi32(_mm256_madd_epi16(p[0], sc), _mm256_madd_epi16(p[1], sc)),
-                        _mm256_add_epi32(_mm256_madd_epi16(p[2], sc), _mm256_madd_epi16(p[3], sc))));
-                else
-                    isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[0], p[1]), sc),
-                                                                         _mm256_madd_epi16(_mm256_add_epi16(p[2], p[3]), sc)));
-            }
-        }
-        const __m256 vd = _mm256_loadu_ps(t[i].d);
-        for (int r = 0; r < 4; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(vd, _mm256_set1_ps(X[r][i].d)), _mm256_cvtepi32_ps(isum[r]), acc[r]);
-    }
-    for (int r = 0; r < 4; r++) _mm256_storeu_ps(out[r], acc[r]);
-}
-
 /* ---- the 32-block tiles on AVX-512: as the k-quant ones below, two 4-byte lanes per weight
  * row in a 64-byte vector, so an 8-byte broadcast of activations meets 8 weights of all
  * eight rows. Unsigned weights: four vpmaddubsw sums in 16 bits (as the AVX2 tile), one
@@ -473,7 +444,8 @@ AVX512 static inline void pairs_out(const __m512 acc[4], float out[4][8]) {
 }
 
 AVX512 static inline __attribute__((always_inline)) void t32x512_dot_as(const t32x512_block *t, int nb,
-                                                                      const act32 *const *X, float out[4][8], const int sgn) {
+                                                                      const void *const *X, float out[4][8], const int sgn,
+                                                                      const int a256) {
     const __m512i ones = _mm512_set1_epi16(1), flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[4];
     for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
@@ -482,7 +454,7 @@ AVX512 static inline __attribute__((always_inline)) void t32x512_dot_as(const t3
         const __m512i w2 = _mm512_loadu_si512(t[i].q[2]), w3 = _mm512_loadu_si512(t[i].q[3]);
         const __m512 vd = _mm512_loadu_ps(t[i].d);
         for (int r = 0; r < 4; r++) {
-            const int8_t *xq = X[r][i].qs;
+            const int8_t *xq = T32_XQ(X, r, i, a256);
             __m512i isum;
             if (sgn) {
                 isum = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(t[i].w128));
@@ -496,19 +468,42 @@ AVX512 static inline __attribute__((always_inline)) void t32x512_dot_as(const t3
                     _mm512_add_epi16(_mm512_maddubs_epi16(w2, bcast8(xq + 16)), _mm512_maddubs_epi16(w3, bcast8(xq + 24))));
                 isum = _mm512_madd_epi16(p, ones);
             }
-            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(vd, _mm512_set1_ps(X[r][i].d)), _mm512_cvtepi32_ps(isum), acc[r]);
-            if (!sgn) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(t[i].e), _mm512_set1_ps(X[r][i].s), acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(vd, _mm512_set1_ps(T32_XD(X, r, i, a256))), _mm512_cvtepi32_ps(isum), acc[r]);
+            if (!sgn) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(t[i].e), _mm512_set1_ps(((const act32 *)X[r])[i].s), acc[r]);
         }
     }
     pairs_out(acc, out);
 }
 
 AVX512 static void t32x512_dot(const t32x512_block *t, int nb, const act32 *const *X, float out[4][8]) {
-    t32x512_dot_as(t, nb, X, out, 0);
+    t32x512_dot_as(t, nb, (const void *const *)X, out, 0, 0);
 }
 
 AVX512 static void t32x512_dot_signed(const t32x512_block *t, int nb, const act32 *const *X, float out[4][8]) {
-    t32x512_dot_as(t, nb, X, out, 1);
+    t32x512_dot_as(t, nb, (const void *const *)X, out, 1, 0);
+}
+
+AVX512 static void t32x512_dot_iq4xs(const t32x512_block *t, int nb, const act256 *const *X, float out[4][8]) {
+    t32x512_dot_as(t, nb, (const void *const *)X, out, 1, 1);
+}
+
+/* IQ4_XS as 32-block tiles: each sub-block of 32 a signed block of IQ4_NL's table values
+ * with the float scale d x (its six-bit scale - 32), met by the act256 rows' 32-byte runs */
+AVX2 static void iq4xs_t32_pack(const uint8_t *w, int64_t row_bytes, int nb, int i, t32_block *t) {
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
+    __m256i qv[8][8];
+    for (int k = 0; k < 8; k++) {
+        const blk_iq4_xs *b = (const blk_iq4_xs *)(w + k * row_bytes) + i;
+        const float d = H2F(b->d);
+        for (int j = 0; j < 8; j++) {
+            const int ls = (((b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b->scales_h >> (2 * j)) & 3) << 4)) - 32;
+            qv[j][k] = _mm256_shuffle_epi8(lut, nibbles32(b->qs + 16 * j));
+            t[j].d[k] = d * (float)ls;
+            t[j].e[k] = 0.f;
+        }
+    }
+    (void)nb;
+    for (int j = 0; j < 8; j++) transpose8x32(qv[j], (__m256i *)t[j].q);
 }
 
 /* ---- the k-quant tiles on AVX-512: 64-byte vectors holding two 4-byte lanes per weight row,
@@ -574,35 +569,6 @@ AVX512 static inline __attribute__((always_inline)) void kq512_tile_dot_as(const
     pairs_out(acc, out);
 }
 
-/* the signed form on AVX-512: |w| as bytes, the activations negated under w's sign mask */
-AVX512 static inline __attribute__((always_inline)) void skq512_tile_dot_as(const kq512_tile_block *t, int nb,
-                                                                          const act256 *const *X, float out[4][8], const int big) {
-    __m512 acc[4];
-    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        __m512i isum[4];
-        for (int r = 0; r < 4; r++) isum[r] = _mm512_setzero_si512();
-        for (int j = 0; j < 16; j++) {
-            const __m512i w0 = _mm512_loadu_si512(t[i].q[j][0]), w1 = _mm512_loadu_si512(t[i].q[j][1]);
-            const __m512i a0 = _mm512_abs_epi8(w0), a1 = _mm512_abs_epi8(w1);
-            const __mmask64 n0 = _mm512_movepi8_mask(w0), n1 = _mm512_movepi8_mask(w1);
-            const __m512i sc = _mm512_loadu_si512(t[i].sc[j]), zero = _mm512_setzero_si512();
-            for (int r = 0; r < 4; r++) {
-                const int8_t *xq = X[r][i].qs + 16 * j;
-                const __m512i x0 = bcast8(xq), x1 = bcast8(xq + 8);
-                const __m512i p0 = _mm512_maddubs_epi16(a0, _mm512_mask_sub_epi8(x0, n0, zero, x0));
-                const __m512i p1 = _mm512_maddubs_epi16(a1, _mm512_mask_sub_epi8(x1, n1, zero, x1));
-                if (big) isum[r] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(isum[r], p0, sc), p1, sc);
-                else isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_add_epi16(p0, p1), sc);
-            }
-        }
-        const __m512 vd = _mm512_loadu_ps(t[i].d);
-        for (int r = 0; r < 4; r++)
-            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(vd, _mm512_set1_ps(X[r][i].d)), _mm512_cvtepi32_ps(isum[r]), acc[r]);
-    }
-    pairs_out(acc, out);
-}
-
 AVX2 static void kq_tile_dot(const kq_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
     kq_tile_dot_as(t, nb, X, out, 0);
 }
@@ -615,26 +581,90 @@ AVX512 static void kq512_tile_dot(const kq512_tile_block *t, int nb, const act25
 AVX512 static void kq512_tile_dot_big(const kq512_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
     kq512_tile_dot_as(t, nb, X, out, 1);
 }
-/* IQ4_XS: signed, its table's values to 127 */
-AVX2 static void skq_tile_dot(const kq_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
-    skq_tile_dot_as(t, nb, X, out, 1);
+
+/* ---- F16 / BF16 tiles: eight weight rows as float32 (converted once), met by float32
+ * activation rows: each pass of the AVX-512 loop holds four weight rows against four
+ * activation rows in 16 accumulators (loads two per four fused multiply-adds), AVX2 four
+ * against two; the last n % 16 (8) columns one at a time. */
+static int float_type(int type) { return type == T_F16 || type == T_BF16; }
+
+AVX2 static void ftile_pack(int type, const uint8_t *w, int64_t row_bytes, int n, float *t) {
+    for (int k = 0; k < 8; k++) {
+        const uint16_t *row = (const uint16_t *)(w + k * row_bytes);
+        float *o = t + (int64_t)k * n;
+        int j = 0;
+        if (type == T_F16)
+            for (; j + 8 <= n; j += 8) _mm256_storeu_ps(o + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + j))));
+        else
+            for (; j + 8 <= n; j += 8)
+                _mm256_storeu_ps(o + j, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + j))), 16)));
+        for (; j < n; j++) {
+            if (type == T_F16) o[j] = h2f(row[j]);
+            else { const uint32_t b = (uint32_t)row[j] << 16; memcpy(o + j, &b, 4); }
+        }
+    }
 }
-AVX512 static void skq512_tile_dot(const kq512_tile_block *t, int nb, const act256 *const *X, float out[4][8]) {
-    skq512_tile_dot_as(t, nb, X, out, 1);
+
+AVX512 static void ftile_dot512(const float *t, int n, const float *const *X, float out[4][8]) {
+    for (int h = 0; h < 2; h++) {
+        const float *w = t + (int64_t)4 * h * n;
+        __m512 acc[4][4];
+        for (int k = 0; k < 4; k++) for (int r = 0; r < 4; r++) acc[k][r] = _mm512_setzero_ps();
+        int j = 0;
+        for (; j + 16 <= n; j += 16) {
+            __m512 xv[4];
+            for (int r = 0; r < 4; r++) xv[r] = _mm512_loadu_ps(X[r] + j);
+            for (int k = 0; k < 4; k++) {
+                const __m512 wv = _mm512_loadu_ps(w + (int64_t)k * n + j);
+                for (int r = 0; r < 4; r++) acc[k][r] = _mm512_fmadd_ps(wv, xv[r], acc[k][r]);
+            }
+        }
+        for (int k = 0; k < 4; k++)
+            for (int r = 0; r < 4; r++) {
+                float s = _mm512_reduce_add_ps(acc[k][r]);
+                for (int i = j; i < n; i++) s += w[(int64_t)k * n + i] * X[r][i];
+                out[r][4 * h + k] = s;
+            }
+    }
+}
+
+AVX2 static void ftile_dot256(const float *t, int n, const float *const *X, float out[4][8]) {
+    for (int h = 0; h < 2; h++)
+        for (int rp = 0; rp < 4; rp += 2) {
+            const float *w = t + (int64_t)4 * h * n;
+            __m256 acc[4][2];
+            for (int k = 0; k < 4; k++) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+            int j = 0;
+            for (; j + 8 <= n; j += 8) {
+                const __m256 x0 = _mm256_loadu_ps(X[rp] + j), x1 = _mm256_loadu_ps(X[rp + 1] + j);
+                for (int k = 0; k < 4; k++) {
+                    const __m256 wv = _mm256_loadu_ps(w + (int64_t)k * n + j);
+                    acc[k][0] = _mm256_fmadd_ps(wv, x0, acc[k][0]);
+                    acc[k][1] = _mm256_fmadd_ps(wv, x1, acc[k][1]);
+                }
+            }
+            for (int k = 0; k < 4; k++)
+                for (int r = 0; r < 2; r++) {
+                    float s = hsum8(acc[k][r]);
+                    for (int i = j; i < n; i++) s += w[(int64_t)k * n + i] * X[rp + r][i];
+                    out[rp + r][4 * h + k] = s;
+                }
+        }
 }
 
 /* ---- the tiles as matmul.c uses them */
-/* the types expanded to signed bytes (iq_expand) */
+/* the types expanded to signed bytes (iq_expand), tiled as k-quants with an offset */
 static int sk_type(int type) {
     return type == T_IQ2_XXS || type == T_IQ2_XS || type == T_IQ2_S || type == T_IQ3_XXS || type == T_IQ3_S ||
-           type == T_IQ1_S || type == T_IQ1_M || type == T_TQ1_0 || type == T_TQ2_0 || type == T_IQ4_XS;
+           type == T_IQ1_S || type == T_IQ1_M || type == T_TQ1_0 || type == T_TQ2_0;
 }
 
 static int kq_type(int type) { return type == T_Q4_K || type == T_Q5_K || type == T_Q6_K || sk_type(type); }
 
 /* the types whose rows go through the tiles */
 int tile_type(int type) {
-    return kq_type(type) || type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 ||
+    return kq_type(type) || float_type(type) || type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 ||
            type == T_Q5_1 || type == T_Q8_0 || type == T_IQ4_NL || type == T_MXFP4 || type == T_Q5_0_X8 ||
            type == T_MXFP4_X8;
 }
@@ -643,6 +673,8 @@ int tile_type(int type) {
 /* bytes of one packed tile (eight weight rows); AVX-512 has its own layouts */
 size_t tile_bytes(int type, int nb) {
     const int wide = gc_isa() >= ISA_AVX512;
+    if (float_type(type)) return 8 * sizeof(float) * (size_t)nb; /* nb: the row's columns */
+    if (type == T_IQ4_XS) return (wide ? sizeof(t32x512_block) : sizeof(t32_block)) * 8 * (size_t)nb;
     const size_t per = kq_type(type) ? (wide ? sizeof(kq512_tile_block) : sizeof(kq_tile_block))
                                      : (wide ? sizeof(t32x512_block) : sizeof(t32_block));
     return per * (size_t)nb;
@@ -657,7 +689,14 @@ static void t32_pack_one(int type, const uint8_t *w, int64_t row_bytes, int nb, 
 }
 
 void tile_pack(int type, const uint8_t *w, int64_t row_bytes, int nb, void *t) {
-    if (kq_type(type) && gc_isa() >= ISA_AVX512) kq512_tile_pack(type, w, row_bytes, nb, t);
+    if (float_type(type)) ftile_pack(type, w, row_bytes, nb, t);
+    else if (type == T_IQ4_XS)
+        for (int i = 0; i < nb; i++) {
+            t32_block b[8];
+            iq4xs_t32_pack(w, row_bytes, nb, i, gc_isa() >= ISA_AVX512 ? b : (t32_block *)t + 8 * i);
+            for (int j = 0; j < 8 && gc_isa() >= ISA_AVX512; j++) t32x512_from(&b[j], (t32x512_block *)t + 8 * i + j, 1);
+        }
+    else if (kq_type(type) && gc_isa() >= ISA_AVX512) kq512_tile_pack(type, w, row_bytes, nb, t);
     else if (kq_type(type)) kq_tile_pack(type, w, row_bytes, nb, t);
     else if (gc_isa() >= ISA_AVX512)
         for (int i = 0; i < nb; i++) {
@@ -672,13 +711,16 @@ void tile_pack(int type, const uint8_t *w, int64_t row_bytes, int nb, void *t) {
 
 void tile_dot(int type, const void *t, int nb, const void *const *xs, float o[4][8]) {
     const int wide = gc_isa() >= ISA_AVX512;
-    if (kq_type(type)) {
+    if (float_type(type)) {
+        if (wide) ftile_dot512(t, nb, (const float *const *)xs, o);
+        else ftile_dot256(t, nb, (const float *const *)xs, o);
+    } else if (type == T_IQ4_XS) {
+        if (wide) t32x512_dot_iq4xs(t, 8 * nb, (const act256 *const *)xs, o);
+        else t32_dot_iq4xs(t, 8 * nb, (const act256 *const *)xs, o);
+    } else if (kq_type(type)) {
         const act256 *const *X = (const act256 *const *)xs;
         const int off = sk_type(type) ? iq_offset(type) : 0;
-        if (type == T_IQ4_XS) {
-            if (wide) skq512_tile_dot(t, nb, X, o);
-            else skq_tile_dot(t, nb, X, o);
-        } else if (off > 31) {
+        if (off > 31) {
             if (wide) kq512_tile_dot_big(t, nb, X, o);
             else kq_tile_dot_big(t, nb, X, o);
         } else if (wide) {

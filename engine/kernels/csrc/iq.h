@@ -192,9 +192,11 @@ static inline void iqx_q2_0(const void *vb, int g, iq_group *o) {
     o->s[0] = o->s[1] = 1;
 }
 
-/* the types built on the expanders: X(name, block struct) for the 256-weight ones (act256) */
-#define GC_IQ_TYPES(X) X(iq2_xxs, blk_iq2_xxs) X(iq2_xs, blk_iq2_xs) X(iq2_s, blk_iq2_s) X(iq3_xxs, blk_iq3_xxs) \
-    X(iq3_s, blk_iq3_s) X(iq1_s, blk_iq1_s) X(iq1_m, blk_iq1_m) X(tq1_0, blk_tq1_0) X(tq2_0, blk_tq2_0)
+/* the types built on the expanders: X(name, block struct) for the 256-weight ones (act256);
+ * the codebook ones (GC_GRID_TYPES) on them on x86 too, the ternary ones there in vectors */
+#define GC_GRID_TYPES(X) X(iq2_xxs, blk_iq2_xxs) X(iq2_xs, blk_iq2_xs) X(iq2_s, blk_iq2_s) X(iq3_xxs, blk_iq3_xxs) \
+    X(iq3_s, blk_iq3_s) X(iq1_s, blk_iq1_s) X(iq1_m, blk_iq1_m)
+#define GC_IQ_TYPES(X) GC_GRID_TYPES(X) X(tq1_0, blk_tq1_0) X(tq2_0, blk_tq2_0)
 /* ...and the small-block ones, groups of 32 per activation block (act32): X(name, struct, groups) */
 #define GC_B32_TYPES(X) X(q1_0, blk_q1_0, 4) X(q2_0, blk_q2_0, 2)
 /* the float types, activations as float32 */

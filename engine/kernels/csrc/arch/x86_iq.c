@@ -75,8 +75,67 @@
 
 #define IQ_AVX2(t, B) IQ_ROWS(t, B, AVX2, avx2)
 #define IQ_AVX512(t, B) IQ_ROWS(t, B, AVX512, avx512)
-GC_IQ_TYPES(IQ_AVX2)
-GC_IQ_TYPES(IQ_AVX512)
+GC_GRID_TYPES(IQ_AVX2)
+GC_GRID_TYPES(IQ_AVX512)
+
+/* ---- TQ1_0, TQ2_0: a group's digits (0..2, the weights + 1) unpacked in the vector unit,
+ * unsigned for vpmaddubsw; the offset 1 through the activation sums */
+
+/* (q x mul mod 256) x 3 >> 8 for each byte of q: mul per 16-bit lane, for its two bytes */
+AVX2 static inline __m256i trits32(__m256i q, __m256i mul) {
+    const __m256i lo = _mm256_set1_epi16(0xFF), three = _mm256_set1_epi16(768);
+    const __m256i e = _mm256_mulhi_epu16(_mm256_and_si256(_mm256_mullo_epi16(_mm256_and_si256(q, lo), mul), lo), three);
+    const __m256i o = _mm256_mulhi_epu16(_mm256_and_si256(_mm256_mullo_epi16(_mm256_srli_epi16(q, 8), mul), lo), three);
+    return _mm256_or_si256(e, _mm256_slli_epi16(o, 8));
+}
+
+AVX2 static inline __m256i tq1_0_group(const blk_tq1_0 *b, int g) {
+    if (g < 5) return trits32(_mm256_loadu_si256((const __m256i *)b->qs), _mm256_set1_epi16(pow3[g]));
+    const __m128i hi = _mm_loadu_si128((const __m128i *)(b->qs + 32));
+    if (g < 7) {
+        const int j0 = 2 * (g - 5);
+        return trits32(_mm256_setr_m128i(hi, hi), _mm256_setr_m128i(_mm_set1_epi16(pow3[j0]), _mm_set1_epi16(pow3[j0 + 1])));
+    }
+    /* qs[32..47]'s last digit, then digit j of qh[m] for weights 240 + 4j + m */
+    const __m256i q = _mm256_setr_m128i(hi, _mm_set1_epi32((int)ld32(b->qh)));
+    return trits32(q, _mm256_setr_epi16(81, 81, 81, 81, 81, 81, 81, 81, 1, 1, 3, 3, 9, 9, 27, 27));
+}
+
+AVX2 static inline __m256i tq2_0_group(const blk_tq2_0 *b, int g) {
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * (g / 4)));
+    return _mm256_and_si256(_mm256_srli_epi16(q, 2 * (g % 4)), _mm256_set1_epi8(3));
+}
+
+#define TQ_ROWS(t, B, TARGET, SFX)                                                                   \
+    TARGET static inline __attribute__((always_inline)) void t##_rows_##SFX(const void *vw, const act256 *const *X, \
+                                                                          const int R, int nb, float *out) { \
+        const B *w = vw;                                                                             \
+        const __m256i ones = _mm256_set1_epi16(1);                                                   \
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};                                                         \
+        for (int i = 0; i < nb; i++) {                                                               \
+            prefetch_ahead(&w[i], (int)sizeof(B));                                                   \
+            __m256i sum[4]; /* 16-bit: eight groups of two products of up to 2 x 127 */              \
+            for (int r = 0; r < R; r++) sum[r] = _mm256_setzero_si256();                             \
+            for (int g = 0; g < 8; g++) {                                                            \
+                const __m256i u = t##_group(&w[i], g);                                               \
+                for (int r = 0; r < R; r++)                                                          \
+                    sum[r] = _mm256_add_epi16(sum[r], _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(X[r][i].qs + 32 * g)))); \
+            }                                                                                        \
+            const float d = iqd_##t(&w[i]);                                                          \
+            for (int r = 0; r < R; r++) {                                                            \
+                const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)X[r][i].bsums), ones); \
+                const int isum = hsum_i32_avx2(_mm256_sub_epi32(_mm256_madd_epi16(sum[r], ones), bs)); \
+                acc[r] += (d * X[r][i].d) * (float)isum;                                             \
+            }                                                                                        \
+        }                                                                                            \
+        for (int r = 0; r < R; r++) out[r] = acc[r];                                                 \
+    }                                                                                                \
+    DEFINE_ROWS_1_4(TARGET, dot_##t##_##SFX, dot4_##t##_##SFX, t##_rows_##SFX)
+
+TQ_ROWS(tq1_0, blk_tq1_0, AVX2, avx2)
+TQ_ROWS(tq1_0, blk_tq1_0, AVX512, avx512)
+TQ_ROWS(tq2_0, blk_tq2_0, AVX2, avx2)
+TQ_ROWS(tq2_0, blk_tq2_0, AVX512, avx512)
 #define B32_AVX2(t, B, G) B32_ROWS(t, B, G, AVX2, avx2)
 #define B32_AVX512(t, B, G) B32_ROWS(t, B, G, AVX512, avx512)
 GC_B32_TYPES(B32_AVX2)

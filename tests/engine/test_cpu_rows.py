@@ -122,6 +122,8 @@ def test_tiles_equal_the_row_wise_dots(gtype, rows, n, isa):
     rowwise = product(packed, x, gtype, rows, isa=isa, tiles=False)
     tiles = product(packed, x, gtype, rows, isa=isa)
     torch.testing.assert_close(tiles, rowwise, rtol=1e-5, atol=1e-6 * float(rowwise.abs().max()))
+    if 32 <= n <= K.gemv_max_rows:  # the tiles did run: they sum in another order than the row-wise dots
+        assert not torch.equal(tiles, rowwise)
     W = dequantize(packed.numpy(), gtype, (rows, cols)).astype(np.float64)
     bound = activation_bound(W, x.double().numpy(), 256 if gtype in (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K) else 32)
     assert np.all(np.abs(tiles.numpy() - x.double().numpy() @ W.T) <= bound * 1.001 + 1e-4)

@@ -664,7 +664,7 @@ static int kq_type(int type) { return type == T_Q4_K || type == T_Q5_K || type =
 
 /* the types whose rows go through the tiles */
 int tile_type(int type) {
-    return kq_type(type) || float_type(type) || type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 ||
+    return kq_type(type) || float_type(type) || type == T_IQ4_XS || type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 ||
            type == T_Q5_1 || type == T_Q8_0 || type == T_IQ4_NL || type == T_MXFP4 || type == T_Q5_0_X8 ||
            type == T_MXFP4_X8;
 }

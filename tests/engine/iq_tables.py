@@ -41,6 +41,8 @@ def render() -> str:
         byte = i | ((bin(i).count("1") & 1) << 7)
         signs.append(sum(0xFF << (8 * j) for j in range(8) if byte >> j & 1))
     parts.append(_array("uint64_t", "ksigns_mask", _words(np.array(signs, np.uint64), 64), 8))
+    ksigns = [i | ((bin(i).count("1") & 1) << 7) for i in range(128)]
+    parts.append(_array("uint8_t", "ksigns_byte", _words(np.array(ksigns, np.uint8), 8), 16))
     spread = [sum(0xFF << (8 * j) for j in range(8) if b >> j & 1) for b in range(256)]
     parts.append(_array("uint64_t", "bits_mask", _words(np.array(spread, np.uint64), 64), 8))
     two = [sum((((b >> (2 * j)) & 3) - 1 & 0xFF) << (8 * j) for j in range(4)) for b in range(256)]

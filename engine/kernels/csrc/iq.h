@@ -35,6 +35,7 @@ typedef struct { uint16_t d; uint8_t qs[16]; } blk_q2_0; /* 64 weights, two bits
 GC_HIDDEN extern const uint64_t grid_iq2xxs[256], grid_iq2xs[512], grid_iq2s[1024], grid_iq1s[2048];
 GC_HIDDEN extern const uint32_t grid_iq3xxs[256], grid_iq3s[512];
 GC_HIDDEN extern const uint64_t ksigns_mask[128], bits_mask[256];
+GC_HIDDEN extern const uint8_t ksigns_byte[128]; /* the eight sign bits ksigns_mask spreads */
 GC_HIDDEN extern const uint32_t q2_0_bytes[256]; /* a Q2_0 byte as its four weights' q - 1 */
 
 /* 32 weights: v[k] byte j = weight 8k + j; s[h] the integer scale of weights 16h .. 16h + 15 */
@@ -65,53 +66,79 @@ static inline float iqd_iq1_m(const void *b) {
 static inline float iqd_tq1_0(const void *b) { return h2f(((const blk_tq1_0 *)b)->d); }
 static inline float iqd_tq2_0(const void *b) { return h2f(((const blk_tq2_0 *)b)->d); }
 
-/* group g (weights 32g ..) of a block: scales (2s + 1) of the eighths (IQ2) or quarters
- * (IQ3_XXS) of d, the grid points signed by the sign masks */
-static inline void iqx_iq2_xxs(const void *vb, int g, iq_group *o) {
+/* The sign-and-grid types, group g (weights 32g ..) of a block apart: the grid points as
+ * unsigned bytes, their signs as 32 bits (bit j: weight j negative), the halves' scales
+ * (2s + 1 of the eighths (IQ2) or quarters (IQ3_XXS) of d; 1 + 2s of d for IQ3_S). The x86
+ * dots put the signs on the activations (iqs_*); everything else takes the signed bytes
+ * (iqx_*, from the same). */
+typedef struct { uint64_t g[4]; uint32_t sg; int s[2]; } iq_split;
+
+/* seven sign bits and their parity as the eighth, four times (ggml's ksigns_iq2xs) */
+static inline uint32_t ksigns4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+    return ksigns_byte[a] | (uint32_t)ksigns_byte[b] << 8 | (uint32_t)ksigns_byte[c] << 16 | (uint32_t)ksigns_byte[d] << 24;
+}
+
+static inline void iqs_iq2_xxs(const void *vb, int g, iq_split *o) {
     const blk_iq2_xxs *b = vb;
     const uint32_t idx = ld32(b->qs + 4 * g), sg = ld32(b->qs + 4 * g + 2);
-    for (int l = 0; l < 4; l++) o->v[l] = neg_where(grid_iq2xxs[(idx >> 8 * l) & 255], ksigns_mask[(sg >> 7 * l) & 127]);
+    for (int l = 0; l < 4; l++) o->g[l] = grid_iq2xxs[(idx >> 8 * l) & 255];
+    o->sg = ksigns4(sg & 127, (sg >> 7) & 127, (sg >> 14) & 127, (sg >> 21) & 127);
     o->s[0] = o->s[1] = 2 * (int)(sg >> 28) + 1;
 }
 
-static inline void iqx_iq2_xs(const void *vb, int g, iq_group *o) {
+static inline void iqs_iq2_xs(const void *vb, int g, iq_split *o) {
     const blk_iq2_xs *b = vb;
-    for (int l = 0; l < 4; l++) {
-        const uint16_t q = b->qs[4 * g + l];
-        o->v[l] = neg_where(grid_iq2xs[q & 511], ksigns_mask[q >> 9]);
-    }
+    const uint16_t *q = b->qs + 4 * g;
+    for (int l = 0; l < 4; l++) o->g[l] = grid_iq2xs[q[l] & 511];
+    o->sg = ksigns4(q[0] >> 9, q[1] >> 9, q[2] >> 9, q[3] >> 9);
     o->s[0] = 2 * (b->scales[g] & 15) + 1;
     o->s[1] = 2 * (b->scales[g] >> 4) + 1;
 }
 
-static inline void iqx_iq2_s(const void *vb, int g, iq_group *o) {
+static inline void iqs_iq2_s(const void *vb, int g, iq_split *o) {
     const blk_iq2_s *b = vb;
-    for (int l = 0; l < 4; l++)
-        o->v[l] = neg_where(grid_iq2s[b->qs[4 * g + l] | ((b->qh[g] << (8 - 2 * l)) & 0x300)], bits_mask[b->signs[4 * g + l]]);
+    for (int l = 0; l < 4; l++) o->g[l] = grid_iq2s[b->qs[4 * g + l] | ((b->qh[g] << (8 - 2 * l)) & 0x300)];
+    o->sg = ld32(b->signs + 4 * g);
     o->s[0] = 2 * (b->scales[g] & 15) + 1;
     o->s[1] = 2 * (b->scales[g] >> 4) + 1;
 }
 
-static inline void iqx_iq3_xxs(const void *vb, int g, iq_group *o) {
+static inline void iqs_iq3_xxs(const void *vb, int g, iq_split *o) {
     const blk_iq3_xxs *b = vb;
     const uint32_t sg = ld32(b->ss + 4 * g);
     const uint8_t *q = b->qs + 8 * g;
-    for (int l = 0; l < 4; l++)
-        o->v[l] = neg_where(grid_iq3xxs[q[2 * l]] | (uint64_t)grid_iq3xxs[q[2 * l + 1]] << 32, ksigns_mask[(sg >> 7 * l) & 127]);
+    for (int l = 0; l < 4; l++) o->g[l] = grid_iq3xxs[q[2 * l]] | (uint64_t)grid_iq3xxs[q[2 * l + 1]] << 32;
+    o->sg = ksigns4(sg & 127, (sg >> 7) & 127, (sg >> 14) & 127, (sg >> 21) & 127);
     o->s[0] = o->s[1] = 2 * (int)(sg >> 28) + 1;
 }
 
-static inline void iqx_iq3_s(const void *vb, int g, iq_group *o) {
+static inline void iqs_iq3_s(const void *vb, int g, iq_split *o) {
     const blk_iq3_s *b = vb;
     const uint8_t *q = b->qs + 8 * g;
     const unsigned h = b->qh[g];
     for (int l = 0; l < 4; l++) {
         const uint64_t lo = grid_iq3s[q[2 * l] | ((h << (8 - 2 * l)) & 0x100)];
         const uint64_t hi = grid_iq3s[q[2 * l + 1] | ((h << (7 - 2 * l)) & 0x100)];
-        o->v[l] = neg_where(lo | hi << 32, bits_mask[b->signs[4 * g + l]]);
+        o->g[l] = lo | hi << 32;
     }
+    o->sg = ld32(b->signs + 4 * g);
     o->s[0] = o->s[1] = 1 + 2 * ((b->scales[g / 2] >> (4 * (g % 2))) & 15);
 }
+
+/* the signed bytes of a split group (no grid byte is 0, see neg_where) */
+#define IQX_FROM_SPLIT(t)                                                                            \
+    static inline void iqx_##t(const void *vb, int g, iq_group *o) {                                \
+        iq_split e;                                                                                  \
+        iqs_##t(vb, g, &e);                                                                          \
+        for (int l = 0; l < 4; l++) o->v[l] = neg_where(e.g[l], bits_mask[(e.sg >> 8 * l) & 255]);   \
+        o->s[0] = e.s[0];                                                                            \
+        o->s[1] = e.s[1];                                                                            \
+    }
+IQX_FROM_SPLIT(iq2_xxs)
+IQX_FROM_SPLIT(iq2_xs)
+IQX_FROM_SPLIT(iq2_s)
+IQX_FROM_SPLIT(iq3_xxs)
+IQX_FROM_SPLIT(iq3_s)
 
 /* IQ1: grid points -1, 0, 1 plus a delta of +-1/8: bytes 8 g +- 1 on a factor of d / 8 */
 static inline uint64_t iq1_bytes(uint64_t grid, unsigned negative) {
@@ -194,8 +221,9 @@ static inline void iqx_q2_0(const void *vb, int g, iq_group *o) {
 
 /* the types built on the expanders: X(name, block struct) for the 256-weight ones (act256);
  * the codebook ones (GC_GRID_TYPES) on them on x86 too, the ternary ones there in vectors */
-#define GC_GRID_TYPES(X) X(iq2_xxs, blk_iq2_xxs) X(iq2_xs, blk_iq2_xs) X(iq2_s, blk_iq2_s) X(iq3_xxs, blk_iq3_xxs) \
-    X(iq3_s, blk_iq3_s) X(iq1_s, blk_iq1_s) X(iq1_m, blk_iq1_m)
+#define GC_SPLIT_TYPES(X) X(iq2_xxs, blk_iq2_xxs) X(iq2_xs, blk_iq2_xs) X(iq2_s, blk_iq2_s) X(iq3_xxs, blk_iq3_xxs) \
+    X(iq3_s, blk_iq3_s)
+#define GC_GRID_TYPES(X) GC_SPLIT_TYPES(X) X(iq1_s, blk_iq1_s) X(iq1_m, blk_iq1_m)
 #define GC_IQ_TYPES(X) GC_GRID_TYPES(X) X(tq1_0, blk_tq1_0) X(tq2_0, blk_tq2_0)
 /* ...and the small-block ones, groups of 32 per activation block (act32): X(name, struct, groups) */
 #define GC_B32_TYPES(X) X(q1_0, blk_q1_0, 4) X(q2_0, blk_q2_0, 2)

@@ -73,10 +73,44 @@
         t##_rows_##SFX(vw, (const act32 *const *)vx, 4, nb, out);                                    \
     }
 
+/* the sign-and-grid types: unsigned grid bytes, the signs put on the activations (vpsignb
+ * with -1 / +1 bytes from the 32 sign bits) */
+#define SPLIT_ROWS(t, B, TARGET, SFX)                                                                \
+    TARGET static inline __attribute__((always_inline)) void t##_rows_##SFX(const void *vw, const act256 *const *X, \
+                                                                          const int R, int nb, float *out) { \
+        const B *w = vw;                                                                             \
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};                                                         \
+        for (int i = 0; i < nb; i++) {                                                               \
+            prefetch_ahead(&w[i], (int)sizeof(B));                                                   \
+            __m256i sum[4];                                                                          \
+            for (int r = 0; r < R; r++) sum[r] = _mm256_setzero_si256();                             \
+            for (int g = 0; g < 8; g++) {                                                            \
+                iq_split e;                                                                          \
+                iqs_##t(&w[i], g, &e);                                                               \
+                const __m256i q = _mm256_set_epi64x((long long)e.g[3], (long long)e.g[2], (long long)e.g[1], (long long)e.g[0]); \
+                const __m256i sm = _mm256_or_si256(bits_to_bytes(e.sg), _mm256_set1_epi8(1)), sc = IQ_SC(e); \
+                for (int r = 0; r < R; r++) {                                                        \
+                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(X[r][i].qs + 32 * g));   \
+                    sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, _mm256_sign_epi8(xv, sm)), sc)); \
+                }                                                                                    \
+            }                                                                                        \
+            const float d = iqd_##t(&w[i]);                                                          \
+            for (int r = 0; r < R; r++) acc[r] += (d * X[r][i].d) * (float)hsum_i32_avx2(sum[r]);   \
+        }                                                                                            \
+        for (int r = 0; r < R; r++) out[r] = acc[r];                                                 \
+    }                                                                                                \
+    DEFINE_ROWS_1_4(TARGET, dot_##t##_##SFX, dot4_##t##_##SFX, t##_rows_##SFX)
+
+#define SPLIT_AVX2(t, B) SPLIT_ROWS(t, B, AVX2, avx2)
+#define SPLIT_AVX512(t, B) SPLIT_ROWS(t, B, AVX512, avx512)
+GC_SPLIT_TYPES(SPLIT_AVX2)
+GC_SPLIT_TYPES(SPLIT_AVX512)
 #define IQ_AVX2(t, B) IQ_ROWS(t, B, AVX2, avx2)
 #define IQ_AVX512(t, B) IQ_ROWS(t, B, AVX512, avx512)
-GC_GRID_TYPES(IQ_AVX2)
-GC_GRID_TYPES(IQ_AVX512)
+IQ_AVX2(iq1_s, blk_iq1_s)
+IQ_AVX2(iq1_m, blk_iq1_m)
+IQ_AVX512(iq1_s, blk_iq1_s)
+IQ_AVX512(iq1_m, blk_iq1_m)
 
 /* ---- TQ1_0, TQ2_0: a group's digits (0..2, the weights + 1) unpacked in the vector unit,
  * unsigned for vpmaddubsw; the offset 1 through the activation sums */

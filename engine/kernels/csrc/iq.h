@@ -146,24 +146,38 @@ static inline uint64_t iq1_bytes(uint64_t grid, unsigned negative) {
     return add8((grid << 3) & 0xF8F8F8F8F8F8F8F8ull, (0 - (uint64_t)(negative != 0)) | BYTES01);
 }
 
-static inline void iqx_iq1_s(const void *vb, int g, iq_group *o) {
+/* an IQ1 group apart: the grid points (bytes -1, 0, 1), bit l of neg set where the delta
+ * of weights 8l .. 8l + 7 is negative, the halves' scales */
+typedef struct { uint64_t g[4]; unsigned neg; int s[2]; } iq1_split;
+
+static inline void iqs_iq1_s(const void *vb, int g, iq1_split *o) {
     const blk_iq1_s *b = vb;
     const unsigned h = b->qh[g];
-    for (int l = 0; l < 4; l++) o->v[l] = iq1_bytes(grid_iq1s[b->qs[4 * g + l] | (((h >> 3 * l) & 7) << 8)], h & 0x8000);
+    for (int l = 0; l < 4; l++) o->g[l] = grid_iq1s[b->qs[4 * g + l] | (((h >> 3 * l) & 7) << 8)];
+    o->neg = h & 0x8000 ? 15 : 0;
     o->s[0] = o->s[1] = 2 * (int)((h >> 12) & 7) + 1;
 }
 
-static inline void iqx_iq1_m(const void *vb, int g, iq_group *o) {
+static inline void iqs_iq1_m(const void *vb, int g, iq1_split *o) {
     const blk_iq1_m *b = vb;
-    for (int l = 0; l < 4; l++) {
-        const unsigned nib = (b->qh[2 * g + l / 2] >> (4 * (l % 2))) & 15;
-        o->v[l] = iq1_bytes(grid_iq1s[b->qs[4 * g + l] | ((nib & 7) << 8)], nib & 8);
-    }
-    for (int h = 0; h < 2; h++) {
-        const int k = 2 * g + h;
-        o->s[h] = 2 * (int)((b->sc[k / 4] >> (3 * (k % 4))) & 7) + 1;
-    }
+    const unsigned q = b->qh[2 * g] | (unsigned)b->qh[2 * g + 1] << 8; /* four nibbles: 3 index bits, the delta's sign */
+    for (int l = 0; l < 4; l++) o->g[l] = grid_iq1s[b->qs[4 * g + l] | (((q >> 4 * l) & 7) << 8)];
+    o->neg = ((q >> 3) & 1) | ((q >> 6) & 2) | ((q >> 9) & 4) | ((q >> 12) & 8);
+    const unsigned sc = b->sc[g / 2] >> (6 * (g % 2)); /* the scales of halves 2g, 2g + 1 */
+    o->s[0] = 2 * (int)(sc & 7) + 1;
+    o->s[1] = 2 * (int)((sc >> 3) & 7) + 1;
 }
+
+#define IQ1X_FROM_SPLIT(t)                                                                           \
+    static inline void iqx_##t(const void *vb, int g, iq_group *o) {                                \
+        iq1_split e;                                                                                 \
+        iqs_##t(vb, g, &e);                                                                          \
+        for (int l = 0; l < 4; l++) o->v[l] = iq1_bytes(e.g[l], e.neg & (1u << l));                 \
+        o->s[0] = e.s[0];                                                                            \
+        o->s[1] = e.s[1];                                                                            \
+    }
+IQ1X_FROM_SPLIT(iq1_s)
+IQ1X_FROM_SPLIT(iq1_m)
 
 /* TQ2_0: weight 128h + 32s + m is bits 2s.. of qs[32h + m], minus 1 */
 static inline void iqx_tq2_0(const void *vb, int g, iq_group *o) {

@@ -13,32 +13,6 @@
 #define IQ_VEC(e) _mm256_set_epi64x((long long)(e).v[3], (long long)(e).v[2], (long long)(e).v[1], (long long)(e).v[0])
 #define IQ_SC(e) _mm256_setr_m128i(_mm_set1_epi16((short)(e).s[0]), _mm_set1_epi16((short)(e).s[1]))
 
-/* R activation rows (act256) against a row of a 256-block type: out[r] */
-#define IQ_ROWS(t, B, TARGET, SFX)                                                                   \
-    TARGET static inline __attribute__((always_inline)) void t##_rows_##SFX(const void *vw, const act256 *const *X, \
-                                                                          const int R, int nb, float *out) { \
-        const B *w = vw;                                                                             \
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};                                                         \
-        for (int i = 0; i < nb; i++) {                                                               \
-            prefetch_ahead(&w[i], (int)sizeof(B));                                                   \
-            __m256i sum[4];                                                                          \
-            for (int r = 0; r < R; r++) sum[r] = _mm256_setzero_si256();                             \
-            for (int g = 0; g < 8; g++) {                                                            \
-                iq_group e;                                                                          \
-                iqx_##t(&w[i], g, &e);                                                               \
-                const __m256i q = IQ_VEC(e), sc = IQ_SC(e), qa = _mm256_sign_epi8(q, q);            \
-                for (int r = 0; r < R; r++) {                                                        \
-                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(X[r][i].qs + 32 * g));   \
-                    sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(xv, q)), sc)); \
-                }                                                                                    \
-            }                                                                                        \
-            const float d = iqd_##t(&w[i]);                                                          \
-            for (int r = 0; r < R; r++) acc[r] += (d * X[r][i].d) * (float)hsum_i32_avx2(sum[r]);   \
-        }                                                                                            \
-        for (int r = 0; r < R; r++) out[r] = acc[r];                                                 \
-    }                                                                                                \
-    DEFINE_ROWS_1_4(TARGET, dot_##t##_##SFX, dot4_##t##_##SFX, t##_rows_##SFX)
-
 /* Q1_0, Q2_0: G groups a block, each meeting its own act32 block */
 #define B32_ROWS(t, B, G, TARGET, SFX)                                                               \
     TARGET static inline __attribute__((always_inline)) void t##_rows_##SFX(const void *vw, const act32 *const *X, \
@@ -105,12 +79,44 @@
 #define SPLIT_AVX512(t, B) SPLIT_ROWS(t, B, AVX512, avx512)
 GC_SPLIT_TYPES(SPLIT_AVX2)
 GC_SPLIT_TYPES(SPLIT_AVX512)
-#define IQ_AVX2(t, B) IQ_ROWS(t, B, AVX2, avx2)
-#define IQ_AVX512(t, B) IQ_ROWS(t, B, AVX512, avx512)
-IQ_AVX2(iq1_s, blk_iq1_s)
-IQ_AVX2(iq1_m, blk_iq1_m)
-IQ_AVX512(iq1_s, blk_iq1_s)
-IQ_AVX512(iq1_m, blk_iq1_m)
+/* IQ1_S, IQ1_M: the bytes 8 g +- 1 made in the vector unit (g's sign on 8, the deltas as
+ * -1 / +1 per eight bytes from the four sign bits) */
+AVX2 static inline __m256i iq1_vec(const iq1_split *e) {
+    const __m256i g = _mm256_set_epi64x((long long)e->g[3], (long long)e->g[2], (long long)e->g[1], (long long)e->g[0]);
+    const __m256i bit = _mm256_setr_epi64x(1, 2, 4, 8);
+    const __m256i neg = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(e->neg), bit), bit);
+    return _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), g), _mm256_or_si256(neg, _mm256_set1_epi8(1)));
+}
+
+#define IQ1_ROWS(t, B, TARGET, SFX)                                                                  \
+    TARGET static inline __attribute__((always_inline)) void t##_rows_##SFX(const void *vw, const act256 *const *X, \
+                                                                          const int R, int nb, float *out) { \
+        const B *w = vw;                                                                             \
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};                                                         \
+        for (int i = 0; i < nb; i++) {                                                               \
+            prefetch_ahead(&w[i], (int)sizeof(B));                                                   \
+            __m256i sum[4];                                                                          \
+            for (int r = 0; r < R; r++) sum[r] = _mm256_setzero_si256();                             \
+            for (int g = 0; g < 8; g++) {                                                            \
+                iq1_split e;                                                                         \
+                iqs_##t(&w[i], g, &e);                                                               \
+                const __m256i q = iq1_vec(&e), sc = IQ_SC(e), qa = _mm256_sign_epi8(q, q);          \
+                for (int r = 0; r < R; r++) {                                                        \
+                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(X[r][i].qs + 32 * g));   \
+                    sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(xv, q)), sc)); \
+                }                                                                                    \
+            }                                                                                        \
+            const float d = iqd_##t(&w[i]);                                                          \
+            for (int r = 0; r < R; r++) acc[r] += (d * X[r][i].d) * (float)hsum_i32_avx2(sum[r]);   \
+        }                                                                                            \
+        for (int r = 0; r < R; r++) out[r] = acc[r];                                                 \
+    }                                                                                                \
+    DEFINE_ROWS_1_4(TARGET, dot_##t##_##SFX, dot4_##t##_##SFX, t##_rows_##SFX)
+
+IQ1_ROWS(iq1_s, blk_iq1_s, AVX2, avx2)
+IQ1_ROWS(iq1_m, blk_iq1_m, AVX2, avx2)
+IQ1_ROWS(iq1_s, blk_iq1_s, AVX512, avx512)
+IQ1_ROWS(iq1_m, blk_iq1_m, AVX512, avx512)
 
 /* ---- TQ1_0, TQ2_0: a group's digits (0..2, the weights + 1) unpacked in the vector unit,
  * unsigned for vpmaddubsw; the offset 1 through the activation sums */

@@ -1,8 +1,8 @@
 /* The x86-64 dots of the types iq.h expands (one and four activation rows from one body,
  * built for the AVX2 and the AVX-512 level), F16 / BF16 against float32 activations, and
- * the blocks as 256 signed bytes for the tiles (x86_tiles.c). A group's four words become
- * one 32-byte vector; with the sign trick (|w| . x with x signed as w) vpmaddubsw pairs
- * them with the activations and vpmaddwd applies the halves' scales. */
+ * the blocks as 256 signed bytes for the tiles (x86_tiles.c). A group's words become one
+ * 32-byte vector; with the sign trick (|w| . x with x signed as w) vpmaddubsw pairs them
+ * with the activations and vpmaddwd applies the halves' scales. */
 
 #include "x86.h"
 #include "../iq.h"
@@ -47,9 +47,37 @@
         t##_rows_##SFX(vw, (const act32 *const *)vx, 4, nb, out);                                    \
     }
 
-/* the sign-and-grid types: unsigned grid bytes, the signs put on the activations (vpsignb
- * with -1 / +1 bytes from the 32 sign bits) */
-#define SPLIT_ROWS(t, B, TARGET, SFX)                                                                \
+/* A group of a grid type as vectors: u the weights' magnitudes (unsigned bytes), sg their
+ * signs (bytes whose sign vpsignb puts on the activations), sc the halves' scales. The
+ * sign-and-grid types: the grid bytes, and -1 / +1 from the 32 sign bits. IQ1_S, IQ1_M: the
+ * bytes 8 g +- 1 made in the vector unit (g's sign on 8, the deltas as -1 / +1 per eight
+ * bytes from the four sign bits), then |v| and v. */
+#define SPLIT_VECS(t)                                                                                \
+    AVX2 static inline void vecs_##t(const void *blk, int g, __m256i *u, __m256i *sg, __m256i *sc) { \
+        iq_split e;                                                                                  \
+        iqs_##t(blk, g, &e);                                                                         \
+        *u = _mm256_set_epi64x((long long)e.g[3], (long long)e.g[2], (long long)e.g[1], (long long)e.g[0]); \
+        *sg = _mm256_or_si256(bits_to_bytes(e.sg), _mm256_set1_epi8(1));                            \
+        *sc = IQ_SC(e);                                                                              \
+    }
+#define IQ1_VECS(t)                                                                                  \
+    AVX2 static inline void vecs_##t(const void *blk, int g, __m256i *u, __m256i *sg, __m256i *sc) { \
+        iq1_split e;                                                                                 \
+        iqs_##t(blk, g, &e);                                                                         \
+        const __m256i gv = _mm256_set_epi64x((long long)e.g[3], (long long)e.g[2], (long long)e.g[1], (long long)e.g[0]); \
+        const __m256i bit = _mm256_setr_epi64x(1, 2, 4, 8);                                          \
+        const __m256i neg = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(e.neg), bit), bit); \
+        *sg = _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), gv), _mm256_or_si256(neg, _mm256_set1_epi8(1))); \
+        *u = _mm256_sign_epi8(*sg, *sg);                                                             \
+        *sc = IQ_SC(e);                                                                              \
+    }
+#define SPLIT_VECS_OF(t, B) SPLIT_VECS(t)
+GC_SPLIT_TYPES(SPLIT_VECS_OF)
+IQ1_VECS(iq1_s)
+IQ1_VECS(iq1_m)
+
+/* R activation rows (act256) against a row of a grid type: out[r] */
+#define GRID_ROWS(t, B, TARGET, SFX)                                                                 \
     TARGET static inline __attribute__((always_inline)) void t##_rows_##SFX(const void *vw, const act256 *const *X, \
                                                                           const int R, int nb, float *out) { \
         const B *w = vw;                                                                             \
@@ -59,13 +87,11 @@
             __m256i sum[4];                                                                          \
             for (int r = 0; r < R; r++) sum[r] = _mm256_setzero_si256();                             \
             for (int g = 0; g < 8; g++) {                                                            \
-                iq_split e;                                                                          \
-                iqs_##t(&w[i], g, &e);                                                               \
-                const __m256i q = _mm256_set_epi64x((long long)e.g[3], (long long)e.g[2], (long long)e.g[1], (long long)e.g[0]); \
-                const __m256i sm = _mm256_or_si256(bits_to_bytes(e.sg), _mm256_set1_epi8(1)), sc = IQ_SC(e); \
+                __m256i u, sg, sc;                                                                   \
+                vecs_##t(&w[i], g, &u, &sg, &sc);                                                    \
                 for (int r = 0; r < R; r++) {                                                        \
                     const __m256i xv = _mm256_loadu_si256((const __m256i *)(X[r][i].qs + 32 * g));   \
-                    sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, _mm256_sign_epi8(xv, sm)), sc)); \
+                    sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(xv, sg)), sc)); \
                 }                                                                                    \
             }                                                                                        \
             const float d = iqd_##t(&w[i]);                                                          \
@@ -75,48 +101,10 @@
     }                                                                                                \
     DEFINE_ROWS_1_4(TARGET, dot_##t##_##SFX, dot4_##t##_##SFX, t##_rows_##SFX)
 
-#define SPLIT_AVX2(t, B) SPLIT_ROWS(t, B, AVX2, avx2)
-#define SPLIT_AVX512(t, B) SPLIT_ROWS(t, B, AVX512, avx512)
-GC_SPLIT_TYPES(SPLIT_AVX2)
-GC_SPLIT_TYPES(SPLIT_AVX512)
-/* IQ1_S, IQ1_M: the bytes 8 g +- 1 made in the vector unit (g's sign on 8, the deltas as
- * -1 / +1 per eight bytes from the four sign bits) */
-AVX2 static inline __m256i iq1_vec(const iq1_split *e) {
-    const __m256i g = _mm256_set_epi64x((long long)e->g[3], (long long)e->g[2], (long long)e->g[1], (long long)e->g[0]);
-    const __m256i bit = _mm256_setr_epi64x(1, 2, 4, 8);
-    const __m256i neg = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(e->neg), bit), bit);
-    return _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), g), _mm256_or_si256(neg, _mm256_set1_epi8(1)));
-}
-
-#define IQ1_ROWS(t, B, TARGET, SFX)                                                                  \
-    TARGET static inline __attribute__((always_inline)) void t##_rows_##SFX(const void *vw, const act256 *const *X, \
-                                                                          const int R, int nb, float *out) { \
-        const B *w = vw;                                                                             \
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};                                                         \
-        for (int i = 0; i < nb; i++) {                                                               \
-            prefetch_ahead(&w[i], (int)sizeof(B));                                                   \
-            __m256i sum[4];                                                                          \
-            for (int r = 0; r < R; r++) sum[r] = _mm256_setzero_si256();                             \
-            for (int g = 0; g < 8; g++) {                                                            \
-                iq1_split e;                                                                         \
-                iqs_##t(&w[i], g, &e);                                                               \
-                const __m256i q = iq1_vec(&e), sc = IQ_SC(e), qa = _mm256_sign_epi8(q, q);          \
-                for (int r = 0; r < R; r++) {                                                        \
-                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(X[r][i].qs + 32 * g));   \
-                    sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(xv, q)), sc)); \
-                }                                                                                    \
-            }                                                                                        \
-            const float d = iqd_##t(&w[i]);                                                          \
-            for (int r = 0; r < R; r++) acc[r] += (d * X[r][i].d) * (float)hsum_i32_avx2(sum[r]);   \
-        }                                                                                            \
-        for (int r = 0; r < R; r++) out[r] = acc[r];                                                 \
-    }                                                                                                \
-    DEFINE_ROWS_1_4(TARGET, dot_##t##_##SFX, dot4_##t##_##SFX, t##_rows_##SFX)
-
-IQ1_ROWS(iq1_s, blk_iq1_s, AVX2, avx2)
-IQ1_ROWS(iq1_m, blk_iq1_m, AVX2, avx2)
-IQ1_ROWS(iq1_s, blk_iq1_s, AVX512, avx512)
-IQ1_ROWS(iq1_m, blk_iq1_m, AVX512, avx512)
+#define GRID_AVX2(t, B) GRID_ROWS(t, B, AVX2, avx2)
+#define GRID_AVX512(t, B) GRID_ROWS(t, B, AVX512, avx512)
+GC_GRID_TYPES(GRID_AVX2)
+GC_GRID_TYPES(GRID_AVX512)
 
 /* ---- TQ1_0, TQ2_0: a group's digits (0..2, the weights + 1) unpacked in the vector unit,
  * unsigned for vpmaddubsw; the offset 1 through the activation sums */

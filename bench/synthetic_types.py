@@ -1,4 +1,4 @@
-"""Synthetic files for the speed of each weight type (bench/types.py), written by our own
+"""Synthetic files for the speed of each weight type (bench/weight_types.py), written by our own
 writer with random blocks of any type whose weights have mean zero and a spread of
 1/sqrt(columns), as a trained layer's (random_blocks_of):
 

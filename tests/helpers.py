@@ -126,31 +126,37 @@ def llama_cpp_gguf_counts(path) -> tuple[int, int] | None:
         lib.gguf_free(ctx)
 
 
+def write_llama_header(w: GGUFWriter, name: str, *, d: int, ff: int, heads: int, kv: int, layers: int,
+                       n_vocab: int = 300) -> None:
+    """A tiny llama file's metadata: llama.cpp's key names and a SentencePiece-style
+    vocabulary (<unk>, <s>, </s>, the 256 byte tokens, then words)."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
+    tokens += [f"▁w{i}" for i in range(n_vocab - len(tokens))]
+    w.add("general.architecture", "llama")
+    w.add("general.name", name)
+    w.add("general.file_type", 7)
+    for key, value in {"context_length": 256, "embedding_length": d, "block_count": layers, "feed_forward_length": ff,
+                       "attention.head_count": heads, "attention.head_count_kv": kv,
+                       "rope.dimension_count": d // heads}.items():
+        w.add(f"llama.{key}", value)
+    w.add("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add("llama.rope.freq_base", 10000.0)
+    w.add("tokenizer.ggml.model", "llama")
+    w.add("tokenizer.ggml.tokens", tokens)
+    w.add("tokenizer.ggml.scores", [0.0] * 259 + [-float(i) for i in range(n_vocab - 259)])
+    w.add("tokenizer.ggml.token_type", [2, 3, 3] + [6] * 256 + [1] * (n_vocab - 259))
+    w.add("tokenizer.ggml.bos_token_id", 1)
+    w.add("tokenizer.ggml.eos_token_id", 2)
+    w.add("tokenizer.ggml.unknown_token_id", 0)
+
+
 def write_tiny_llama(path, qtype: GGMLType = GGMLType.Q8_0, seed: int = 0) -> None:
     """A one-layer llama model with a SentencePiece-style vocabulary, written by our
     writer following llama.cpp's key names, types and tensor names."""
     rng = np.random.default_rng(seed)
     n_vocab, d, ff, heads, kv = 300, 64, 128, 4, 2
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
-    tokens += [f"▁w{i}" for i in range(n_vocab - len(tokens))]
-    types = [2, 3, 3] + [6] * 256 + [1] * (n_vocab - 259)
     with GGUFWriter(path) as w:
-        w.add("general.architecture", "llama")
-        w.add("general.name", "tiny-llama")
-        w.add("general.file_type", 7)
-        for key, value in {"context_length": 256, "embedding_length": d, "block_count": 1,
-                           "feed_forward_length": ff, "attention.head_count": heads,
-                           "attention.head_count_kv": kv, "rope.dimension_count": d // heads}.items():
-            w.add(f"llama.{key}", value)
-        w.add("llama.attention.layer_norm_rms_epsilon", 1e-5)
-        w.add("llama.rope.freq_base", 10000.0)
-        w.add("tokenizer.ggml.model", "llama")
-        w.add("tokenizer.ggml.tokens", tokens)
-        w.add("tokenizer.ggml.scores", [0.0] * 259 + [-float(i) for i in range(n_vocab - 259)])
-        w.add("tokenizer.ggml.token_type", types)
-        w.add("tokenizer.ggml.bos_token_id", 1)
-        w.add("tokenizer.ggml.eos_token_id", 2)
-        w.add("tokenizer.ggml.unknown_token_id", 0)
+        write_llama_header(w, "tiny-llama", d=d, ff=ff, heads=heads, kv=kv, layers=1, n_vocab=n_vocab)
 
         def mat(*shape):
             return (rng.standard_normal(shape) * 0.05).astype(np.float32)

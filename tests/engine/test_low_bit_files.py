@@ -19,7 +19,7 @@ from gguf_serve.engine.batch import Batch
 from gguf_serve.engine.config import EngineConfig
 from gguf_serve.gguf_io import GGMLType, GGUFWriter
 
-from helpers import ggml_lib, no_llama_cpp
+from helpers import ggml_lib, no_llama_cpp, write_llama_header
 
 G = GGMLType
 TYPES = [G.IQ2_XXS, G.IQ2_XS, G.IQ2_S, G.IQ3_XXS, G.IQ3_S, G.IQ1_S, G.IQ1_M, G.TQ1_0, G.TQ2_0, G.Q1_0, G.Q2_0, G.IQ4_XS, G.F16,
@@ -49,23 +49,8 @@ def ggml_quantize(lib, gtype: GGMLType, x: np.ndarray) -> np.ndarray:
 
 def write_model(path, gtype: GGMLType, lib) -> None:
     rng = np.random.default_rng(int(gtype))
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
-    tokens += [f"▁w{i}" for i in range(N_VOCAB - len(tokens))]
     with GGUFWriter(path) as w:
-        w.add("general.architecture", "llama")
-        w.add("general.name", f"tiny-llama-{gtype.name}")
-        for key, value in {"context_length": 256, "embedding_length": D, "block_count": 2, "feed_forward_length": FF,
-                           "attention.head_count": HEADS, "attention.head_count_kv": KV,
-                           "rope.dimension_count": D // HEADS}.items():
-            w.add(f"llama.{key}", value)
-        w.add("llama.attention.layer_norm_rms_epsilon", 1e-5)
-        w.add("llama.rope.freq_base", 10000.0)
-        w.add("tokenizer.ggml.model", "llama")
-        w.add("tokenizer.ggml.tokens", tokens)
-        w.add("tokenizer.ggml.scores", [0.0] * 259 + [-float(i) for i in range(N_VOCAB - 259)])
-        w.add("tokenizer.ggml.token_type", [2, 3, 3] + [6] * 256 + [1] * (N_VOCAB - 259))
-        w.add("tokenizer.ggml.bos_token_id", 1)
-        w.add("tokenizer.ggml.eos_token_id", 2)
+        write_llama_header(w, f"tiny-llama-{gtype.name}", d=D, ff=FF, heads=HEADS, kv=KV, layers=2, n_vocab=N_VOCAB)
 
         def mat(name, rows, cols, scale=1.0):
             x = rng.standard_normal((rows, cols)).astype(np.float32) * np.float32(scale / np.sqrt(cols))

@@ -4,7 +4,7 @@ the two low-bit mixes (bench/synthetic_types.py), through `generate()` as
 bench/cpu_speed.py measures it (each run a fresh process; the two engines take turns;
 medians), with the same thread count.
 
-    python bench/types.py [--threads 2] [--repeat 2] [--decode 16] [--prompt 32]
+    python bench/weight_types.py [--threads 2] [--repeat 2] [--decode 16] [--prompt 32]
                           [--files type-IQ3_S,iq3-m,...] [--llama-bench PATH]
 """
 
@@ -18,7 +18,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from cpu_speed import find_llama_bench, medians, report, run_llama, run_ours  # noqa: E402
+from cpu_speed import find_llama_bench, measure, report  # noqa: E402
 from synthetic_types import WRITERS  # noqa: E402
 
 DEFAULT = ["type-" + t for t in ("Q4_K", "Q8_0", "IQ4_XS", "IQ3_XXS", "IQ3_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S",
@@ -49,12 +49,7 @@ def main() -> None:
     rows = []
     for name in args.files.split(","):
         path = file_path(name)
-        ours, ref = [], []
-        for _ in range(args.repeat):
-            ours.append(run_ours(path, args.threads, args.decode, [args.prompt]))
-            if bench:
-                ref.append(run_llama(bench, path, args.threads, args.decode, [args.prompt]))
-        o, r = medians(ours), medians(ref) if ref else {}
+        o, r = measure(path, args.threads, args.decode, [args.prompt], args.repeat, bench)
         rows.append((name, o, r))
         report(name, path, o, r, [args.prompt], args.threads)
     k = f"prefill{args.prompt}"

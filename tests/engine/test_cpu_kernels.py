@@ -87,7 +87,8 @@ def test_native_dequantize_bit_identical_to_gguf_io(gtype):
         assert np.array_equal(got.view(np.uint32), dequantize(packed, gtype, (9, 512)).view(np.uint32))
 
 
-@pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.IQ4_NL], ids=lambda t: t.name)
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.IQ4_NL, GGMLType.IQ2_XXS,
+                                   GGMLType.IQ3_S, GGMLType.TQ2_0, GGMLType.F16], ids=lambda t: t.name)
 def test_mul_mat_id_one_native_call_equals_expert_by_expert(gtype):
     rng = np.random.default_rng(11)
     experts, rows, cols = 6, 40, 512
@@ -107,7 +108,8 @@ def test_mul_mat_id_one_native_call_equals_expert_by_expert(gtype):
                 assert np.all(np.abs(got[t, k].numpy() - xr[0] @ Wk.T) <= bound * 1.001 + 1e-4)
 
 
-@pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q5_0], ids=lambda t: t.name)
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q5_0, GGMLType.IQ1_M,
+                                   GGMLType.IQ3_XXS, GGMLType.BF16], ids=lambda t: t.name)
 def test_get_rows_equals_the_reference_lookup(gtype):
     rng = np.random.default_rng(5)
     table = torch.from_numpy(weights(rng, gtype, 30, 512))
@@ -289,7 +291,8 @@ def test_gate_and_up_experts_in_one_call_equal_two(types, tokens):
     assert torch.equal(both[..., 40:], K.mul_mat_id(b, x, ids, types[1], 40))
 
 
-@pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0], ids=lambda t: t.name)
+@pytest.mark.parametrize("gtype", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0, GGMLType.IQ2_XS, GGMLType.IQ4_XS,
+                                   GGMLType.BF16], ids=lambda t: t.name)
 def test_mul_mat_id_experts_chosen_by_many_tokens(gtype):
     """Expert 1 chosen by 11 of 16 tokens, expert 3 by 6: their rows take the four-row
     dots (and from 8 tokens the repacked tiles), equal to one token at a time."""

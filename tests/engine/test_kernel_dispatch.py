@@ -12,6 +12,7 @@ from gguf_serve.engine import kernels, load_model
 from gguf_serve.engine.kernels import hub_kernel as hub
 from gguf_serve.gguf_io import GGMLType
 
+from oracles import prompt_logits
 from tiny_models import random_model, spec, write_gguf
 
 
@@ -60,16 +61,6 @@ def publish_reference_as_local_kernel(folder):
     return folder
 
 
-def _logits(lm, ids):
-    from gguf_serve.engine.batch import Batch
-
-    slot = lm.cache.allocate()
-    try:
-        return lm.forward(Batch.of([(slot, ids, 0)], want="all"))
-    finally:
-        lm.cache.free(slot)
-
-
 def test_hub_path_with_a_local_kernel(tmp_path, monkeypatch, clean_kernels, tiny_path, caplog):
     repo = publish_reference_as_local_kernel(tmp_path / "ggml-quantization")
     monkeypatch.setenv("LOCAL_KERNELS", f"{hub.HUB_REPO}={repo}")
@@ -77,14 +68,14 @@ def test_hub_path_with_a_local_kernel(tmp_path, monkeypatch, clean_kernels, tiny
     monkeypatch.setenv(kernels.ENV_OVERRIDE, "reference")
     ref_lm = load_model(tiny_path, device="cpu")
     ids = [1, 5, 9, 200, 17]
-    expected_prefill = _logits(ref_lm, ids)
+    expected_prefill = prompt_logits(ref_lm, ids)
     kernels.reset()
     monkeypatch.setenv(kernels.ENV_OVERRIDE, "hub")
     with caplog.at_level(logging.INFO, logger="gguf_serve.kernels"):
         lm = load_model(tiny_path, device="cpu")
-        got = _logits(lm, ids)  # 5 rows: the GEMV path
-        got_long = _logits(lm, ids * 3)  # 15 rows: dequantize + matmul
-        expected_long = _logits(ref_lm, ids * 3)
+        got = prompt_logits(lm, ids)  # 5 rows: the GEMV path
+        got_long = prompt_logits(lm, ids * 3)  # 15 rows: dequantize + matmul
+        expected_long = prompt_logits(ref_lm, ids * 3)
     torch.testing.assert_close(got, expected_prefill)
     torch.testing.assert_close(got_long, expected_long)
     mod = kernels.hub_ops()

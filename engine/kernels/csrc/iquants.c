@@ -52,13 +52,6 @@ GC_IQ_TYPES(IQ_SCALAR)
     }
 GC_B32_TYPES(B32_SCALAR)
 
-static inline float bf2f(uint16_t h) {
-    const uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 /* F16 / BF16: n weights against n float32 activations, in eight partial sums (as the SIMD
  * code's lanes would hold them, though not in their order) */
 #define FLOAT_SCALAR(t, CVT)                                                                         \

@@ -79,6 +79,14 @@ static inline float h2f(uint16_t h) {
     return f;
 }
 
+/* bfloat16 bits as a float (exact: the top half of a float32) */
+static inline float bf2f(uint16_t h) {
+    const uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
 static inline int nearest(float v) { return (int)lrintf(v); }
 
 /* Software prefetch: each SIMD dot asks for the bytes this far ahead of the block it

@@ -45,12 +45,6 @@ GC_B32_TYPES(B32_NEON_DOT)
 
 static inline float32x4_t f16x4(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
 static inline float32x4_t bf16x4(const uint16_t *p) { return vreinterpretq_f32_u32(vshlq_n_u32(vmovl_u16(vld1_u16(p)), 16)); }
-static inline float bf16_1(uint16_t h) {
-    const uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
 
 /* 16 weights a step in four partial sums, the last n % 16 one at a time */
 #define F_NEON_DOT(t, LOAD4, CVT1)                                                                   \
@@ -65,6 +59,6 @@ static inline float bf16_1(uint16_t h) {
         return s;                                                                                    \
     }
 F_NEON_DOT(f16, f16x4, h2f)
-F_NEON_DOT(bf16, bf16x4, bf16_1)
+F_NEON_DOT(bf16, bf16x4, bf2f)
 
 #endif /* GC_NEON */

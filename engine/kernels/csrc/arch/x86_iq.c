@@ -180,12 +180,6 @@ AVX512 static inline __m512 bf16x16(const uint16_t *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
 }
 AVX512 static inline __m512 f16x16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
-static inline float bf16_1(uint16_t h) {
-    const uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
 
 #define F_ROWS_AVX2(t, LOAD8, CVT1)                                                                  \
     AVX2 static inline __attribute__((always_inline)) void t##_rows_avx2(const void *vw, const float *const *X, const int R, \
@@ -242,9 +236,9 @@ static inline float bf16_1(uint16_t h) {
     }
 
 F_ROWS_AVX2(f16, f16x8, _cvtsh_ss)
-F_ROWS_AVX2(bf16, bf16x8, bf16_1)
+F_ROWS_AVX2(bf16, bf16x8, bf2f)
 F_ROWS_AVX512(f16, f16x16, _cvtsh_ss)
-F_ROWS_AVX512(bf16, bf16x16, bf16_1)
+F_ROWS_AVX512(bf16, bf16x16, bf2f)
 F_DOTS(f16, AVX2, avx2)
 F_DOTS(bf16, AVX2, avx2)
 F_DOTS(f16, AVX512, avx512)

@@ -489,7 +489,7 @@ AVX512 static void t32x512_dot_iq4xs(const t32x512_block *t, int nb, const act25
 
 /* IQ4_XS as 32-block tiles: each sub-block of 32 a signed block of IQ4_NL's table values
  * with the float scale d x (its six-bit scale - 32), met by the act256 rows' 32-byte runs */
-AVX2 static void iq4xs_t32_pack(const uint8_t *w, int64_t row_bytes, int nb, int i, t32_block *t) {
+AVX2 static void iq4xs_t32_pack(const uint8_t *w, int64_t row_bytes, int i, t32_block *t) {
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
     __m256i qv[8][8];
     for (int k = 0; k < 8; k++) {
@@ -502,7 +502,6 @@ AVX2 static void iq4xs_t32_pack(const uint8_t *w, int64_t row_bytes, int nb, int
             t[j].e[k] = 0.f;
         }
     }
-    (void)nb;
     for (int j = 0; j < 8; j++) transpose8x32(qv[j], (__m256i *)t[j].q);
 }
 
@@ -601,7 +600,7 @@ AVX2 static void ftile_pack(int type, const uint8_t *w, int64_t row_bytes, int n
                                             _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + j))), 16)));
         for (; j < n; j++) {
             if (type == T_F16) o[j] = h2f(row[j]);
-            else { const uint32_t b = (uint32_t)row[j] << 16; memcpy(o + j, &b, 4); }
+            else o[j] = bf2f(row[j]);
         }
     }
 }
@@ -693,7 +692,7 @@ void tile_pack(int type, const uint8_t *w, int64_t row_bytes, int nb, void *t) {
     else if (type == T_IQ4_XS)
         for (int i = 0; i < nb; i++) {
             t32_block b[8];
-            iq4xs_t32_pack(w, row_bytes, nb, i, gc_isa() >= ISA_AVX512 ? b : (t32_block *)t + 8 * i);
+            iq4xs_t32_pack(w, row_bytes, i, gc_isa() >= ISA_AVX512 ? b : (t32_block *)t + 8 * i);
             for (int j = 0; j < 8 && gc_isa() >= ISA_AVX512; j++) t32x512_from(&b[j], (t32x512_block *)t + 8 * i + j, 1);
         }
     else if (kq_type(type) && gc_isa() >= ISA_AVX512) kq512_tile_pack(type, w, row_bytes, nb, t);

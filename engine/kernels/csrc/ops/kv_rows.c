@@ -4,6 +4,7 @@
  * portable version; vec_impl.h has the SIMD ones), and gc_kv_rows, which reads many rows
  * for the attention of long prompt chunks in torch. */
 #include "ops.h"
+#include "../iq.h" /* deq_f16, deq_bf16 */
 
 int64_t kv_row_bytes(int type, int64_t d) {
     switch (type) {
@@ -79,10 +80,9 @@ static inline int iq4_nearest(float v) {
 
 static void store_iq4_nl(const float *xb, blk_iq4_nl *blk) {
     int L[32] = {0};
-    float amax = 0.f, mx = 0.f, dd = 0.f;
-    for (int j = 0; j < 32; j++)
-        if (fabsf(xb[j]) > amax) { amax = fabsf(xb[j]); mx = xb[j]; }
-    if (amax >= 1e-15f) {
+    const float mx = signed_absmax32(xb);
+    float dd = 0.f;
+    if (fabsf(mx) >= 1e-15f) {
         const float id = 1.f / (mx / kvalues_iq4nl[0]);
         float sumqx = 0.f, sumq2 = 0.f;
         for (int j = 0; j < 32; j++) {
@@ -99,7 +99,7 @@ static void store_iq4_nl(const float *xb, blk_iq4_nl *blk) {
 
 /* one head's d floats into a cache row of `type` (ggml's reference quantizers, as
  * gguf_io's: Q8_0 d = amax / 127, q = round(x / d); Q4_0 d = -max / 8 for the value of
- * largest magnitude, q = trunc(x / d + 8.5) up to 15; Q5_0 the same over 16; Q4_1 / Q5_1
+ * largest magnitude, q = trunc(x / d + 8.5) up to 15; Q5_0 the same with 16 and 31; Q4_1 / Q5_1
  * d = (max - min) / 15 (31), q = trunc((x - min) / d + 0.5); IQ4_NL store_iq4_nl) */
 void kv_store(int type, const float *x, uint8_t *dst, int64_t d) {
     int q[32];
@@ -122,22 +122,26 @@ void kv_store(int type, const float *x, uint8_t *dst, int64_t d) {
                 pack32(q, blk->qs, blk->qh);
             }
         }
-        return;
-    case KV_Q5_0:
+        break;
+    case KV_Q4_0: case KV_Q5_0: /* q4_0: half 8; q5_0: 16, the fifth bits in qh */
         for (int64_t b = 0; b < d / 32; b++) {
-            const float *xb = x + 32 * b;
-            const float dd = signed_absmax32(xb) / -16.f, id = dd != 0.f ? 1.f / dd : 0.f;
-            for (int j = 0; j < 32; j++) q[j] = trunc_to(xb[j] * id + 16.5f, 31);
-            blk_q5_0 *blk = (blk_q5_0 *)dst + b;
-            blk->d = f2h(dd);
-            pack32(q, blk->qs, blk->qh);
+            const float *xb = x + 32 * b, half = type == KV_Q4_0 ? 8.f : 16.f;
+            const float dd = signed_absmax32(xb) / -half, id = dd != 0.f ? 1.f / dd : 0.f;
+            for (int j = 0; j < 32; j++) q[j] = trunc_to(xb[j] * id + (half + 0.5f), (int)(2 * half) - 1);
+            if (type == KV_Q4_0) {
+                blk_q4_0 *blk = (blk_q4_0 *)dst + b;
+                blk->d = f2h(dd);
+                pack32(q, blk->qs, NULL);
+            } else {
+                blk_q5_0 *blk = (blk_q5_0 *)dst + b;
+                blk->d = f2h(dd);
+                pack32(q, blk->qs, blk->qh);
+            }
         }
-        return;
+        break;
     case KV_IQ4_NL:
         for (int64_t b = 0; b < d / 32; b++) store_iq4_nl(x + 32 * b, (blk_iq4_nl *)dst + b);
-        return;
-    }
-    switch (type) {
+        break;
     case KV_F32: memcpy(dst, x, sizeof(float) * (size_t)d); break;
     case KV_F16: for (int64_t i = 0; i < d; i++) ((uint16_t *)dst)[i] = f2h(x[i]); break;
     case KV_BF16: for (int64_t i = 0; i < d; i++) ((uint16_t *)dst)[i] = f2bf(x[i]); break;
@@ -153,57 +157,21 @@ void kv_store(int type, const float *x, uint8_t *dst, int64_t d) {
             memcpy(dst + b * sizeof(blk_q8_0), &blk, sizeof blk);
         }
         break;
-    case KV_Q4_0:
-        for (int64_t b = 0; b < d / 32; b++) {
-            const float *xb = x + 32 * b;
-            blk_q4_0 blk;
-            float amax = 0.f, mx = 0.f;
-            for (int j = 0; j < 32; j++)
-                if (fabsf(xb[j]) > amax) { amax = fabsf(xb[j]); mx = xb[j]; }
-            const float dd = mx / -8.f, id = dd != 0.f ? 1.f / dd : 0.f;
-            blk.d = f2h(dd);
-            for (int j = 0; j < 16; j++) {
-                const int lo = (int)(xb[j] * id + 8.5f), hi = (int)(xb[j + 16] * id + 8.5f);
-                blk.qs[j] = (uint8_t)((lo < 15 ? (lo < 0 ? 0 : lo) : 15) | ((hi < 15 ? (hi < 0 ? 0 : hi) : 15) << 4));
-            }
-            memcpy(dst + b * sizeof(blk_q4_0), &blk, sizeof blk);
-        }
-        break;
     }
 }
 
 /* a cache row of `type` as d floats */
 void kv_load_s(int type, const uint8_t *src, float *y, int d) {
-    switch (type) {
+    switch (type) { /* the kernels' dequantizers (gguf_io's arithmetic, bit for bit) */
+    case KV_F32: memcpy(y, src, sizeof(float) * (size_t)d); break;
+    case KV_F16: deq_f16(src, y, d); break;
+    case KV_BF16: deq_bf16(src, y, d); break;
+    case KV_Q8_0: deq_q8_0(src, y, d / 32); break;
+    case KV_Q4_0: deq_q4_0(src, y, d / 32); break;
     case KV_Q4_1: deq_q4_1(src, y, d / 32); break;
     case KV_Q5_0: deq_q5_0(src, y, d / 32); break;
     case KV_Q5_1: deq_q5_1(src, y, d / 32); break;
     case KV_IQ4_NL: deq_iq4_nl(src, y, d / 32); break;
-    case KV_F32: memcpy(y, src, sizeof(float) * (size_t)d); break;
-    case KV_F16: for (int i = 0; i < d; i++) y[i] = h2f(((const uint16_t *)src)[i]); break;
-    case KV_BF16:
-        for (int i = 0; i < d; i++) {
-            const uint32_t bits = (uint32_t)((const uint16_t *)src)[i] << 16;
-            memcpy(y + i, &bits, 4);
-        }
-        break;
-    case KV_Q8_0:
-        for (int b = 0; b < d / 32; b++) {
-            const blk_q8_0 *blk = (const blk_q8_0 *)src + b;
-            const float s = h2f(blk->d);
-            for (int j = 0; j < 32; j++) y[32 * b + j] = s * (float)blk->qs[j];
-        }
-        break;
-    case KV_Q4_0:
-        for (int b = 0; b < d / 32; b++) {
-            const blk_q4_0 *blk = (const blk_q4_0 *)src + b;
-            const float s = h2f(blk->d);
-            for (int j = 0; j < 16; j++) {
-                y[32 * b + j] = s * (float)((blk->qs[j] & 15) - 8);
-                y[32 * b + j + 16] = s * (float)((blk->qs[j] >> 4) - 8);
-            }
-        }
-        break;
     }
 }
 

@@ -1,0 +1,35 @@
+"""A prompt's logits from the engine and from llama.cpp itself (llama-cpp-python, in a
+child process: a crash inside llama.cpp fails the calling test only)."""
+
+import json
+import subprocess
+import sys
+
+import torch
+
+from gguf_serve.engine.batch import Batch
+
+LLAMA_CPP_LOGITS = """
+import sys, json, llama_cpp, numpy as np
+m = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, n_threads=1, logits_all=True, verbose=False)
+ids = json.loads(sys.argv[2])
+m.eval(ids)
+print(json.dumps(np.asarray(m.scores[:len(ids)]).tolist()))
+"""
+
+
+def prompt_logits(lm, ids: list[int]) -> torch.Tensor:
+    """Every position's logits for a prompt, through a fresh slot of the model's cache."""
+    slot = lm.cache.allocate()
+    try:
+        return lm.forward(Batch.of([(slot, ids, 0)], want="all"))
+    finally:
+        lm.cache.free(slot)
+
+
+def llama_cpp_logits(path: str, ids: list[int]) -> torch.Tensor:
+    """Every position's logits as llama.cpp computes them for the file (its float16 KV cache)."""
+    p = subprocess.run([sys.executable, "-c", LLAMA_CPP_LOGITS, path, json.dumps(ids)], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return torch.tensor(json.loads(p.stdout))

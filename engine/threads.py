@@ -40,8 +40,10 @@ class ThreadPolicy:
     def describe(self) -> str:
         if self.native:
             k = self.kernels.cpu
-            return (f"native kernels ({k.isa}) on {self.threads} thread(s), torch ops on 1 (all {self.threads} in "
-                    f"prefills over {k.gemv_max_rows} tokens)")
+            amx = " (AMX: prompts of 17 tokens and up in bfloat16; GGUF_SERVE_PREFILL_DTYPE=float32 keeps float32)" \
+                if k.amx_types else ""
+            return (f"native kernels ({k.isa}{amx}) on {self.threads} thread(s), torch ops on 1 (all {self.threads} "
+                    f"in prefills over {k.gemv_max_rows} tokens)")
         return f"torch on {torch.get_num_threads()} thread(s)"
 
     @contextlib.contextmanager

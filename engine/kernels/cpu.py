@@ -92,6 +92,12 @@ def load() -> ctypes.CDLL | None:
     lib.gc_set_tiles.argtypes = [ctypes.c_int]
     lib.gc_set_x8.restype = ctypes.c_int
     lib.gc_set_x8.argtypes = [ctypes.c_int]
+    lib.gc_set_amx.restype = ctypes.c_int
+    lib.gc_set_amx.argtypes = [ctypes.c_int]
+    lib.gc_use_amx.restype = ctypes.c_int
+    lib.gc_use_amx.argtypes = [ctypes.c_int]
+    lib.gc_amx_takes.restype = ctypes.c_int
+    lib.gc_amx_takes.argtypes = [ctypes.c_int]
     lib.gc_linear_f32.restype = None
     lib.gc_linear_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                                   ctypes.c_void_p, ctypes.c_int]
@@ -158,6 +164,13 @@ def set_x8(on: bool) -> None:
     AVX-512 VNNI eight-row dots (the default, where the CPU has them) or the four-row and
     one-row dots only (for tests and comparisons)."""
     load().gc_set_x8(int(bool(on)))
+
+
+def set_amx(on: bool | None = None) -> bool:
+    """Prompt-sized matmuls (17 rows and up) of the types arch/x86_amx.c takes in bfloat16
+    on AMX (the default, where the CPU has AMX-BF16) or through the integer tiles (False,
+    for tests and comparisons); None only asks. Returns whether the AMX path is on here."""
+    return bool(load().gc_set_amx(-1 if on is None else int(bool(on))))
 
 
 def set_ftz(on: bool) -> None:
@@ -280,6 +293,7 @@ class CpuKernels:
     repack: bool = True  # matrices repacked at load where this CPU reads another layout faster
     prefill_dtype: torch.dtype = torch.float32  # long prefills' BLAS dtype
     gemv_max_rows: int = GEMV_MAX_ROWS[torch.float32]  # up to this many rows the integer dots, beyond BLAS
+    amx_types: frozenset[int] = frozenset()  # the types whose prompts take AMX's bfloat16 tiles (set_amx)
 
     @classmethod
     def make(cls, threads: int | None = None, isa: str | None = None, repack: bool = True,
@@ -291,8 +305,21 @@ class CpuKernels:
         if lib is None:
             return None
         dtype = prefill_dtype(prefill)
-        return cls(lib, max(1, int(threads or default_threads())), isas()[isa_level(isa)], bool(repack), dtype,
-                   GEMV_MAX_ROWS[dtype])
+        level = isa_level(isa)
+        amx = frozenset(int(t) for t in GGMLType if lib.gc_amx_takes(int(t))) \
+            if dtype is torch.bfloat16 and isas()[level] == "avx512" else frozenset()
+        return cls(lib, max(1, int(threads or default_threads())), isas()[level], bool(repack), dtype,
+                   GEMV_MAX_ROWS[dtype], amx)
+
+    def max_rows(self, ggml_type: int) -> int:
+        """Up to how many activation rows a matrix of this type takes the native kernels
+        (beyond, dequantized tiles and torch's BLAS): the types AMX takes keep the native
+        path to float32's bound (AMX's tiles beat oneDNN's bfloat16 GEMM over dequantized
+        tiles there, 2.2-2.4x on 6144 x 2048 Q4_K, IQ3_S and F16 at 512 rows, 1.2-1.6x at
+        1024, 2 threads, Sapphire Rapids: docs/benchmarks.md)."""
+        if self.prefill_dtype is torch.bfloat16 and int(ggml_type) in self.amx_types:
+            return max(self.gemv_max_rows, GEMV_MAX_ROWS[torch.float32])
+        return self.gemv_max_rows
 
     @property
     def level(self) -> int:
@@ -301,11 +328,14 @@ class CpuKernels:
 
     def use_isa(self) -> int:
         """Make `isa` the calling thread's code path (and its pool tasks'); returns the
-        thread's previous setting for `restore_isa`. Once per forward pass, not per call."""
-        return self.lib.gc_use_isa(self.level)
+        thread's previous setting for `restore_isa`. Once per forward pass, not per call.
+        Prompts take AMX's bfloat16 products (set_amx) only where the prefill dtype is
+        bfloat16: a float32 prefill keeps the integer tiles too."""
+        return self.lib.gc_use_isa(self.level), self.lib.gc_use_amx(int(self.prefill_dtype is torch.bfloat16))
 
-    def restore_isa(self, previous: int) -> None:
-        self.lib.gc_use_isa(previous)
+    def restore_isa(self, previous: tuple[int, int]) -> None:
+        self.lib.gc_use_isa(previous[0])
+        self.lib.gc_use_amx(previous[1])
 
     @contextlib.contextmanager
     def using_isa(self):
@@ -344,7 +374,7 @@ class CpuKernels:
         """The kernel interface's mul_mat for CPU tensors of any leading shape and dtype."""
         cols = x.shape[-1]
         n = x.numel() // cols if cols else 0
-        if n <= self.gemv_max_rows:
+        if n <= self.max_rows(ggml_type):
             y = self.mul_mat_rows(weight, x.reshape(n, cols), int(ggml_type), out_features)
         else:
             dt = self.prefill_dtype
@@ -445,7 +475,7 @@ class MulMat:
         self.ggml_type, self.rows, self.cols = GGMLType(ggml_type), rows, cols
         self._native, self.type = native or (self.weight, int(ggml_type))
         self._ptr = self._native.data_ptr()
-        self._fn, self._threads, self._max_rows = kernels.lib.gc_mul_mat, kernels.threads, kernels.gemv_max_rows
+        self._fn, self._threads, self._max_rows = kernels.lib.gc_mul_mat, kernels.threads, kernels.max_rows(self.type)
         self._mul_mat = kernels.mul_mat
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -488,7 +518,7 @@ class MulMatGroup:
         """`weights` and `types` as the native call reads them (a repacked matrix's own)."""
         self.weights = [_contiguous(w) for w in weights]
         self.cols, self.total = cols, sum(rows)
-        self.max_rows = kernels.gemv_max_rows  # more rows: the caller goes matrix by matrix
+        self.max_rows = min(kernels.max_rows(t) for t in types)  # more rows: the caller goes matrix by matrix
         n = len(weights)
         self._n = n
         self._types = (ctypes.c_int * n)(*[int(t) for t in types])

@@ -2,6 +2,8 @@
 tiles, each against the one-row dots (a decode batch's rows keep the bits they have alone;
 the tiles equal up to rounding and within the activation quantization's bound)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -13,17 +15,20 @@ from helpers import random_packed
 from kernel_cases import FLOATS, ISAS, K, LOW_BIT, SIGNED32, act_block, activation_bound, restore_isa, weights  # noqa: F401 (restore_isa: the fixture)
 
 
-def product(packed, x, gtype, rows, *, isa=None, tiles=True, x8=True):
-    """The kernels' product on one ISA level (None: the best) with the tiles and the eight-row
-    dots on or off, the defaults restored after."""
+def product(packed, x, gtype, rows, *, isa=None, tiles=True, x8=True, amx=False):
+    """The kernels' product on one ISA level (None: the best) with the integer tiles, the
+    eight-row dots and AMX's bfloat16 prompts (where the CPU has it) on or off, the
+    defaults restored after."""
     try:
         cpu.set_isa(isa)
         cpu.set_tiles(tiles)
         cpu.set_x8(x8)
+        cpu.set_amx(amx)
         return K.mul_mat(packed, x, gtype, rows)
     finally:
         cpu.set_tiles(True)
         cpu.set_x8(True)
+        cpu.set_amx(True)
         cpu.set_isa(None)
 
 
@@ -157,3 +162,47 @@ def test_four_row_dots_equal_one_row_dots_on_every_isa(gtype):
                 assert np.all(np.abs(got.numpy() - x[:n].double().numpy() @ W.T) <= bound[:n] * 1.001 + 1e-4), isa
     finally:
         cpu.set_tiles(True)
+
+
+AMX = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q4_0, GGMLType.Q8_0, GGMLType.IQ4_NL,
+       GGMLType.IQ4_XS] + LOW_BIT + FLOATS
+NO_AMX = "this CPU has no AMX-BF16 (Sapphire Rapids and later): the integer tiles above take its prompts"
+
+
+@pytest.mark.parametrize("rows,n,cols", [(43, 17, 1024), (64, 40, 512), (2051, 33, 256), (96, 100, 768)])
+@pytest.mark.parametrize("gtype", AMX, ids=lambda t: t.name)
+def test_amx_prompts_are_the_bfloat16_product(gtype, rows, n, cols):
+    """Where the CPU has AMX, 17 and more activation rows against these types take
+    bfloat16 tiles: each weight (dequantized in float32) and each activation rounded once to
+    bfloat16, the products summed in float32, so the bfloat16 product computed here in
+    float64 up to float32 rounding, and within bfloat16's rounding of the exact product.
+    43 and 2051 weight rows end in a short strip of 32, 17, 33 and 100 activation rows in
+    a padded block of 16; 64 BF16 rows are read as the file holds them."""
+    if not cpu.set_amx(True):
+        pytest.skip(NO_AMX)
+    rng = np.random.default_rng(17 + int(gtype))
+    packed = torch.from_numpy(weights(rng, gtype, rows, cols))
+    x = torch.randn(n, cols)
+    got = product(packed, x, gtype, rows, amx=True).double()
+    W = torch.from_numpy(dequantize(packed.numpy(), gtype, (rows, cols)).astype(np.float32))
+    Wb, xb = W.to(torch.bfloat16).double(), x.to(torch.bfloat16).double()
+    mag = xb.abs() @ Wb.abs().T
+    assert ((got - xb @ Wb.T).abs() <= 2.0 ** -16 * mag + 1e-30).all()
+    exact = x.double() @ W.double().T
+    assert ((got - exact).abs() <= 2.0 ** -8 * (x.double().abs() @ W.double().abs().T) + 1e-30).all()
+    assert not torch.equal(got, product(packed, x, gtype, rows).double())  # the integer tiles: other sums
+
+
+def test_a_float32_prefill_keeps_the_integer_tiles():
+    """A model whose prefill dtype is float32 (GGUF_SERVE_PREFILL_DTYPE) keeps its prompts'
+    products off AMX's bfloat16: the integer tiles' bits."""
+    if not cpu.set_amx(True):
+        pytest.skip(NO_AMX)
+    rng = np.random.default_rng(5)
+    packed = torch.from_numpy(weights(rng, GGMLType.Q4_K, 64, 512))
+    x = torch.randn(40, 512)
+    tiles = product(packed, x, GGMLType.Q4_K, 64)
+    with replace(K, prefill_dtype=torch.float32).using_isa():
+        assert torch.equal(K.mul_mat(packed, x, GGMLType.Q4_K, 64), tiles)
+    with replace(K, prefill_dtype=torch.bfloat16).using_isa():
+        assert not torch.equal(K.mul_mat(packed, x, GGMLType.Q4_K, 64), tiles)

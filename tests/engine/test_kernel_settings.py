@@ -65,8 +65,10 @@ def test_each_models_weights_ops_and_policy_carry_its_own_settings(two):
         assert lm.threads.kernels is lm.kernels and lm.threads.threads == threads
         assert lm.model.ops.kernels is k and lm.model.ops.threads == threads  # the dense ops' calls
         linears = [m for layer in lm.model.layers for m in layer.mixer.qkv.linears + [layer.mixer.o]]
-        assert all(m.kernels.cpu is k and m._call._threads == threads and m._call._max_rows == rows
+        assert all(m.kernels.cpu is k and m._call._threads == threads and m._call._max_rows == k.max_rows(m._call.type)
                    for m in linears + [lm.model.head])
+        # the integer dots' bound, or float32's where the type's prompts take AMX's bfloat16 tiles
+        assert {k.max_rows(m._call.type) for m in linears} <= {rows, 1024}
         assert all(layer.mixer.qkv.native._threads == threads and layer.mixer.qkv._max_rows == rows
                    for layer in lm.model.layers)
         assert lm.model.embed.kernels.cpu is k

@@ -19,6 +19,7 @@ typedef struct {
     dot8_fn dot8;     /* a repacked type's eight-row dot (then dot is NULL) */
     dotx8_fn dotx8;   /* eight activation rows at a time (AVX-512 VNNI, 32-block types), or NULL */
     const act32x8 *x8; /* the activation rows in groups of eight for dotx8: n_x / 8 groups of nb blocks */
+    const uint16_t *xb; /* the activations as AMX's bfloat16 tiles where this matrix takes them, or NULL */
 } mm_ctx;
 
 /* Row streams a thread walks at once: one sequential stream leaves the memory system
@@ -53,8 +54,8 @@ static void rows_streamed(dot_fn dot, const uint8_t *w, int64_t row_bytes, const
 }
 
 /* Per-thread scratch: the quantized activations in two formats, the tiles */
-static _Thread_local void *t_scratch[4];
-static _Thread_local size_t t_scratch_cap[4];
+static _Thread_local void *t_scratch[6];
+static _Thread_local size_t t_scratch_cap[6];
 
 static uint8_t *scratch(int i, size_t n) { return gc_grow(&t_scratch[i], &t_scratch_cap[i], n); }
 
@@ -75,6 +76,7 @@ static uint8_t *scratch(int i, size_t n) { return gc_grow(&t_scratch[i], &t_scra
 #define TILE_MIN_ROWS_SIGNED_VNNI 32
 static int g_tiles = 1;
 static int g_x8 = 1;
+static int g_amx = 1;
 
 /* use the tiles (1, the default) or the row-wise dots only (0); returns the setting */
 int gc_set_tiles(int on) {
@@ -88,6 +90,39 @@ int gc_set_x8(int on) {
     return g_x8;
 }
 
+/* prompts (the tiles' row counts) in bfloat16 on AMX where the CPU has it and the type is
+ * one arch/x86_amx.c takes (1, the default), or never (0); -1 asks; returns the setting
+ * as it applies here (0 on a CPU without AMX) */
+int gc_set_amx(int on) {
+    if (on >= 0) g_amx = on != 0;
+#ifdef GC_X86
+    return g_amx && amx_ready();
+#else
+    return 0;
+#endif
+}
+
+/* 1 if this type's prompts take AMX under the process's settings (the thread's ISA level
+ * and prefill choice aside) */
+int gc_amx_takes(int type) {
+#ifdef GC_X86
+    return g_amx && g_tiles && amx_type(type) && amx_ready();
+#else
+    (void)type;
+    return 0;
+#endif
+}
+
+/* the calling thread's AMX choice for the calls it makes (a model's prompts in float32
+ * turn it off: 0; -1 the process's setting); returns the previous one, to restore */
+static _Thread_local int t_amx = -1;
+
+int gc_use_amx(int on) {
+    const int old = t_amx;
+    t_amx = on < 0 ? -1 : on != 0;
+    return old;
+}
+
 
 #ifdef GC_X86
 /* whether n_x activation rows against this type take the tiles (AVX2 and up) */
@@ -98,6 +133,12 @@ static int tiled(int type, int64_t n_x) {
 }
 
 static void *tile_scratch(int type, int nb, int64_t n_tiles) { return scratch(2, tile_bytes(type, nb) * (size_t)n_tiles); }
+
+/* whether n_x activation rows against this type take AMX (arch/x86_amx.c) */
+static int on_amx(int type, int64_t n_x, int64_t n_cols) {
+    return g_amx && t_amx != 0 && g_tiles && gc_isa() >= ISA_AVX512 && n_x >= TILE_MIN_ROWS && n_cols % 32 == 0 && amx_type(type)
+        && amx_ready();
+}
 
 /* Tiles packed at a time, and the bytes of quantized activation rows that meet them in one
  * run: both together stay in L2 (Gemma 3 270M, 512 rows against its Q6_K 640 x 2048
@@ -135,6 +176,13 @@ static void mm_task(void *vctx, int64_t start, int64_t end) {
     }
 #ifdef GC_X86
     const int type = c->k->type;
+    if (c->xb) {
+        uint16_t *strip = (uint16_t *)scratch(4, 64 * (size_t)(c->n_cols + 32));
+        if (strip) {
+            amx_rows(type, c->w, c->row_bytes, c->n_cols, c->xb, c->n_x, c->y, c->y_stride, start, end, strip);
+            return;
+        }
+    }
     const int64_t n_tiles = (end - start) / 8 < TILE_GROUP ? (end - start) / 8 : TILE_GROUP;
     uint8_t *t = n_tiles && tiled(type, c->n_x) ? tile_scratch(type, nb, n_tiles) : NULL;
     const size_t tb = tile_bytes(type, nb);
@@ -269,12 +317,31 @@ int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64
         first[m + 1] = first[m] + n_rows[m];
     }
     const int64_t total = first[n];
-    /* one quantized copy of x per activation format the matrices need */
+    /* the bfloat16 tiles of x where a matrix takes AMX */
+    int amx[MAX_MULTI], any_amx = 0;
+    const uint16_t *xb = NULL;
+    for (int m = 0; m < n; m++) {
+#ifdef GC_X86
+        amx[m] = on_amx(types[m], n_x, n_cols);
+#else
+        amx[m] = 0;
+#endif
+        any_amx |= amx[m];
+    }
+#ifdef GC_X86
+    if (any_amx) {
+        uint16_t *p = (uint16_t *)scratch(5, amx_act_bytes(n_x, n_cols));
+        if (!p) return GC_NO_MEMORY;
+        amx_act_pack(x, n_x, n_cols, p, n_threads);
+        xb = p;
+    }
+#endif
+    /* one quantized copy of x per activation format the other matrices need */
     uint8_t *xq[3] = {NULL, NULL, NULL};
     size_t xq_bytes[3] = {0, 0, 0};
     for (int m = 0; m < n; m++) {
         const int f = ks[m]->act256;
-        if (xq[f]) continue;
+        if (xq[f] || amx[m]) continue;
         xq_bytes[f] = act_row_bytes(ks[m], n_cols);
         if (f == ACT_F32) { /* float32 as given */
             xq[f] = (uint8_t *)(uintptr_t)x;
@@ -306,12 +373,13 @@ int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64
         if (x8 && !k->rows8 && k->act256 == ACT32) dx8 = dotx8_for(k->type);
 #endif
         mats[m] = (mm_ctx){k, pick(k), ws[m], (int64_t)(nb * k->bytes), n_rows[m], n_cols, n_x, xq[k->act256],
-                           xq_bytes[k->act256], y + first[m], total, pick4(k), pick8(k), dx8, x8};
+                           xq_bytes[k->act256], y + first[m], total, pick4(k), pick8(k), dx8, x8, amx[m] ? xb : NULL};
     }
     multi_ctx mc = {n, mats, first};
     int64_t chunk = total / (8 * (n_threads > 0 ? n_threads : 1));
     if (chunk < 16) chunk = 16;
-    chunk = (chunk + 7) / 8 * 8; /* whole tiles of eight rows where the type has them */
+    const int64_t whole = any_amx ? 32 : 8; /* whole tiles of eight rows where the type has them; AMX strips of 32 */
+    chunk = (chunk + whole - 1) / whole * whole;
     gc_parallel_for(n_threads, total, chunk, multi_task, &mc);
     return GC_OK;
 }

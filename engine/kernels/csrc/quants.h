@@ -209,6 +209,13 @@ GC_HIDDEN int tile_type(int type);
 GC_HIDDEN size_t tile_bytes(int type, int nb);
 GC_HIDDEN void tile_pack(int type, const uint8_t *w, int64_t row_bytes, int nb, void *t);
 GC_HIDDEN void tile_dot(int type, const void *t, int nb, const void *const *xs, float o[4][8]);
+/* arch/x86_amx.c: prompts on AMX in bfloat16 (weights dequantized in strips of 32 rows) */
+GC_HIDDEN int amx_ready(void);
+GC_HIDDEN int amx_type(int type);
+GC_HIDDEN size_t amx_act_bytes(int64_t n_x, int64_t n_cols);
+GC_HIDDEN void amx_act_pack(const float *x, int64_t n_x, int64_t n_cols, uint16_t *xb, int n_threads);
+GC_HIDDEN void amx_rows(int type, const uint8_t *w, int64_t row_bytes, int64_t n_cols, const uint16_t *xb, int64_t n_x,
+                        float *y, int64_t y_stride, int64_t start, int64_t end, uint16_t *strip);
 #elif defined(GC_NEON)
 /* arch/arm.c: NEON */
 #define GC_NEON_DOT(t) GC_HIDDEN float dot_##t##_neon(const void *vw, const void *vx, int nb);

@@ -104,7 +104,212 @@ IQ1_VECS(iq1_m)
 #define GRID_AVX2(t, B) GRID_ROWS(t, B, AVX2, avx2)
 #define GRID_AVX512(t, B) GRID_ROWS(t, B, AVX512, avx512)
 GC_GRID_TYPES(GRID_AVX2)
-GC_GRID_TYPES(GRID_AVX512)
+
+/* ---- AVX-512: the sign-and-grid and IQ1 types a whole block at a time. The 32 grid
+ * points of a block come in four gathers of eight, the signs as four 64-bit masks that
+ * one masked subtraction puts on 64 activation bytes, the 16 halves' scales as 16-bit
+ * lanes for vpmaddwd: a fifth of the instructions per weight of the group-at-a-time body
+ * above. The integer sums are the same, and so is the float step, so the same bits. */
+typedef struct {
+    __m512i u[4];      /* weights 64c .. 64c + 63: magnitudes (unsigned bytes) */
+    __mmask64 neg[4];  /* ...and which of them are negative */
+    __m512i sc[4];     /* ...16-bit lanes 8h .. 8h + 7: the scale of weights 64c + 16h .. */
+    __m256i s16;       /* the scales of weights 16h .. 16h + 15 of the block */
+} blk512;
+
+/* the 16 halves' scales (16-bit lanes) as four vectors for vpmaddwd: lane k of chunk c
+ * holds half 4c + k / 8's */
+static const int16_t half_of_lane[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+
+AVX512 static inline void scales512(__m256i s16, blk512 *o) {
+    const __m512i s = _mm512_castsi256_si512(s16), base = _mm512_loadu_si512(half_of_lane);
+    o->s16 = s16;
+    for (int c = 0; c < 4; c++) o->sc[c] = _mm512_permutexvar_epi16(_mm512_add_epi16(base, _mm512_set1_epi16((short)(4 * c))), s);
+}
+
+/* two scales of a byte's nibbles, 2 s + 1, for the halves of 8 groups */
+AVX512 static inline __m256i nibble_scales(const uint8_t *sc8) {
+    const __m128i b = _mm_loadl_epi64((const __m128i *)sc8);
+    const __m128i n = _mm_unpacklo_epi8(_mm_and_si128(b, _mm_set1_epi8(15)), _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15)));
+    return _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepu8_epi16(n), 1), _mm256_set1_epi16(1));
+}
+
+AVX512 static inline void blk512_iq2_xs(const blk_iq2_xs *b, blk512 *o) {
+    const __m512i q = _mm512_loadu_si512(b->qs);
+    const __m512i idx = _mm512_and_si512(q, _mm512_set1_epi16(511));
+    o->u[0] = _mm512_i32gather_epi64(_mm256_cvtepu16_epi32(_mm512_extracti32x4_epi32(idx, 0)), grid_iq2xs, 8);
+    o->u[1] = _mm512_i32gather_epi64(_mm256_cvtepu16_epi32(_mm512_extracti32x4_epi32(idx, 1)), grid_iq2xs, 8);
+    o->u[2] = _mm512_i32gather_epi64(_mm256_cvtepu16_epi32(_mm512_extracti32x4_epi32(idx, 2)), grid_iq2xs, 8);
+    o->u[3] = _mm512_i32gather_epi64(_mm256_cvtepu16_epi32(_mm512_extracti32x4_epi32(idx, 3)), grid_iq2xs, 8);
+    /* seven sign bits and their parity (ggml's ksigns_iq2xs) */
+    const __m512i s = _mm512_srli_epi16(q, 9);
+    __m512i p = _mm512_xor_si512(s, _mm512_srli_epi16(s, 4));
+    p = _mm512_xor_si512(p, _mm512_srli_epi16(p, 2));
+    p = _mm512_xor_si512(p, _mm512_srli_epi16(p, 1));
+    uint64_t m[4];
+    _mm256_storeu_si256((__m256i *)m, _mm512_cvtepi16_epi8(_mm512_or_si512(s, _mm512_slli_epi16(_mm512_and_si512(p, _mm512_set1_epi16(1)), 7))));
+    for (int c = 0; c < 4; c++) o->neg[c] = _cvtu64_mask64(m[c]);
+    scales512(nibble_scales(b->scales), o);
+}
+
+AVX512 static inline void blk512_iq2_s(const blk_iq2_s *b, blk512 *o) {
+    const __m256i sh = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    for (int c = 0; c < 4; c++) { /* index 8c + j: qs[8c + j] and bits 2 (j % 4) of qh[2c + j / 4], as bits 8, 9 */
+        const __m256i h = _mm256_set1_epi32((int)(b->qh[2 * c] | (unsigned)b->qh[2 * c + 1] << 8));
+        const __m256i idx = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * c))),
+                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(h, sh), _mm256_set1_epi32(3)), 8));
+        o->u[c] = _mm512_i32gather_epi64(idx, grid_iq2s, 8);
+        o->neg[c] = _cvtu64_mask64(ld64(b->signs + 8 * c));
+    }
+    scales512(nibble_scales(b->scales), o);
+}
+
+/* IQ1: bytes 8 g +- 1 from the grid points g (-1, 0, 1) and the delta's sign per group;
+ * kneg: bit j set where the delta of weights 8j .. 8j + 7 of the chunk is negative */
+AVX512 static inline void iq1_chunk(__m512i grid, __mmask8 kneg, blk512 *o, int c) {
+    const __m512i v8 = _mm512_and_si512(_mm512_slli_epi16(grid, 3), _mm512_set1_epi8((char)0xF8));
+    const __m512i v = _mm512_add_epi8(v8, _mm512_mask_blend_epi64(kneg, _mm512_set1_epi8(1), _mm512_set1_epi8(-1)));
+    o->u[c] = _mm512_abs_epi8(v);
+    o->neg[c] = _mm512_movepi8_mask(v);
+}
+
+AVX512 static inline void blk512_iq1_s(const blk_iq1_s *b, blk512 *o) {
+    const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9);
+    for (int c = 0; c < 4; c++) { /* groups 2c, 2c + 1: index 4 g + l is qs[4 g + l] and bits 3 l of qh[g] as bits 8..10 */
+        const unsigned h0 = b->qh[2 * c], h1 = b->qh[2 * c + 1];
+        const __m256i h = _mm256_setr_m128i(_mm_set1_epi32((int)h0), _mm_set1_epi32((int)h1));
+        const __m256i idx = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * c))),
+                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(h, sh), _mm256_set1_epi32(7)), 8));
+        iq1_chunk(_mm512_i32gather_epi64(idx, grid_iq1s, 8), (__mmask8)((h0 & 0x8000 ? 0x0F : 0) | (h1 & 0x8000 ? 0xF0 : 0)), o, c);
+    }
+    /* both halves of group g: 2 (bits 12..14 of qh[g]) + 1 */
+    const __m128i h = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)b->qh), 12), _mm_set1_epi16(7));
+    const __m128i s = _mm_add_epi16(_mm_slli_epi16(h, 1), _mm_set1_epi16(1));
+    scales512(_mm256_setr_m128i(_mm_unpacklo_epi16(s, s), _mm_unpackhi_epi16(s, s)), o);
+}
+
+AVX512 static inline void blk512_iq1_m(const blk_iq1_m *b, blk512 *o) {
+    const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    for (int c = 0; c < 4; c++) { /* index j of chunk c: qs[8c + j] and nibble j of qh[4c..4c+3]: 3 index bits, the delta's sign */
+        const __m256i h = _mm256_srlv_epi32(_mm256_set1_epi32((int)ld32(b->qh + 4 * c)), sh);
+        const __m256i idx = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * c))),
+                                            _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(7)), 8));
+        iq1_chunk(_mm512_i32gather_epi64(idx, grid_iq1s, 8), _mm256_test_epi32_mask(h, _mm256_set1_epi32(8)), o, c);
+    }
+    /* halves 2g, 2g + 1: bits 6 (g % 2) .. of sc[g / 2], three each: 2 s + 1 */
+    const uint64_t rep = 0x0001000100010001ull;
+    const __m256i sc = _mm256_set_epi64x((long long)(b->sc[3] * rep), (long long)(b->sc[2] * rep), (long long)(b->sc[1] * rep),
+                                         (long long)(b->sc[0] * rep));
+    const __m256i s = _mm256_and_si256(_mm256_srlv_epi16(sc, _mm256_setr_epi16(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9)),
+                                       _mm256_set1_epi16(7));
+    scales512(_mm256_add_epi16(_mm256_slli_epi16(s, 1), _mm256_set1_epi16(1)), o);
+}
+
+/* seven sign bits per byte of t (bit 7 clear) completed with their parity (ggml's
+ * ksigns_iq2xs), as the 64-bit masks of four chunks */
+AVX512 static inline void ksigns512(__m256i t, blk512 *o) {
+    const __m256i n4 = _mm256_set1_epi8(0x0F);
+    __m256i p = _mm256_xor_si256(t, _mm256_and_si256(_mm256_srli_epi32(t, 4), n4));
+    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 2));
+    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 1));
+    uint64_t m[4];
+    _mm256_storeu_si256((__m256i *)m, _mm256_or_si256(t, _mm256_slli_epi32(_mm256_and_si256(p, _mm256_set1_epi8(1)), 7)));
+    for (int c = 0; c < 4; c++) o->neg[c] = _cvtu64_mask64(m[c]);
+}
+
+/* 8 words (one a group) holding four 7-bit sign fields and a 4-bit scale on top: bytes
+ * 4g + l the fields, and the groups' scales 2 s + 1 for both halves */
+AVX512 static inline void packed_signs512(__m256i w, blk512 *o) {
+    const __m256i m7 = _mm256_set1_epi32(127);
+    const __m256i t = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(w, m7), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 7), m7), 8)),
+                                      _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 14), m7), 16),
+                                                      _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 21), m7), 24)));
+    ksigns512(t, o);
+    const __m256i s = _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(w, 28), 1), _mm256_set1_epi32(1));
+    /* each group's scale in both 16-bit halves of its lane: the halves 2g, 2g + 1 */
+    scales512(_mm256_or_si256(s, _mm256_slli_epi32(s, 16)), o);
+}
+
+AVX512 static inline void blk512_iq2_xxs(const blk_iq2_xxs *b, blk512 *o) {
+    /* group g: words 2g (four grid indices) and 2g + 1 (signs and scale) */
+    const __m512i w = _mm512_loadu_si512(b->qs);
+    const __m256i idx = _mm512_cvtepi64_epi32(_mm512_and_si512(w, _mm512_set1_epi64(0xFFFFFFFF)));
+    const __m256i sg = _mm512_cvtepi64_epi32(_mm512_srli_epi64(w, 32));
+    uint64_t ix[4];
+    _mm256_storeu_si256((__m256i *)ix, idx);
+    for (int c = 0; c < 4; c++)
+        o->u[c] = _mm512_i32gather_epi64(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)ix[c])), grid_iq2xxs, 8);
+    packed_signs512(sg, o);
+}
+
+AVX512 static inline void blk512_iq3_xxs(const blk_iq3_xxs *b, blk512 *o) {
+    for (int c = 0; c < 4; c++) /* 16 indices of four bytes each */
+        o->u[c] = _mm512_i32gather_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * c))), grid_iq3xxs, 4);
+    packed_signs512(_mm256_loadu_si256((const __m256i *)b->ss), o);
+}
+
+AVX512 static inline void blk512_iq3_s(const blk_iq3_s *b, blk512 *o) {
+    const __m512i sh = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int c = 0; c < 4; c++) { /* index 16c + m: qs[16c + m] and bit m of qh[2c] | qh[2c + 1] << 8 as bit 8 */
+        const __m512i h = _mm512_set1_epi32((int)(b->qh[2 * c] | (unsigned)b->qh[2 * c + 1] << 8));
+        const __m512i idx = _mm512_or_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * c))),
+                                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(h, sh), _mm512_set1_epi32(1)), 8));
+        o->u[c] = _mm512_i32gather_epi32(idx, grid_iq3s, 4);
+        o->neg[c] = _cvtu64_mask64(ld64(b->signs + 8 * c));
+    }
+    /* group g (both halves): 1 + 2 (nibble g % 2 of scales[g / 2]) */
+    const __m128i sb = _mm_cvtsi32_si128((int)ld32(b->scales));
+    const __m128i n = _mm_unpacklo_epi8(_mm_and_si128(sb, _mm_set1_epi8(15)), _mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(15)));
+    const __m128i s = _mm_add_epi16(_mm_slli_epi16(_mm_cvtepu8_epi16(n), 1), _mm_set1_epi16(1));
+    scales512(_mm256_setr_m128i(_mm_unpacklo_epi16(s, s), _mm_unpackhi_epi16(s, s)), o);
+}
+
+#define GRID512_ROWS(t, B)                                                                           \
+    AVX512 static inline __attribute__((always_inline)) void t##_rows_avx512(const void *vw, const act256 *const *X, \
+                                                                           const int R, int nb, float *out) { \
+        const B *w = vw;                                                                             \
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};                                                         \
+        for (int i = 0; i < nb; i++) {                                                               \
+            prefetch_ahead(&w[i], (int)sizeof(B));                                                   \
+            blk512 k;                                                                                \
+            blk512_##t(&w[i], &k);                                                                   \
+            __m512i sum[4];                                                                          \
+            for (int r = 0; r < R; r++) sum[r] = _mm512_setzero_si512();                             \
+            for (int c = 0; c < 4; c++)                                                              \
+                for (int r = 0; r < R; r++) {                                                        \
+                    const __m512i x = _mm512_loadu_si512(X[r][i].qs + 64 * c);                       \
+                    const __m512i xs = _mm512_mask_sub_epi8(x, k.neg[c], _mm512_setzero_si512(), x); \
+                    sum[r] = _mm512_add_epi32(sum[r], _mm512_madd_epi16(_mm512_maddubs_epi16(k.u[c], xs), k.sc[c])); \
+                }                                                                                    \
+            const float d = iqd_##t(&w[i]);                                                          \
+            for (int r = 0; r < R; r++) acc[r] += (d * X[r][i].d) * (float)_mm512_reduce_add_epi32(sum[r]); \
+        }                                                                                            \
+        for (int r = 0; r < R; r++) out[r] = acc[r];                                                 \
+    }                                                                                                \
+    DEFINE_ROWS_1_4(AVX512, dot_##t##_avx512, dot4_##t##_avx512, t##_rows_avx512)
+GC_GRID_TYPES(GRID512_ROWS)
+
+/* a block as iq_expand gives it (for the tiles and AMX's strips) */
+#define T_iq2_xxs T_IQ2_XXS
+#define T_iq2_xs T_IQ2_XS
+#define T_iq2_s T_IQ2_S
+#define T_iq3_xxs T_IQ3_XXS
+#define T_iq3_s T_IQ3_S
+#define T_iq1_s T_IQ1_S
+#define T_iq1_m T_IQ1_M
+AVX512 static int iq_expand512(int type, const void *blk, int8_t *q, int16_t *sc, float *d) {
+    blk512 k;
+    switch (type) {
+#define EXPAND512(t, B) case T_##t: blk512_##t(blk, &k); *d = iqd_##t(blk); break;
+        GC_GRID_TYPES(EXPAND512)
+    default:
+        return 0;
+    }
+    for (int c = 0; c < 4; c++) _mm512_storeu_si512(q + 64 * c, _mm512_mask_sub_epi8(k.u[c], k.neg[c], _mm512_setzero_si512(), k.u[c]));
+    _mm256_storeu_si256((__m256i *)sc, k.s16);
+    return 1;
+}
 
 /* ---- TQ1_0, TQ2_0: a group's digits (0..2, the weights + 1) unpacked in the vector unit,
  * unsigned for vpmaddubsw; the offset 1 through the activation sums */
@@ -259,15 +464,9 @@ F_DOTS(bf16, AVX512, avx512)
 GC_IQ_TYPES(IQ_EXPAND)
 
 int iq_expand(int type, const void *blk, int8_t *q, int16_t *sc, float *d) {
+    if (gc_isa() >= ISA_AVX512 && iq_expand512(type, blk, q, sc, d)) return 1;
     switch (type) {
 #define IQ_CASE(t, B) case T_##t: expand_##t(blk, q, sc); *d = iqd_##t(blk); return 1;
-#define T_iq2_xxs T_IQ2_XXS
-#define T_iq2_xs T_IQ2_XS
-#define T_iq2_s T_IQ2_S
-#define T_iq3_xxs T_IQ3_XXS
-#define T_iq3_s T_IQ3_S
-#define T_iq1_s T_IQ1_S
-#define T_iq1_m T_IQ1_M
 #define T_tq1_0 T_TQ1_0
 #define T_tq2_0 T_TQ2_0
         GC_IQ_TYPES(IQ_CASE)

@@ -206,3 +206,21 @@ def test_a_float32_prefill_keeps_the_integer_tiles():
         assert torch.equal(K.mul_mat(packed, x, GGMLType.Q4_K, 64), tiles)
     with replace(K, prefill_dtype=torch.bfloat16).using_isa():
         assert not torch.equal(K.mul_mat(packed, x, GGMLType.Q4_K, 64), tiles)
+
+
+@pytest.mark.parametrize("gtype", [t for t in LOW_BIT if t.block_size == 256] + [GGMLType.Q1_0], ids=lambda t: t.name)
+def test_low_bit_rows_give_the_same_bits_on_avx2_and_avx512(gtype):
+    """AVX-512 takes the grid types a block at a time (gathered grid points, sign masks on
+    the activations) and Q1_0's bits as masks: the same integer sums and float steps as the
+    AVX2 bodies, so the same bits, one row or four."""
+    if "avx512" not in ISAS:
+        pytest.skip("this CPU has no AVX-512")
+    rng = np.random.default_rng(40 + int(gtype))
+    packed = torch.from_numpy(weights(rng, gtype, 37, 1024))
+    x = torch.randn(4, 1024)
+    out = {}
+    for isa in ("avx2", "avx512"):
+        cpu.set_isa(isa)
+        out[isa] = torch.cat([K.mul_mat_rows(packed, x[i:i + 1], int(gtype), 37) for i in range(4)])
+        assert torch.equal(K.mul_mat_rows(packed, x, int(gtype), 37), out[isa])
+    assert torch.equal(out["avx2"], out["avx512"])

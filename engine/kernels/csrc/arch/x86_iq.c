@@ -372,7 +372,43 @@ TQ_ROWS(tq2_0, blk_tq2_0, AVX512, avx512)
 #define B32_AVX2(t, B, G) B32_ROWS(t, B, G, AVX2, avx2)
 #define B32_AVX512(t, B, G) B32_ROWS(t, B, G, AVX512, avx512)
 GC_B32_TYPES(B32_AVX2)
-GC_B32_TYPES(B32_AVX512)
+B32_AVX512(q2_0, blk_q2_0, 2)
+
+/* Q1_0 on AVX-512: a group's 32 bits as the mask that negates the activations, their
+ * four-byte sums by vpdpbusd against ones: the integer lanes (and so the bits) of the
+ * AVX2 body's vpmaddubsw / vpmaddwd, without the bytes made from the bits */
+AVX512 static inline __attribute__((always_inline)) void q1_0_rows_avx512(const void *vw, const act32 *const *X, const int R,
+                                                                          int nb, float *out) {
+    const blk_q1_0 *w = vw;
+    const __m256i ones = _mm256_set1_epi8(1);
+    __m256 acc[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        prefetch_ahead(&w[i], (int)sizeof(blk_q1_0));
+        const float d = H2F(w[i].d);
+        for (int g = 0; g < 4; g++) {
+            const __mmask32 neg = _cvtu32_mask32(~ld32(w[i].qs + 4 * g)); /* a clear bit: -d */
+            for (int r = 0; r < R; r++) {
+                const act32 *xb = &X[r][4 * i + g];
+                const __m256i xv = _mm256_loadu_si256((const __m256i *)xb->qs);
+                const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, _mm256_mask_sub_epi8(xv, neg, _mm256_setzero_si256(), xv));
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), _mm256_cvtepi32_ps(p), acc[r]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = hsum8(acc[r]);
+}
+
+AVX512 float dot_q1_0_avx512(const void *vw, const void *vx, int nb) {
+    const act32 *X[1] = {vx};
+    float o;
+    q1_0_rows_avx512(vw, X, 1, nb, &o);
+    return o;
+}
+
+AVX512 void dot4_q1_0_avx512(const void *vw, const void *const *vx, int nb, float *out) {
+    q1_0_rows_avx512(vw, (const act32 *const *)vx, 4, nb, out);
+}
 
 /* ---- F16 / BF16 rows against float32 activations: 32 weights a step in four (AVX2) or
  * two (AVX-512) partial sums, the last n % 32 one at a time (in the same order for one

@@ -29,6 +29,19 @@ log = logging.getLogger("gguf_serve.server")
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 LOGPROBS = "message.output_text.logprobs"
 
+# Hosted tools (OpenAI runs them on its side) and the items of their calls: this server
+# cannot run them, so they are left out of the prompt (logged) rather than refused: Codex
+# sends web_search with every request.
+HOSTED_TOOLS = ("web_search", "web_search_preview", "file_search", "code_interpreter", "computer_use_preview",
+                "computer_use", "image_generation", "local_shell", "mcp", "tool_search", "shell", "apply_patch")
+HOSTED_ITEMS = ("web_search_call", "file_search_call", "computer_call", "computer_call_output",
+                "code_interpreter_call", "image_generation_call", "local_shell_call", "local_shell_call_output",
+                "mcp_call", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response", "tool_search_call",
+                "tool_search_output", "shell_call", "shell_call_output", "apply_patch_call",
+                "apply_patch_call_output")
+CUSTOM_INPUT = {"type": "object", "properties": {"input": {"type": "string", "description": "the tool's whole input, "
+                                                           "as free text"}}, "required": ["input"]}
+
 
 def _text(content, where: str) -> str:
     """The text of an item's content: a string or text parts; other parts are refused."""
@@ -88,11 +101,16 @@ def _messages(req: ResponsesRequest) -> list[dict]:
             if role == "assistant" and reasoning:
                 msg["reasoning_content"], reasoning = reasoning, ""
             messages.append(msg)
-        elif kind == "function_call":
-            name, args, call_id = item.get("name"), item.get("arguments", "{}"), item.get("call_id")
+        elif kind in ("function_call", "custom_tool_call"):
+            name, call_id = item.get("name"), item.get("call_id")
+            args = item.get("arguments", "{}") if kind == "function_call" else item.get("input")
             if not isinstance(name, str) or not isinstance(args, str) or not isinstance(call_id, str):
-                raise BadRequest("a function_call item needs name, arguments and call_id strings", param=where)
-            call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+                raise BadRequest(f"a {kind} item needs name, {'arguments' if kind == 'function_call' else 'input'} "
+                                 f"and call_id strings", param=where)
+            if kind == "custom_tool_call":
+                args = json.dumps({"input": args}, ensure_ascii=False)
+            call = {"id": call_id, "type": "function",
+                    "function": {"name": flat_name(name, item.get("namespace")), "arguments": args}}
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant":  # several calls (and text) in one turn
                 last.setdefault("tool_calls", []).append(call)
@@ -100,7 +118,7 @@ def _messages(req: ResponsesRequest) -> list[dict]:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call],
                                  **({"reasoning_content": reasoning} if reasoning else {})})
                 reasoning = ""
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             if not isinstance(item.get("call_id"), str):
                 raise BadRequest("a function_call_output item needs its call_id", param=f"{where}.call_id")
             output = item.get("output")
@@ -109,6 +127,8 @@ def _messages(req: ResponsesRequest) -> list[dict]:
         elif kind == "reasoning":
             parts = item.get("content") or item.get("summary") or []
             reasoning += _text(parts, f"{where}.content")
+        elif kind in HOSTED_ITEMS:
+            log.info("responses: %s, a hosted tool's %r item, is left out", where, kind)
         elif kind == "item_reference":
             raise BadRequest("this server stores nothing, so items cannot be referenced by id; send them whole",
                              param=where, code="unsupported_parameter")
@@ -119,23 +139,68 @@ def _messages(req: ResponsesRequest) -> list[dict]:
     return messages
 
 
+def flat_name(name: str, namespace: str | None) -> str:
+    """The function name a namespace's tool has in the prompt (its calls come back with the
+    namespace again)."""
+    return f"{namespace}__{name}" if namespace else name
+
+
+def _tool_entries(req: ResponsesRequest) -> list[tuple[int, dict, str | None]]:
+    """(index, tool, namespace) for each function or custom tool, a namespace's tools in it."""
+    out = []
+    for j, t in enumerate(req.tools or []):
+        if not isinstance(t, dict):
+            raise BadRequest("a tool must be an object", param=f"tools.{j}")
+        if t.get("type") == "namespace":
+            if not isinstance(t.get("name"), str) or not isinstance(t.get("tools"), list):
+                raise BadRequest("a namespace tool needs a name and a list of tools", param=f"tools.{j}")
+            out += [(j, inner, t["name"]) for inner in t["tools"] if isinstance(inner, dict)
+                    and inner.get("type") in ("function", "custom")]
+        elif t.get("type") in ("function", "custom"):
+            out.append((j, t, None))
+    return out
+
+
+def tool_names(req: ResponsesRequest) -> dict[str, tuple[str, str | None, bool]]:
+    """Each prompt function name -> (the tool's name, its namespace, whether it is a custom
+    (free-text) tool): how a call the model makes goes back to the client."""
+    return {flat_name(t.get("name"), ns): (t.get("name"), ns, t.get("type") == "custom")
+            for _, t, ns in _tool_entries(req) if isinstance(t.get("name"), str)}
+
+
 def _tools(req: ResponsesRequest) -> tuple[list[dict] | None, object]:
+    """The chat tools: function tools as they are, a namespace's tools flattened (its name
+    before theirs), custom tools as functions of one `input` string; hosted tools left out."""
     tools = None
     if req.tools is not None:
         tools = []
         for j, t in enumerate(req.tools):
-            if not isinstance(t, dict) or t.get("type") != "function":
-                kind = t.get("type") if isinstance(t, dict) else None
-                raise BadRequest(f"only function tools are supported, not {kind!r}", param=f"tools.{j}",
-                                 code="unsupported_parameter")
-            f = {k: t[k] for k in ("name", "description", "parameters", "strict") if t.get(k) is not None}
-            tools.append({"type": "function", "function": f})
+            kind = t.get("type") if isinstance(t, dict) else None
+            if kind not in ("function", "custom", "namespace"):
+                if kind not in HOSTED_TOOLS:
+                    log.info("responses: tools.%d of type %r is not one this server knows; left out", j, kind)
+                else:
+                    log.info("responses: tools.%d, the hosted tool %r, is left out (this server cannot run it)", j,
+                             kind)
+        for j, t, ns in _tool_entries(req):
+            if not isinstance(t.get("name"), str):
+                raise BadRequest("a function tool needs its name", param=f"tools.{j}")
+            f = {k: t[k] for k in ("description", "parameters", "strict") if t.get(k) is not None}
+            if t.get("type") == "custom":
+                fmt = t.get("format") or {}
+                grammar = f"\nIts input follows this {fmt.get('syntax', '')} grammar:\n{fmt['definition']}" \
+                    if fmt.get("type") == "grammar" and isinstance(fmt.get("definition"), str) else ""
+                f = {"description": (t.get("description") or "") + grammar, "parameters": CUSTOM_INPUT}
+            tools.append({"type": "function", "function": {"name": flat_name(t["name"], ns), **f}})
     choice = req.tool_choice
     if isinstance(choice, dict):
-        if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
+        if choice.get("type") in HOSTED_TOOLS:
+            choice = "auto"
+        elif choice.get("type") not in ("function", "custom") or not isinstance(choice.get("name"), str):
             raise BadRequest("tool_choice must be 'none', 'auto', 'required' or {'type': 'function', 'name': ...}",
                              param="tool_choice")
-        choice = {"type": "function", "function": {"name": choice["name"]}}
+        else:
+            choice = {"type": "function", "function": {"name": flat_name(choice["name"], choice.get("namespace"))}}
     return tools, choice
 
 
@@ -191,13 +256,24 @@ RENAMED = {"messages": "input", "response_format": "text.format", "max_completio
            "reasoning_effort": "reasoning.effort", "thinking_budget_tokens": "reasoning.max_tokens"}
 
 
+def _custom_input(arguments: str) -> str:
+    """A custom tool's input from the call's `{"input": ...}` arguments (as they are when
+    they do not parse: a call cut off)."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    return value.get("input", "") if isinstance(value, dict) and isinstance(value.get("input", ""), str) else arguments
+
+
 class _Items:
     """One reply's pieces in, its output items and the stream's events out. Items open
     as their first text arrives and close when the next one opens or the reply ends;
     whitespace between items belongs to none."""
 
-    def __init__(self, tok, logprobs: bool):
+    def __init__(self, tok, logprobs: bool, names: dict | None = None):
         self.tok, self.logprobs = tok, logprobs
+        self.names = names or {}  # prompt function name -> (tool name, namespace, custom): tool_names
         self.items: list[dict] = []
         self.open: int | None = None  # the open message or reasoning item
         self.calls: dict[int, int] = {}  # a stream's call index -> its item's output index
@@ -208,7 +284,7 @@ class _Items:
     def _add(self, item: dict, events: list) -> int:
         self.items.append(item)
         events.append({"type": "response.output_item.added", "output_index": len(self.items) - 1,
-                       "item": copy.deepcopy(item)})
+                       "item": copy.deepcopy({k: v for k, v in item.items() if not k.startswith("_")})})
         return len(self.items) - 1
 
     def _part(self, item: dict) -> dict:
@@ -282,11 +358,20 @@ class _Items:
             if d["index"] not in self.calls:
                 self.close(events)
                 self.blank, self.blank_logprobs = "", []
-                item = {"id": item_id("fc"), "type": "function_call", "call_id": d["id"], "name": f.get("name", ""),
-                        "arguments": "", "status": "in_progress"}
+                name, ns, custom = self.names.get(f.get("name", ""), (f.get("name", ""), None, False))
+                if custom:  # its input comes whole when the call closes
+                    item = {"id": item_id("ctc"), "type": "custom_tool_call", "call_id": d["id"], "name": name,
+                            "input": "", "status": "in_progress", "_arguments": ""}
+                else:
+                    item = {"id": item_id("fc"), "type": "function_call", "call_id": d["id"], "name": name,
+                            "arguments": "", "status": "in_progress"}
+                if ns:
+                    item["namespace"] = ns
                 self.calls[d["index"]] = self._add(item, events)
             i = self.calls[d["index"]]
-            if f.get("arguments"):
+            if self.items[i]["type"] == "custom_tool_call":
+                self.items[i]["_arguments"] += f.get("arguments") or ""
+            elif f.get("arguments"):
                 self.items[i]["arguments"] += f["arguments"]
                 events.append({"type": "response.function_call_arguments.delta", "item_id": self.items[i]["id"],
                                "output_index": i, "delta": f["arguments"]})
@@ -295,10 +380,16 @@ class _Items:
             if i is None:
                 continue
             item = self.items[i]
-            item.update(arguments=item["arguments"] or call.arguments,
-                        status="completed" if call.complete else "incomplete")
-            events.append({"type": "response.function_call_arguments.done", "item_id": item["id"], "output_index": i,
-                           "name": item["name"], "arguments": item["arguments"]})
+            status = "completed" if call.complete else "incomplete"
+            if item["type"] == "custom_tool_call":
+                item.update(input=_custom_input(item.pop("_arguments") or call.arguments), status=status)
+                head = {"item_id": item["id"], "output_index": i}
+                events.append({"type": "response.custom_tool_call_input.delta", **head, "delta": item["input"]})
+                events.append({"type": "response.custom_tool_call_input.done", **head, "input": item["input"]})
+            else:
+                item.update(arguments=item["arguments"] or call.arguments, status=status)
+                events.append({"type": "response.function_call_arguments.done", "item_id": item["id"],
+                               "output_index": i, "name": item["name"], "arguments": item["arguments"]})
             events.append({"type": "response.output_item.done", "output_index": i, "item": copy.deepcopy(item)})
         return events
 
@@ -313,7 +404,9 @@ class _Items:
                                                                 for e in chat_logprobs(self.tok, left).content]
         self.close(events, status)
         for i, item in enumerate(self.items):  # a call cut off (max_output_tokens) or that did not parse
-            if item["type"] == "function_call" and item["status"] == "in_progress":
+            if item["type"] in ("function_call", "custom_tool_call") and item["status"] == "in_progress":
+                if item["type"] == "custom_tool_call":
+                    item["input"] = _custom_input(item.pop("_arguments"))
                 item["status"] = "incomplete"
                 events.append({"type": "response.output_item.done", "output_index": i, "item": copy.deepcopy(item)})
         return events
@@ -343,7 +436,7 @@ class ResponsesServing(OverChat):
         response = self._shell(req, rid, created)
         yield {"type": "response.created", "response": dict(response)}
         yield {"type": "response.in_progress", "response": dict(response)}
-        items = _Items(prep.tokenizer, prep.params[0].logprobs is not None)
+        items = _Items(prep.tokenizer, prep.params[0].logprobs is not None, tool_names(req))
         finish = None
         try:
             async for p in self.service.pieces(prep, tally):

@@ -7,6 +7,7 @@ server must refuse."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Literal
 
 import httpx
@@ -160,8 +161,8 @@ def test_logprobs_on_the_answer(client, tiny_path):
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input.0"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]},
      "input.0.content.0"),
-    ({"input": [{"type": "web_search_call", "id": "x"}]}, "input.0.type"),
-    ({"input": "x", "tools": [{"type": "web_search"}]}, "tools.0"),
+    ({"input": [{"type": "message_of_another_kind", "id": "x"}]}, "input.0.type"),
+    ({"input": "x", "tools": ["web_search"]}, "tools.0"),
     ({"input": "x", "tools": TOOLS, "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
     ({"input": "x", "text": {"format": {"type": "json_schema", "name": "x", "schema": "{"}}}, "text.format"),
     ({"input": []}, "input"),
@@ -229,3 +230,65 @@ def test_a_call_cut_off_by_max_output_tokens_is_incomplete(client):
     added = [e.item.id for e in events if e.type == "response.output_item.added"]
     done = [e.item.id for e in events if e.type == "response.output_item.done"]
     assert sorted(added) == sorted(done)  # every item the stream opened, it closed
+
+
+CODEX = json.loads((Path(__file__).parent / "codex_request.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def roomy(tools_path):
+    with server(tools_path, "--ctx-size", "16384") as b:  # Codex's tools are ~7k of the tiny model's tokens
+        yield b
+
+
+def test_codexs_first_request_runs(roomy):
+    """Codex CLI's first request of a turn as it sent it (0.171.0, `codex exec`; its long
+    texts shortened): a namespace of sub-agent tools, a hosted web_search, reasoning
+    summaries, store false, encrypted reasoning asked for, a prompt cache key, client
+    metadata. The namespace's tools reach the prompt, web_search does not, and the stream
+    runs to its end."""
+    body = dict(CODEX, model="tiny-tools.gguf", max_output_tokens=8)
+    assert {t["type"] for t in body["tools"]} == {"function", "namespace", "web_search"}
+    with httpx.stream("POST", f"{roomy}/v1/responses", json=body, timeout=120) as r:
+        assert r.status_code == 200, r.read()
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1]["type"] in ("response.completed", "response.incomplete")
+
+    def input_tokens(tools):
+        r = httpx.post(f"{roomy}/v1/responses", json=dict(body, tools=tools, stream=False, max_output_tokens=1),
+                       timeout=120)
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]["input_tokens"]
+    full = input_tokens(body["tools"])
+    assert input_tokens([t for t in body["tools"] if t["type"] != "web_search"]) == full  # left out either way
+    assert input_tokens([t for t in body["tools"] if t["type"] != "namespace"]) < full - 50  # its five tools
+
+
+def test_namespace_and_custom_tools_come_back_as_the_client_named_them(roomy):
+    """A call to a namespace's tool comes back under its own name with the namespace (as
+    OpenAI's API gives it to Codex); a custom (free-text) tool's call as a custom_tool_call
+    with its input; both go back as input items and reach the next prompt."""
+    client = openai.OpenAI(base_url=f"{roomy}/v1", api_key="x", max_retries=0)
+    spawn = next(t for t in CODEX["tools"] if t["type"] == "namespace")
+    patch = {"type": "custom", "name": "apply_patch", "description": "Apply a patch",
+             "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}
+    r = client.responses.create(model="tiny-tools.gguf", input="spawn one", tools=[spawn, patch, ADD],
+                                tool_choice={"type": "function", "name": "spawn_agent", "namespace": "multi_agent_v1"},
+                                parallel_tool_calls=False, max_output_tokens=300, extra_body=NO_THINK)
+    call = next(o for o in r.output if o.type == "function_call").model_dump(exclude_none=True)
+    assert call["name"] == "spawn_agent" and call["namespace"] == "multi_agent_v1"
+    json.loads(call["arguments"])
+    r = client.responses.create(model="tiny-tools.gguf", input="patch it", tools=[spawn, patch],
+                                tool_choice={"type": "custom", "name": "apply_patch"}, parallel_tool_calls=False,
+                                max_output_tokens=300, extra_body=NO_THINK)
+    custom = next(o for o in r.output if o.type == "custom_tool_call").model_dump(exclude_none=True)
+    assert custom["name"] == "apply_patch" and isinstance(custom["input"], str) and custom["call_id"].startswith("call_")
+    items = [{"role": "user", "content": "go"}, call,
+             {"type": "function_call_output", "call_id": call["call_id"], "output": "agent 7 started"},
+             custom, {"type": "custom_tool_call_output", "call_id": custom["call_id"], "output": "patched"},
+             {"type": "web_search_call", "id": "ws_1", "status": "completed"}]
+    short = client.responses.create(model="tiny-tools.gguf", input=items[:1], tools=[spawn, patch],
+                                    max_output_tokens=1, extra_body=NO_THINK)
+    again = client.responses.create(model="tiny-tools.gguf", input=items, tools=[spawn, patch, {"type": "web_search"}],
+                                    max_output_tokens=1, extra_body=NO_THINK)
+    assert again.usage.input_tokens > short.usage.input_tokens + 10

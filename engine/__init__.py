@@ -12,7 +12,7 @@ from .chat_format import (BRACKET_THINK, CHANNEL_THOUGHT, GEMMA4, HERMES, LFM2, 
                           reasoning_markers, template_has_switch, template_renders_tools, template_writes_xml,
                           writes_harmony)
 from .config import EngineConfig
-from .options import CacheType, DeviceChoice, KernelChoice, PrefillDtype, SpecChoice, VisionDtype
+from .options import CacheType, DeviceChoice, KernelChoice, PoolingChoice, PrefillDtype, SpecChoice, VisionDtype
 from .embed import EmbeddingError, embed, rank
 from .errors import (CacheError, DraftMismatch, FileError, KernelError, MissingMetadata, TemplateError,
                      TokenizerError, UnsupportedArchitecture, VisionFileError, WeightError, is_file_error, is_transient)
@@ -31,7 +31,7 @@ __all__ = [
     # loading a model and the memory it takes
     "LOAD_STAGES", "LoadedModel", "EngineConfig", "available_memory", "load_model", "trim_heap",
     # the engine's option choices, as types
-    "CacheType", "DeviceChoice", "KernelChoice", "PrefillDtype", "SpecChoice", "VisionDtype",
+    "CacheType", "DeviceChoice", "KernelChoice", "PoolingChoice", "PrefillDtype", "SpecChoice", "VisionDtype",
     # model files: Hub IDs, files and the vision files that go with them
     "ModelRef", "best_companion", "cached_gguf_models", "companion_kind", "download", "goes_with", "is_model_file",
     "model_id", "parse",

@@ -56,7 +56,16 @@ def fallback_name(reader: GGUFReader, arch) -> str:
     return "llama2"
 
 
-def chat_template_for(reader: GGUFReader, arch) -> str:
+def chat_template_for(reader: GGUFReader, arch, override: str | None = None) -> str:
+    """The template a model renders chats with: `override` (Jinja text, or the name of a
+    built-in: FALLBACK_TEMPLATES), else the file's, else its architecture's fallback."""
+    if override:
+        if override in FALLBACK_TEMPLATES:
+            return FALLBACK_TEMPLATES[override]
+        if "{{" not in override and "{%" not in override:
+            raise ValueError(f"chat template {override!r}: neither Jinja nor a built-in's name "
+                             f"({', '.join(FALLBACK_TEMPLATES)})")
+        return override
     template = reader.metadata.get(Keys.CHAT_TEMPLATE)
     if template:
         return template

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .options import CACHE_TYPES, ENV, KERNEL_CHOICES, PREFILL_DTYPES, SPEC_CHOICES, VISION_DTYPES
+from .options import CACHE_TYPES, ENV, KERNEL_CHOICES, POOLING_CHOICES, PREFILL_DTYPES, SPEC_CHOICES, VISION_DTYPES
 
 MAX_BATCH = 512  # tokens per forward pass; longer prompts run in chunks of this size
 
@@ -57,6 +57,11 @@ class EngineConfig:
     # the folder where loads keep what they derive from a file for later loads (a SentencePiece
     # vocabulary's merges); None: ~/.cache/gguf-serve
     cache_dir: str | None = None
+    # the chat template: Jinja text, or a built-in's name (engine.chat.FALLBACK_TEMPLATES); None: the file's
+    chat_template: str | None = None
+    # the pooling of the file's embeddings (POOLING_CHOICES; llama-server's --pooling); None: the file's
+    # pooling type, a generative file none
+    pooling: str | None = None
 
     def __post_init__(self) -> None:
         if self.kernels is not None and self.kernels not in KERNEL_CHOICES:
@@ -68,6 +73,8 @@ class EngineConfig:
         if self.vision_dtype is not None and self.vision_dtype not in VISION_DTYPES:
             raise ValueError(f"vision_dtype={self.vision_dtype!r} ({ENV['vision_dtype']}): expected "
                              f"{' or '.join(VISION_DTYPES)}")
+        if self.pooling is not None and self.pooling not in POOLING_CHOICES:
+            raise ValueError(f"pooling={self.pooling!r}: expected {', '.join(POOLING_CHOICES)}")
         for name in ("n_ctx", "n_seq", "max_batch", "threads"):
             v = getattr(self, name)
             if v is not None and v < 1:

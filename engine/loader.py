@@ -11,7 +11,7 @@ import ctypes
 import gc
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -20,7 +20,7 @@ from ..gguf_io import GGUFReader, Keys
 from . import kernels
 from .batch import Batch
 from .cache import KVCache, bytes_per_token, checkpoint_bytes, fixed_bytes
-from .chat import chat_template_for, fallback_name
+from .chat import FALLBACK_TEMPLATES, chat_template_for, fallback_name
 from .chat_format import ChatFormat
 from .config import MAX_BATCH, EngineConfig  # noqa: F401 (MAX_BATCH: callers know it here)
 from .fetch import download, parse
@@ -232,6 +232,8 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     arch = architecture_for(reader)
     reader.populate()  # the weights' pages now, not on the first request (llama.cpp: MAP_POPULATE)
     params = arch.read(reader)
+    if cfg.pooling is not None:  # read as an embedding file (llama-server's --pooling)
+        params = replace(params, pooling=cfg.pooling)
     dev = pick_device(cfg.device)
     dtype = cfg.dtype or default_dtype(dev)
     step(LOAD_STAGES[1])
@@ -252,8 +254,11 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     log.info("%s (%s): %s", cache.describe(), dtype, why)
     step(LOAD_STAGES[2])
     tokenizer = load_tokenizer(reader, cfg.cache_dir)
-    template = chat_template_for(reader, arch)
-    if not reader.get(Keys.CHAT_TEMPLATE):
+    template = chat_template_for(reader, arch, cfg.chat_template)
+    if cfg.chat_template:
+        log.info("%s: chat template %s (given)", path, cfg.chat_template if cfg.chat_template in FALLBACK_TEMPLATES
+                 else f"of {len(cfg.chat_template)} characters")
+    elif not reader.get(Keys.CHAT_TEMPLATE):
         log.info("%s has no chat template (a base model?); chat requests use the %r fallback", path,
                  fallback_name(reader, arch))
     for key in VOCABULARY_KEYS:
@@ -283,10 +288,8 @@ def load_draft(lm: LoadedModel, path_or_id: str) -> LoadedModel:
     """A draft model for `lm`: its KV cache as many sequences and tokens as lm's (its slots
     mirror lm's), no checkpoints, drafting nothing itself; refused (DraftMismatch) unless
     its vocabulary is lm's, token for token."""
-    from dataclasses import replace
-
     cfg = replace(lm.config, n_ctx=lm.cache.n_ctx, n_seq=lm.cache.n_seq, cache_ram=0, spec="off", draft_model=None,
-                  mmproj=None)
+                  mmproj=None, pooling=None)
     draft = load_model(path_or_id, config=cfg)
     ours, theirs = lm.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
     if lm.model.vocab_size != draft.model.vocab_size or ours != theirs:

@@ -18,6 +18,7 @@ KERNEL_CHOICES = ("reference", "hub", "cpu")
 PREFILL_DTYPES = ("float32", "bfloat16")
 VISION_DTYPES = ("float32", "bfloat16")
 CACHE_TYPES = tuple(KV_TYPES)  # the KV cache row types (engine.kv_rows)
+POOLING_CHOICES = ("mean", "cls", "last")  # llama-server's --pooling (a generative file read as an embedding one)
 
 # Literal[tuple] is Literal of the tuple's items: the types follow the tuples
 DeviceChoice = Literal[DEVICE_CHOICES]  # type: ignore[valid-type]
@@ -26,6 +27,7 @@ KernelChoice = Literal[KERNEL_CHOICES]  # type: ignore[valid-type]
 PrefillDtype = Literal[PREFILL_DTYPES]  # type: ignore[valid-type]
 VisionDtype = Literal[VISION_DTYPES]  # type: ignore[valid-type]
 CacheType = Literal[CACHE_TYPES]  # type: ignore[valid-type]
+PoolingChoice = Literal[POOLING_CHOICES]  # type: ignore[valid-type]
 
 # the environment variables a library caller (and the tests) may set the engine's settings
 # with, read by EngineConfig.resolve only where no configuration is passed; the server's

@@ -10,12 +10,14 @@ import argparse
 import json
 import logging
 import os
+import socket
 import sys
 import typing
 
 from ..gguf_io import GGUFError, GGUFReader, describe
 from ..gguf_io.summary import format_description
 from .core.connections import ACCEPT_BATCH, HEAD_TIMEOUT, default_max_connections, protocol, raise_open_files
+from .core.hosts import listen_addresses
 from .models.default_model import default_model_path
 
 log = logging.getLogger("gguf_serve.server")
@@ -143,10 +145,34 @@ def _serve(argv: list[str]) -> int:
                                    backlog=ACCEPT_BATCH))
     app.state.shutdown = lambda: setattr(server, "should_exit", True)  # startup's way out when nothing loads
     try:
-        server.run()
+        server.run(sockets=listening_sockets(settings.host, settings.port))
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down cleanly
         pass
     return 1 if app.state.startup["fatal"] else 0
+
+
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """A bound socket for each address of --host (several, comma-separated, as
+    llama-server takes them); an IPv6 one for IPv6 only, so that "::" and "0.0.0.0" can
+    both be given."""
+    sockets = []
+    for address in listen_addresses(host):
+        address = address.strip("[]")
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            sock.bind((address, port))
+        except OSError as e:
+            sock.close()
+            for s in sockets:
+                s.close()
+            raise SystemExit(f"gguf-serve: cannot listen on {address} port {port}: {e.strerror}") from None
+        sock.set_inheritable(True)
+        sockets.append(sock)
+    return sockets
 
 
 def main(argv: list[str] | None = None) -> int:

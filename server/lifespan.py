@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from .core.errors import APIError, public
+from .core.hosts import listen_addresses
 from .models.catalog import Catalog
 from .models.residency import Residency
 from .settings import ServerSettings
@@ -48,12 +49,16 @@ def start(app: FastAPI, settings: ServerSettings, catalog: Catalog, residency: R
             if shutdown is not None:
                 shutdown()
             return
+        served = [s for s in settings.models if s not in state["failed"]]
+        if len(settings.models) == 1 and served and not isinstance(added, list):
+            catalog.fallback = added.id  # requests naming no model (or one not served) go to it
         catalog.add_cached()  # the Hub cache's GGUF models, loaded on first request
         if not settings.models:  # and with none named, the embedded default
             catalog.add("default")
         state["ready"] = True
         bad = f" ({len(state['failed'])} failed: see /health)" if state["failed"] else ""
-        base = f"http://{settings.host}:{settings.port}"
+        first = listen_addresses(settings.host)[0]
+        base = f"http://{f'[{first}]' if ':' in first else first}:{settings.port}"
         page = f"; chat page at {base}/" if settings.webui else ""
         print(f"gguf-serve: ready, {len(catalog.entries) - len(state['failed'])} model(s){bad}; OpenAI API at "
               f"{base}/v1{page}", flush=True)

@@ -12,7 +12,8 @@ from typing import Literal, Optional
 from pydantic import ByteSize, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ..engine import CacheType, DeviceChoice, EngineConfig, KernelChoice, PrefillDtype, SpecChoice, VisionDtype
+from ..engine import (CacheType, DeviceChoice, EngineConfig, KernelChoice, PoolingChoice, PrefillDtype, SpecChoice,
+                      VisionDtype)
 
 
 class ServerSettings(BaseSettings):
@@ -24,8 +25,12 @@ class ServerSettings(BaseSettings):
     alias: list[str] = Field(default_factory=list, description=(
         "the id a named model is listed as (repeat for each model, in order); default: a local file's name, a Hub "
         "file's <repo>:<file>"))
-    host: str = Field(default="127.0.0.1", description="address to listen on")
+    host: str = Field(default="127.0.0.1", description=(
+        "address to listen on; several, comma-separated (127.0.0.1,::1)"))
     port: int = Field(default=8000, description="port")
+    strict_model_names: bool = Field(default=False, description=(
+        "refuse a request naming a model not served (404); default: with one model served, requests naming no "
+        "model or another name go to it, as llama-server does (the reply names it)"))
     reasoning: Literal["on", "off", "auto"] = Field(default="auto", description=(
         "thinking for models whose template has the switch: on, off, or the template's default (auto)"))
     reasoning_budget: Optional[int] = Field(default=None, ge=0, description=(
@@ -42,8 +47,20 @@ class ServerSettings(BaseSettings):
     parallel: Optional[int] = Field(default=None, ge=1, description=(
         "sequences decoded together in one batch, each with its KV cache slot (default: 8, fewer if the memory "
         "would give each < 8192 tokens)"))
-    max_tokens: int = Field(default=4096, ge=1, description=(
-        "completion tokens for a chat request that sets no max_tokens (/v1/completions keeps OpenAI's 16)"))
+    max_tokens: int = Field(default=4096, ge=1, json_schema_extra={"flags": ["--n-predict", "-n"]}, description=(
+        "completion tokens for a request that sets no limit (chat, completions, Responses), within the context "
+        "left (also --n-predict)"))
+    temp: Optional[float] = Field(default=None, ge=0.0, json_schema_extra={"flags": ["--temperature"]}, description=(
+        "temperature for requests that set none (default: 1)"))
+    top_k: Optional[int] = Field(default=None, ge=0, description="top-k for requests that set none (default: off)")
+    top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0, description=(
+        "top-p for requests that set none (default: 1)"))
+    min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0, description=(
+        "min-p for requests that set none (default: off)"))
+    repeat_penalty: Optional[float] = Field(default=None, gt=0.0, description=(
+        "repetition penalty for requests that set none (default: 1, off)"))
+    seed: Optional[int] = Field(default=None, ge=0, description=(
+        "sampling seed for requests that set none (default: random)"))
     threads: Optional[int] = Field(default=None, ge=1, description="CPU threads for the kernels (default: torch's)")
     kernels: Optional[KernelChoice] = Field(default=None, description=(
         "force a kernel implementation (default: the native one where it runs, else the portable reference)"))
@@ -123,6 +140,14 @@ class ServerSettings(BaseSettings):
     cors_origins: list[str] = Field(default_factory=list, description=(
         "origins whose pages may call the API from a browser (repeat; *: any): CORS headers for them, and their "
         "POSTs accepted; default: none but the server's own (the chat page)"))
+    chat_template: Optional[str] = Field(default=None, description=(
+        "the chat template of every model served: a built-in's name (chatml, llama3, llama2, gemma) or Jinja text "
+        "(default: each file's own)"))
+    chat_template_file: Optional[str] = Field(default=None, description=(
+        "read the chat template (Jinja) from this file"))
+    pooling: Optional[PoolingChoice] = Field(default=None, description=(
+        "serve the models as embedding models pooled this way (mean, cls, last), as llama-server's --embedding "
+        "--pooling (default: each file's own pooling type; a generative file generates)"))
     webui: bool = Field(default=True, description=(
         "serve the chat page at / (public, like /health; the API it calls keeps --api-key); --no-webui: none"))
 
@@ -130,6 +155,9 @@ class ServerSettings(BaseSettings):
         if self.api_key_file and not self.api_key:
             with open(self.api_key_file) as f:
                 self.api_key = f.read().strip()
+        if self.chat_template_file and not self.chat_template:
+            with open(self.chat_template_file) as f:
+                self.chat_template = f.read()
 
     def engine_config(self, mmproj: str | None = None) -> EngineConfig:
         """The engine's settings for a model this server loads (`mmproj`: its vision file)."""
@@ -138,4 +166,5 @@ class ServerSettings(BaseSettings):
                             prefill_dtype=self.prefill_dtype, cache_ram=self.cache_ram,
                             cache_type_k=self.cache_type_k, cache_type_v=self.cache_type_v, spec=self.spec,
                             draft_model=self.draft_model, mmproj=None if self.no_mmproj else mmproj,
-                            vision_dtype=self.vision_dtype, cache_dir=self.cache)
+                            vision_dtype=self.vision_dtype, cache_dir=self.cache,
+                            chat_template=self.chat_template, pooling=self.pooling)

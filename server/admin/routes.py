@@ -30,6 +30,7 @@ async def health(request: Request):
 
 
 @router.get("/v1/models", responses=errors(401))
+@router.get("/models", include_in_schema=False)  # llama-server's route without /v1
 async def list_models(request: Request) -> ModelList:
     return admin(request).models()
 

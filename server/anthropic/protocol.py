@@ -21,7 +21,7 @@ class AnthropicMessageParam(OpenAIModel):
 
 
 class CountTokensRequest(OpenAIRequest):
-    model: str
+    model: Optional[str] = None  # as on chat completions
     messages: list[AnthropicMessageParam] = Field(min_length=1)
     system: Optional[Union[str, list[dict[str, Any]]]] = None
     tools: Optional[list[dict[str, Any]]] = None

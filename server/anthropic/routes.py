@@ -25,6 +25,7 @@ def messages(request: Request) -> MessagesServing:
     EVENT), **errors(*API_ERRORS, envelope=AnthropicError)})
 async def create_message(req: MessagesRequest, request: Request):
     """Anthropic's Messages API over the chat path; errors in Anthropic's envelope."""
+    request.app.state.catalog.answering(req)
     if req.stream:
         return event_stream(*await messages(request).stream(req))
     return await folded(request, messages(request).create(req))
@@ -32,4 +33,5 @@ async def create_message(req: MessagesRequest, request: Request):
 
 @router.post("/v1/messages/count_tokens", responses=errors(*API_ERRORS, envelope=AnthropicError))
 async def count_message_tokens(req: CountTokensRequest, request: Request) -> TokenCount:
+    request.app.state.catalog.answering(req)
     return TokenCount(**await messages(request).count_tokens(req))

@@ -26,7 +26,13 @@ def _stops(stop) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop)
 
 
-def _sampling(req, max_tokens: int | None, vocab_size: int) -> SamplingParams:
+def _default(value, fallback):
+    return value if value is not None else fallback
+
+
+def _sampling(req, max_tokens: int | None, vocab_size: int, defaults) -> SamplingParams:
+    """A request's sampling settings; those it leaves out from the server's (--temp, --top-k,
+    --top-p, --min-p, --repeat-penalty, --seed), else the neutral ones."""
     bias = {}
     for k, v in (req.logit_bias or {}).items():
         try:
@@ -38,14 +44,14 @@ def _sampling(req, max_tokens: int | None, vocab_size: int) -> SamplingParams:
                              param="logit_bias")
         bias[token] = float(v)
     return SamplingParams(
-        temperature=req.temperature if req.temperature is not None else 1.0,
-        top_p=req.top_p if req.top_p is not None else 1.0,
-        top_k=req.top_k or 0,
-        min_p=req.min_p or 0.0,
-        repetition_penalty=req.repetition_penalty or 1.0,
+        temperature=_default(req.temperature, _default(defaults.temp, 1.0)),
+        top_p=_default(req.top_p, _default(defaults.top_p, 1.0)),
+        top_k=_default(req.top_k, defaults.top_k or 0),
+        min_p=_default(req.min_p, defaults.min_p or 0.0),
+        repetition_penalty=_default(req.repetition_penalty, defaults.repeat_penalty or 1.0),
         presence_penalty=req.presence_penalty or 0.0,
         frequency_penalty=req.frequency_penalty or 0.0,
-        seed=req.seed,
+        seed=_default(req.seed, defaults.seed),
         stop=_stops(req.stop),
         max_tokens=max_tokens,
         logit_bias=bias,
@@ -88,14 +94,15 @@ def refuse_unsupported(req) -> None:
         raise BadRequest(f"'{bad[0]}' is not supported by this server yet", param=bad[0], code="unsupported_parameter")
 
 
-def per_choice(req, max_tokens: int | None, lm, logprobs: int | None) -> list[SamplingParams]:
-    """One SamplingParams per requested choice (n), built and checked once; a seed
-    advances by one per choice (within the 64 bits a generator takes)."""
+def per_choice(req, max_tokens: int | None, lm, logprobs: int | None, defaults) -> list[SamplingParams]:
+    """One SamplingParams per requested choice (n), built and checked once (`defaults`: the
+    server's settings, for what the request leaves out); a seed advances by one per choice
+    (within the 64 bits a generator takes)."""
     n = req.n or 1
     if n > lm.cache.n_seq:
         raise BadRequest(f"n={n} choices need as many sequence slots; this server runs {lm.cache.n_seq} "
                          f"(--parallel)", param="n")
-    base = _sampling(req, max_tokens, lm.model.vocab_size)
+    base = _sampling(req, max_tokens, lm.model.vocab_size, defaults)
     base.logprobs = logprobs
     try:
         check_speculative(lm, base.speculative)

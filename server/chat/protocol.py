@@ -46,7 +46,7 @@ class _ChatCompletionFields(OpenAIRequest):
     """POST /v1/chat/completions as OpenAI's reference has it."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    model: str
+    model: Optional[str] = None  # none (or a name not served): the one model served (llama-server's way)
     frequency_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)
     logit_bias: LogitBias = None
     logprobs: Optional[bool] = None
@@ -61,8 +61,8 @@ class _ChatCompletionFields(OpenAIRequest):
     stop: Optional[Union[str, list[str]]] = None
     stream: Optional[bool] = False
     stream_options: Optional[StreamOptions] = None
-    temperature: Optional[float] = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: Optional[float] = Field(default=1.0, gt=0.0, le=1.0)
+    temperature: Optional[float] = Field(default=None, ge=0.0, le=2.0)  # none: --temp, else 1
+    top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)  # none: --top-p, else 1
     tools: Optional[list[dict[str, Any]]] = None
     tool_choice: Optional[Any] = None
     parallel_tool_calls: Optional[bool] = None
@@ -159,20 +159,20 @@ class ChatCompletionChunk(_Reply):
 class _CompletionFields(OpenAIRequest):
     """POST /v1/completions as OpenAI's reference has it."""
 
-    model: str
+    model: Optional[str] = None  # as on chat completions
     prompt: Union[str, list[str]]
     frequency_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)
     logit_bias: LogitBias = None
     logprobs: Optional[int] = Field(default=None, ge=0, le=20)
-    max_tokens: Optional[int] = Field(default=16, ge=1)
+    max_tokens: Optional[int] = Field(default=None, ge=1)  # none: --max-tokens (OpenAI's 16 is llama-server's -1)
     n: Optional[int] = Field(default=1, ge=1, le=8)
     presence_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)
     seed: Seed = None
     stop: Optional[Union[str, list[str]]] = None
     stream: Optional[bool] = False
     stream_options: Optional[StreamOptions] = None
-    temperature: Optional[float] = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: Optional[float] = Field(default=1.0, gt=0.0, le=1.0)
+    temperature: Optional[float] = Field(default=None, ge=0.0, le=2.0)  # none: --temp, else 1
+    top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)  # none: --top-p, else 1
     user: Optional[str] = None
 
 

@@ -20,7 +20,9 @@ def chat(request: Request) -> ChatServing:
 @router.post("/v1/chat/completions", responses=generating(
     ChatCompletion, "`chat.completion.chunk` objects as `data:` lines, then `data: [DONE]`",
     sse_event(ref(ChatCompletionChunk))))
+@router.post("/chat/completions", include_in_schema=False)  # llama-server's routes without /v1
 async def chat_completions(req: ChatCompletionRequest, request: Request):
+    request.app.state.catalog.answering(req)
     if req.stream:
         return openai_stream(await chat(request).chat_stream(req))
     return await folded(request, chat(request).chat(req))
@@ -28,7 +30,9 @@ async def chat_completions(req: ChatCompletionRequest, request: Request):
 
 @router.post("/v1/completions", responses=generating(
     Completion, "`text_completion` objects as `data:` lines, then `data: [DONE]`", sse_event(ref(Completion))))
+@router.post("/completions", include_in_schema=False)
 async def completions(req: CompletionRequest, request: Request):
+    request.app.state.catalog.answering(req)
     if req.stream:
         return openai_stream(await chat(request).completion_stream(req))
     return await folded(request, chat(request).completion(req))

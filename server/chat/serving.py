@@ -168,7 +168,7 @@ class ChatServing:
         self._check_length(entry, len(ids), max_tokens, "messages")
         if max_tokens is None:  # the server's cap for requests that set none, within the context left
             max_tokens = min(self.settings.max_tokens, self._context(entry) - len(ids))
-        params = per_choice(req, max_tokens, lm, (req.top_logprobs or 0) if req.logprobs else None)
+        params = per_choice(req, max_tokens, lm, (req.top_logprobs or 0) if req.logprobs else None, self.settings)
         json_format = req.response_format if req.response_format and req.response_format.get("type") in (
             "json_object", "json_schema") else None
         if chat.harmony:
@@ -403,7 +403,10 @@ class ChatServing:
         await self._measure(entry, prompt, "prompt")
         ids = await self.pools.prompts.run(encode, entry.lm.tokenizer, prompt)
         self._check_length(entry, len(ids), req.max_tokens, "prompt")
-        params = per_choice(req, req.max_tokens, entry.lm, req.logprobs)
+        max_tokens = req.max_tokens
+        if max_tokens is None:  # the server's cap (--max-tokens, --n-predict), within the context left
+            max_tokens = min(self.settings.max_tokens, self._context(entry) - len(ids))
+        params = per_choice(req, max_tokens, entry.lm, req.logprobs, self.settings)
         return Prepared(entry, ids, params, Split())
 
     async def completion_stream(self, req: CompletionRequest) -> tuple[AsyncIterator[str], threading.Event]:

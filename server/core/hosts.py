@@ -46,9 +46,10 @@ class HostPolicy:
     """The allowed hosts and origins, decided once from the settings."""
 
     def __init__(self, bound: str, allowed_hosts: list[str], cors_origins: list[str]):
+        addresses = listen_addresses(bound)
         self.any_host = "*" in allowed_hosts
-        self.check_hosts = not self.any_host and (bool(allowed_hosts) or _loopback(bound))
-        names = {"localhost", socket.gethostname().lower(), bound.strip("[]").lower()}
+        self.check_hosts = not self.any_host and (bool(allowed_hosts) or all(_loopback(a) for a in addresses))
+        names = {"localhost", socket.gethostname().lower(), *(a.strip("[]").lower() for a in addresses)}
         self.names = names | {h.lower().rstrip(".") for h in allowed_hosts if not h.startswith(".")}
         self.domains = tuple(h.lower().rstrip(".") for h in allowed_hosts if h.startswith("."))
         self.any_origin = "*" in cors_origins
@@ -69,6 +70,11 @@ class HostPolicy:
             return True
         parts = urlsplit(origin)  # "null" (a sandboxed frame, a file) has no netloc: refused
         return bool(parts.netloc) and host is not None and parts.netloc == host.strip().lower()
+
+
+def listen_addresses(host: str) -> list[str]:
+    """The addresses of the --host setting: one, or several comma-separated."""
+    return [h.strip() for h in host.split(",") if h.strip()] or ["127.0.0.1"]
 
 
 def _loopback(bound: str) -> bool:

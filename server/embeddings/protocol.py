@@ -11,7 +11,7 @@ from ..core.protocol import OpenAIRequest
 
 
 class EmbeddingRequest(OpenAIRequest):
-    model: str
+    model: Optional[str] = None  # as on chat completions
     input: Union[str, list[str], list[int], list[list[int]]]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Optional[int] = Field(default=None, ge=1)
@@ -21,7 +21,7 @@ class EmbeddingRequest(OpenAIRequest):
 class RerankRequest(OpenAIRequest):
     """llama-server's and Jina's /v1/rerank."""
 
-    model: str
+    model: Optional[str] = None  # as on chat completions
     query: str
     documents: list[Union[str, dict[str, Any]]] = Field(min_length=1)
     top_n: Optional[int] = Field(default=None, ge=1)

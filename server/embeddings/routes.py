@@ -16,8 +16,10 @@ def embeddings(request: Request) -> EmbeddingsServing:
 
 
 @router.post("/v1/embeddings", responses=errors(*API_ERRORS))
+@router.post("/embeddings", include_in_schema=False)
 async def create_embeddings(req: EmbeddingRequest, request: Request) -> EmbeddingList:
     """OpenAI's embeddings, for embedding files (a pooling type in the file)."""
+    request.app.state.catalog.answering(req)
     return EmbeddingList(**await embeddings(request).embeddings(req))
 
 
@@ -25,4 +27,5 @@ async def create_embeddings(req: EmbeddingRequest, request: Request) -> Embeddin
 @router.post("/rerank", include_in_schema=False)
 async def rerank(req: RerankRequest, request: Request) -> RerankList:
     """llama-server's and Jina's rerank, for reranking files (Qwen3-Reranker's)."""
+    request.app.state.catalog.answering(req)
     return RerankList(**await embeddings(request).rerank(req))

@@ -72,6 +72,7 @@ class Catalog:
         self.settings = settings
         self.entries: OrderedDict[str, Entry] = OrderedDict()
         self.aliases: dict[str, str] = {}
+        self.fallback: str | None = None  # the one model named at startup (see `named`)
         self._reach: tuple[bool, float] | None = None  # (the Hub answers, when probed)
 
     def add(self, spec: str, alias: str | None = None, mmproj: str | None = None) -> Entry:
@@ -242,11 +243,31 @@ class Catalog:
             raise ModelNotFound(model_id)
         return entry
 
+    def sole(self) -> Entry | None:
+        """The model that answers requests naming none: the one model named at startup, or
+        the only one listed; None where there are several."""
+        if self.fallback in self.entries:
+            return self.entries[self.fallback]
+        return next(iter(self.entries.values())) if len(self.entries) == 1 else None
+
     def named(self, model_id: str | None) -> Entry:
-        """The entry a request names; with none named, the only one served (else a 400)."""
-        if model_id is None:
-            ids = list(self.entries)
-            if len(ids) != 1:
-                raise BadRequest(f"name the model: this server has {len(ids)}", param="model")
-            model_id = ids[0]
-        return self.get(model_id)
+        """The entry a request names. As llama-server does, a request naming no model, or
+        one this server does not have, goes to the one model served (`sole`; replies name
+        it); --strict-model-names keeps an unknown name a 404. Several models and none
+        named: a 400."""
+        if model_id is not None:
+            try:
+                return self.get(model_id)
+            except ModelNotFound:
+                if self.settings.strict_model_names or self.sole() is None:
+                    raise
+                return self.sole()
+        entry = self.sole()
+        if entry is None:
+            raise BadRequest(f"name the model: this server has {len(self.entries)}", param="model")
+        return entry
+
+    def answering(self, req) -> None:
+        """Make a request's `model` the id of the model that answers it (named), so that
+        its reply names that model."""
+        req.model = self.named(req.model).id

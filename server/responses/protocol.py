@@ -23,7 +23,7 @@ class ResponsesReasoning(OpenAIModel):
 class _ResponsesFields(OpenAIRequest):
     """POST /v1/responses as OpenAI's reference has it."""
 
-    model: str
+    model: Optional[str] = None  # as on chat completions
     input: Union[str, list[dict[str, Any]]]
     instructions: Optional[str] = None
     include: Optional[list[str]] = None  # "message.output_text.logprobs" adds logprobs

@@ -24,7 +24,9 @@ def responses(request: Request) -> ResponsesServing:
 @router.post("/v1/responses", responses=generating(
     ResponseObject, "Responses events (`event:` and `data:` lines, from `response.created` to "
                     "`response.completed`)", EVENT))
+@router.post("/responses", include_in_schema=False)
 async def create_response(req: ResponsesRequest, request: Request):
+    request.app.state.catalog.answering(req)
     if req.stream:
         return openai_stream(await responses(request).stream(req))
     return await folded(request, responses(request).create(req))

@@ -11,7 +11,7 @@ from tiny_models import tiny_chat_model
 
 def test_metrics_move(tiny_path):
     name = os.path.basename(tiny_path)  # the model's id: its file name
-    with server(tiny_path) as base:
+    with server(tiny_path, "--strict-model-names") as base:  # "nope" is a 404
         before = scrape(base)
         assert value(before, "gguf_serve_models_loaded") == 1
         assert value(before, "gguf_serve_model_load_seconds_count", model=name) == 1

@@ -366,7 +366,58 @@ AVX2 static inline __m256i tq2_0_group(const blk_tq2_0 *b, int g) {
     DEFINE_ROWS_1_4(TARGET, dot_##t##_##SFX, dot4_##t##_##SFX, t##_rows_##SFX)
 
 TQ_ROWS(tq1_0, blk_tq1_0, AVX2, avx2)
-TQ_ROWS(tq1_0, blk_tq1_0, AVX512, avx512)
+
+/* TQ1_0 on AVX-512: two groups' digits a vector (the AVX2 body's base-3 unpacking, 64
+ * bytes at once), summed against the activations by vpdpbusd: the same block sum, so
+ * the same bits */
+AVX512 static inline __m512i trits64(__m512i q, __m512i mul) {
+    const __m512i lo = _mm512_set1_epi16(0xFF), three = _mm512_set1_epi16(768);
+    const __m512i e = _mm512_mulhi_epu16(_mm512_and_si512(_mm512_mullo_epi16(_mm512_and_si512(q, lo), mul), lo), three);
+    const __m512i o = _mm512_mulhi_epu16(_mm512_and_si512(_mm512_mullo_epi16(_mm512_srli_epi16(q, 8), mul), lo), three);
+    return _mm512_or_si512(e, _mm512_slli_epi16(o, 8));
+}
+
+AVX512 static inline __m512i two256(__m256i lo, __m256i hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+AVX512 static inline __attribute__((always_inline)) void tq1_0_rows_avx512(const void *vw, const act256 *const *X,
+                                                                           const int R, int nb, float *out) {
+    const blk_tq1_0 *w = vw;
+    const __m512i ones = _mm512_set1_epi16(1);
+    /* the multipliers of the four pairs of groups (digit j of a byte: 3^j) */
+    const __m256i p[5] = {_mm256_set1_epi16(pow3[0]), _mm256_set1_epi16(pow3[1]), _mm256_set1_epi16(pow3[2]),
+                          _mm256_set1_epi16(pow3[3]), _mm256_set1_epi16(pow3[4])};
+    const __m512i m01 = two256(p[0], p[1]), m23 = two256(p[2], p[3]);
+    const __m512i m45 = two256(p[4], _mm256_setr_m128i(_mm256_castsi256_si128(p[0]), _mm256_castsi256_si128(p[1])));
+    const __m512i m67 = two256(_mm256_setr_m128i(_mm256_castsi256_si128(p[2]), _mm256_castsi256_si128(p[3])),
+                               _mm256_setr_epi16(81, 81, 81, 81, 81, 81, 81, 81, 1, 1, 3, 3, 9, 9, 27, 27));
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int i = 0; i < nb; i++) {
+        prefetch_ahead(&w[i], (int)sizeof(blk_tq1_0));
+        const __m256i q = _mm256_loadu_si256((const __m256i *)w[i].qs);
+        const __m128i hi = _mm_loadu_si128((const __m128i *)(w[i].qs + 32));
+        const __m256i hh = _mm256_setr_m128i(hi, hi);
+        __m512i u[4];
+        u[0] = trits64(two256(q, q), m01);
+        u[1] = trits64(two256(q, q), m23);
+        u[2] = trits64(two256(q, hh), m45);
+        u[3] = trits64(two256(hh, _mm256_setr_m128i(hi, _mm_set1_epi32((int)ld32(w[i].qh)))), m67);
+        __m512i sum[4];
+        for (int r = 0; r < R; r++) sum[r] = _mm512_setzero_si512();
+        for (int c = 0; c < 4; c++)
+            for (int r = 0; r < R; r++)
+                sum[r] = _mm512_dpbusd_epi32(sum[r], u[c], _mm512_loadu_si512(X[r][i].qs + 64 * c));
+        const float d = iqd_tq1_0(&w[i]);
+        for (int r = 0; r < R; r++) {
+            const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)X[r][i].bsums), _mm512_castsi512_si256(ones));
+            const int isum = _mm512_reduce_add_epi32(sum[r]) - hsum_i32_avx2(bs);
+            acc[r] += (d * X[r][i].d) * (float)isum;
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = acc[r];
+}
+DEFINE_ROWS_1_4(AVX512, dot_tq1_0_avx512, dot4_tq1_0_avx512, tq1_0_rows_avx512)
 TQ_ROWS(tq2_0, blk_tq2_0, AVX2, avx2)
 TQ_ROWS(tq2_0, blk_tq2_0, AVX512, avx512)
 #define B32_AVX2(t, B, G) B32_ROWS(t, B, G, AVX2, avx2)

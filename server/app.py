@@ -25,11 +25,13 @@ from .embeddings.serving import EmbeddingsServing
 from .lifespan import lifespan_for, new_state
 from .models.catalog import Catalog
 from .models.residency import Residency
+from .ollama.routes import router as ollama_router
+from .ollama.serving import OllamaServing
 from .responses.routes import router as responses_router
 from .responses.serving import ResponsesServing
 from .settings import ServerSettings
 
-ROUTERS = (admin_router, chat_router, responses_router, embeddings_router, anthropic_router)
+ROUTERS = (admin_router, chat_router, responses_router, embeddings_router, anthropic_router, ollama_router)
 
 
 def create_app(settings: ServerSettings) -> FastAPI:
@@ -59,6 +61,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     app.state.responses = ResponsesServing(chat)
     app.state.messages = MessagesServing(chat)
     app.state.embeddings = EmbeddingsServing(residency, pools)
+    app.state.ollama = OllamaServing(chat, app.state.embeddings, catalog, residency)
     for router in ROUTERS:
         app.include_router(router)
     return app

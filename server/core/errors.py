@@ -61,10 +61,12 @@ class APIError(Exception):
         kind = ANTHROPIC_TYPES.get(self.status, "api_error" if self.status >= 500 else "invalid_request_error")
         return {"type": "error", "error": {"type": kind, "message": self.message}}
 
-    def response(self, anthropic: bool = False):
-        """The error as an HTTP response in OpenAI's shape (or Anthropic's)."""
-        return JSONResponse(self.anthropic_body() if anthropic else self.body(), status_code=self.status,
-                            headers=self.headers)
+    def response(self, envelope: str = "openai"):
+        """The error as an HTTP response in OpenAI's shape, Anthropic's or Ollama's (its
+        `{"error": message}`)."""
+        body = self.anthropic_body() if envelope == "anthropic" else {"error": self.message} \
+            if envelope == "ollama" else self.body()
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
 # Anthropic's error types by HTTP status (its API reference's "Errors")
@@ -73,9 +75,12 @@ ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 40
                    429: "rate_limit_error", 500: "api_error", 503: "overloaded_error", 529: "overloaded_error"}
 
 
-def anthropic_path(path: str) -> bool:
-    """Whether a path is Anthropic's API (its errors in Anthropic's envelope)."""
-    return path == "/v1/messages" or path.startswith("/v1/messages/")
+def envelope(path: str) -> str:
+    """The error envelope of the API a path is in: Anthropic's (/v1/messages), Ollama's
+    (/api/...), else OpenAI's."""
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return "anthropic"
+    return "ollama" if path.startswith("/api/") else "openai"
 
 
 class BadRequest(APIError):
@@ -183,7 +188,7 @@ async def _json_error(request: Request, error: dict) -> str:
 
 def reply(error: APIError, request: Request):
     """`error` as the response, in the envelope of the API the request went to."""
-    return error.response(anthropic_path(request.url.path))
+    return error.response(envelope(request.url.path))
 
 
 async def api_error(request: Request, exc: APIError):

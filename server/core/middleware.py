@@ -10,7 +10,7 @@ import hmac
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..settings import ServerSettings
-from .errors import APIError, Forbidden, PayloadTooLarge, Unauthorized, anthropic_path
+from .errors import APIError, Forbidden, PayloadTooLarge, Unauthorized, envelope
 from .hosts import HostPolicy
 from .metrics import Metrics
 from .webui import is_public
@@ -108,7 +108,7 @@ class Guard:
         try:
             refusal = self._refusal(scope)
             if refusal is not None:
-                await refusal.response(anthropic_path(scope.get("path", "")))(scope, receive, counted)
+                await refusal.response(envelope(scope.get("path", "")))(scope, receive, counted)
             else:
                 await self.app(scope, receive, counted)
         finally:

@@ -64,6 +64,16 @@ def refuse_kind(entry: Entry, wanted: str) -> None:
                          code="wrong_model_kind")
 
 
+def _ollama_forms(name: str) -> list[str]:
+    """The ids an Ollama-style name may mean: `x:latest` is x, `hf.co/<repo>...` is <repo>..."""
+    out = []
+    if name.endswith(":latest"):
+        out.append(name[: -len(":latest")])
+    if name.startswith("hf.co/"):
+        out += [name[len("hf.co/"):], *_ollama_forms(name[len("hf.co/"):])]
+    return out
+
+
 class Catalog:
     """The models offered (`entries`, in the order registered) and the other names they
     answer to (`aliases`)."""
@@ -233,10 +243,18 @@ class Catalog:
             "context_length": d["context_length"],
             "quantization": d["quantization"],
             "size_bytes": d["file_size"],
+            "architecture": d["architecture"],
+            "parameters": d["parameters"],
         }
 
     def get(self, model_id: str) -> Entry:
-        entry = self.entries.get(model_id) or self.entries.get(self.aliases.get(model_id, ""))
+        """The entry of an id or alias, also as Ollama's clients write names: with `:latest`
+        after it, or `hf.co/` before a Hub id."""
+        entry = None
+        for name in (model_id, *_ollama_forms(model_id)):
+            entry = self.entries.get(name) or self.entries.get(self.aliases.get(name, ""))
+            if entry is not None:
+                break
         if entry is None and model_id == "default" and DEFAULT_MODEL_ID in self.entries:
             entry = self.entries[DEFAULT_MODEL_ID]
         if entry is None:

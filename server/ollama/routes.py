@@ -1,0 +1,119 @@
+"""Ollama's API (its docs/api.md) on the same port: /api/version, /api/tags, /api/show,
+/api/ps, /api/chat and /api/generate (NDJSON lines, `stream` true by default),
+/api/embed, /api/embeddings, /api/pull and /api/delete; errors as Ollama's `{"error":
+message}` (server.core.errors.envelope)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from ..core.streaming import CancellingStream, folded
+from .protocol import (OllamaChatRequest, OllamaEmbeddingsRequest, OllamaEmbedRequest, OllamaGenerateRequest,
+                       OllamaModelRequest)
+from .serving import VERSION, OllamaServing
+
+router = APIRouter(tags=["Ollama"])
+NDJSON = "application/x-ndjson"
+
+
+def ollama(request: Request) -> OllamaServing:
+    return request.app.state.ollama
+
+
+async def _answer(request: Request, prep, out, stream: bool):
+    """The NDJSON lines of `out` (the reply's chunks), or the chunks folded into one reply;
+    `out` a dict: a reply made at once (a load, a pull)."""
+    if isinstance(out, dict):
+        return CancellingStream(_once(out), threading.Event(), media_type=NDJSON) if stream else out
+    if stream:
+        return CancellingStream(_ndjson(out), prep.job.cancel, media_type=NDJSON)
+    return await folded(request, _fold(out))
+
+
+async def _once(chunk: dict):
+    yield json.dumps(chunk) + "\n"
+
+
+async def _ndjson(chunks):
+    try:
+        async for c in chunks:
+            yield json.dumps(c, ensure_ascii=False) + "\n"
+    except Exception as e:  # after the first line: the error as Ollama puts it, a last line
+        yield json.dumps({"error": getattr(e, "message", str(e))}) + "\n"
+
+
+async def _fold(chunks) -> dict:
+    """A non-streamed reply: the chunks' text, thinking and tool calls in the last one."""
+    text, thinking, calls, last = [], [], [], {}
+    async for c in chunks:
+        part = c.get("message") or c
+        text.append(part.get("content", part.get("response", "")) or "")
+        thinking.append(part.get("thinking") or "")
+        calls += part.get("tool_calls") or []
+        last = c
+    body = "".join(text)
+    if "message" in last:
+        last["message"] = {"role": "assistant", "content": body, **({"thinking": "".join(thinking)} if any(thinking)
+                                                                     else {}), **({"tool_calls": calls} if calls else {})}
+    else:
+        last["response"] = body
+        if any(thinking):
+            last["thinking"] = "".join(thinking)
+    return last
+
+
+@router.get("/api/version")
+async def version():
+    return {"version": VERSION}
+
+
+@router.get("/api/tags")
+async def tags(request: Request):
+    return ollama(request).tags()
+
+
+@router.get("/api/ps")
+async def ps(request: Request):
+    return ollama(request).ps()
+
+
+@router.post("/api/show")
+async def show(req: OllamaModelRequest, request: Request):
+    o = ollama(request)
+    return await o.service.pools.loads.run(o.show, req.named())
+
+
+@router.post("/api/chat")
+async def chat(req: OllamaChatRequest, request: Request):
+    return await _answer(request, *await ollama(request).chat(req), req.stream)
+
+
+@router.post("/api/generate")
+async def generate(req: OllamaGenerateRequest, request: Request):
+    return await _answer(request, *await ollama(request).generate(req), req.stream)
+
+
+@router.post("/api/embed")
+async def embed(req: OllamaEmbedRequest, request: Request):
+    return await ollama(request).embed(req)
+
+
+@router.post("/api/embeddings")
+async def embeddings(req: OllamaEmbeddingsRequest, request: Request):
+    return await ollama(request).embeddings_one(req)
+
+
+@router.post("/api/pull")
+async def pull(req: OllamaModelRequest, request: Request):
+    return await _answer(request, None, await ollama(request).pull(req.named()), req.stream)
+
+
+@router.delete("/api/delete")
+async def delete(req: OllamaModelRequest, request: Request):
+    o = ollama(request)
+    await o.service.pools.loads.run(o.delete, req.named())
+    return JSONResponse({})

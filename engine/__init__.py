@@ -19,6 +19,7 @@ from .errors import (CacheError, DraftMismatch, FileError, KernelError, MissingM
 from .fetch import (ModelRef, best_companion, cached_gguf_models, companion_kind, download, is_model_file, model_id,
                     parse)
 from .grammar import GrammarError, GrammarMask, ThinkingBudget, closed_objects, json_grammar, schema_of
+from .infill import FIM_NAMES, InfillError, can_infill, infill_ids
 from .sampling import SamplingParams
 from .templates import TemplateWorkers
 from .scheduler import Request, Scheduler, check_speculative
@@ -37,6 +38,8 @@ __all__ = [
     "model_id", "parse",
     # prompts: tokenizing, the chat template, images
     "ImageError", "TemplateError", "TemplateWorkers", "encode", "prompt_ids", "render",
+    # fill-in-the-middle prompts (llama-server's /infill)
+    "FIM_NAMES", "InfillError", "can_infill", "infill_ids",
     # a model's chat format (LoadedModel.chat_format): reasoning markers, tool-call families, harmony
     "BRACKET_THINK", "CHANNEL_THOUGHT", "CallFormat", "ChatFormat", "Family", "GEMMA4", "HERMES", "LFM2", "LLAMA3",
     "MISTRAL", "THINK_CLOSE", "THINK_OPEN", "TOOL_CLOSE", "TOOL_OPEN", "call_format", "family_of", "reasoning_markers",

@@ -23,6 +23,8 @@ from .core.openapi import install
 from .embeddings.routes import router as embeddings_router
 from .embeddings.serving import EmbeddingsServing
 from .lifespan import lifespan_for, new_state
+from .llama.routes import router as llama_router
+from .llama.serving import LlamaServing
 from .models.catalog import Catalog
 from .models.residency import Residency
 from .ollama.routes import router as ollama_router
@@ -31,7 +33,8 @@ from .responses.routes import router as responses_router
 from .responses.serving import ResponsesServing
 from .settings import ServerSettings
 
-ROUTERS = (admin_router, chat_router, responses_router, embeddings_router, anthropic_router, ollama_router)
+ROUTERS = (admin_router, chat_router, responses_router, embeddings_router, anthropic_router, ollama_router,
+           llama_router)
 
 
 def create_app(settings: ServerSettings) -> FastAPI:
@@ -62,6 +65,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     app.state.messages = MessagesServing(chat)
     app.state.embeddings = EmbeddingsServing(residency, pools)
     app.state.ollama = OllamaServing(chat, app.state.embeddings, catalog, residency)
+    app.state.llama = LlamaServing(chat, catalog, residency)
     for router in ROUTERS:
         app.include_router(router)
     return app

@@ -160,6 +160,7 @@ class Prepared:
     tools: list = field(default_factory=list)  # the tools the reply may call (their calls parsed out)
     family: Family = HERMES  # how the model writes them
     media: dict = field(default_factory=dict)  # the prompt's images by content key
+    text: str = ""  # a chat prompt as its template rendered it (/apply-template)
 
     # the model's tokenizer, kept from the request's start: the model may be unloaded as soon
     # as its generation has ended, before the reply is put together

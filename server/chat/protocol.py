@@ -160,7 +160,7 @@ class _CompletionFields(OpenAIRequest):
     """POST /v1/completions as OpenAI's reference has it."""
 
     model: Optional[str] = None  # as on chat completions
-    prompt: Union[str, list[str]]
+    prompt: Union[str, list[str], list[int]]  # a string, or one prompt's token ids
     frequency_penalty: Optional[float] = Field(default=0.0, ge=-2.0, le=2.0)
     logit_bias: LogitBias = None
     logprobs: Optional[int] = Field(default=None, ge=0, le=20)
@@ -177,7 +177,7 @@ class _CompletionFields(OpenAIRequest):
 
 
 class CompletionRequest(SamplingExtensions, _CompletionFields):  # OpenAI's fields, then the extensions
-    pass
+    _grammar: Optional[str] = PrivateAttr(default=None)  # llguidance's grammar for the reply (llama-server's)
 
 
 class CompletionLogprobs(BaseModel):

@@ -118,6 +118,13 @@ class ChatServing:
             e.param = origin_param(e.param, getattr(chat, "_origins", None), renamed)
             raise
 
+    async def render_prompt(self, req: ChatCompletionRequest) -> str:
+        """The prompt a chat request renders to, generating nothing (/apply-template)."""
+        refuse_unsupported(req)
+        async with self.residency.holding(req.model, req.keep_alive) as entry:
+            refuse_kind(entry, "generate")
+            return (await self._prepare_chat(entry, req)).text
+
     async def count_chat(self, req: ChatCompletionRequest) -> int:
         """The prompt tokens of a chat request (as it would be prepared), generating nothing."""
         refuse_unsupported(req)
@@ -173,7 +180,8 @@ class ChatServing:
             "json_object", "json_schema") else None
         if chat.harmony:
             await self._constrain_harmony(lm, params, grammar_for_tools, json_format)
-            return Prepared(entry, ids, params, Split(harmony=True), tools=tools, family=family, media=media)
+            return Prepared(entry, ids, params, Split(harmony=True), tools=tools, family=family, media=media,
+                            text=prompt)
         think_open, think_close = chat.think_open, chat.think_close
         split = Split(in_reasoning=starts_in_reasoning(prompt, chat.markers) and thinking is not False,
                       enabled=chat.thinks and thinking is not False, markers=chat.markers)
@@ -189,7 +197,7 @@ class ChatServing:
             for p in params:
                 p.logits_processor = ThinkingBudget(budget, think_close, think_open, split.in_reasoning,
                                                     inner=p.logits_processor)
-        return Prepared(entry, ids, params, split, tools=tools, family=family, media=media)
+        return Prepared(entry, ids, params, split, tools=tools, family=family, media=media, text=prompt)
 
     async def _constrain_harmony(self, lm, params, grammar_for_tools, json_format) -> None:
         """A harmony template's (gpt-oss) forced call or JSON answer: a grammar in the format
@@ -390,7 +398,9 @@ class ChatServing:
 
     async def prepare_completion(self, req: CompletionRequest) -> Prepared:
         refuse_unsupported(req)
-        if isinstance(req.prompt, list):
+        if isinstance(req.prompt, list) and req.prompt and isinstance(req.prompt[0], int):
+            prompt = req.prompt  # token ids
+        elif isinstance(req.prompt, list):
             if len(req.prompt) != 1:
                 raise BadRequest("only one prompt string per request is supported", param="prompt")
             prompt = req.prompt[0]
@@ -399,14 +409,23 @@ class ChatServing:
         return await self._prepared(req.model, req.keep_alive,
                                     lambda entry: self._prepare_completion(entry, req, prompt))
 
-    async def _prepare_completion(self, entry, req: CompletionRequest, prompt: str) -> Prepared:
-        await self._measure(entry, prompt, "prompt")
-        ids = await self.pools.prompts.run(encode, entry.lm.tokenizer, prompt)
+    async def _prepare_completion(self, entry, req: CompletionRequest, prompt: str | list[int]) -> Prepared:
+        if isinstance(prompt, list):
+            n = entry.lm.model.vocab_size
+            bad = next((i for i, t in enumerate(prompt) if not 0 <= t < n), None)
+            if bad is not None:
+                raise BadRequest(f"token id {prompt[bad]} is outside the vocabulary (0..{n - 1})", param=f"prompt.{bad}")
+            ids = prompt
+        else:
+            await self._measure(entry, prompt, "prompt")
+            ids = await self.pools.prompts.run(encode, entry.lm.tokenizer, prompt)
         self._check_length(entry, len(ids), req.max_tokens, "prompt")
         max_tokens = req.max_tokens
         if max_tokens is None:  # the server's cap (--max-tokens, --n-predict), within the context left
             max_tokens = min(self.settings.max_tokens, self._context(entry) - len(ids))
         params = per_choice(req, max_tokens, entry.lm, req.logprobs, self.settings)
+        if req._grammar is not None:
+            await self.pools.prompts.run(constrain, entry.lm, req._grammar, params, {}, "grammar")
         return Prepared(entry, ids, params, Split())
 
     async def completion_stream(self, req: CompletionRequest) -> tuple[AsyncIterator[str], threading.Event]:

@@ -15,6 +15,7 @@ import time
 from datetime import datetime, timezone
 from typing import AsyncIterator
 
+from ...engine import FIM_NAMES, InfillError, infill_ids
 from ...gguf_io import GGUFReader, Keys
 from ..chat.protocol import ChatCompletionRequest, CompletionRequest
 from ..chat.serving import OverChat
@@ -141,10 +142,11 @@ def generate_to_chat(req: OllamaGenerateRequest) -> ChatCompletionRequest:
     return ChatCompletionRequest(**{k: v for k, v in fields.items() if v is not None})
 
 
-def generate_to_completion(req: OllamaGenerateRequest) -> CompletionRequest:
+def generate_to_completion(req: OllamaGenerateRequest, ids: list[int] | None = None) -> CompletionRequest:
+    """A raw generate (or, `ids`, a fill-in-the-middle prompt's tokens) as a completion."""
     if req.format:
-        raise BadRequest("format with raw is not supported here: use /api/chat or leave raw off", param="format")
-    fields = dict(model=req.model, prompt=req.prompt, keep_alive=req.keep_alive, **sampling(req.options))
+        raise BadRequest("format with raw or suffix is not supported here: use /api/chat", param="format")
+    fields = dict(model=req.model, prompt=ids or req.prompt, keep_alive=req.keep_alive, **sampling(req.options))
     return CompletionRequest(**{k: v for k, v in fields.items() if v is not None})
 
 
@@ -176,16 +178,21 @@ class OllamaServing(OverChat):
 
     async def generate(self, req: OllamaGenerateRequest):
         req.model = self.resolve(req.model)
-        if req.suffix:
-            raise BadRequest("suffix (fill-in-the-middle) is not supported yet", param="suffix",
-                             code="unsupported_parameter")
         if req.context:
             raise BadRequest("context (a previous reply's tokens) is not kept by this server: send the conversation "
                              "to /api/chat", param="context", code="unsupported_parameter")
         if not req.prompt and not req.images:
             await self._load(req.model, req.keep_alive)
             return None, _done({"model": req.model, "response": ""}, "load")
-        if req.raw:
+        if req.suffix:  # fill in the middle: the prompt llama-server's /infill builds
+            async with self.residency.holding(req.model, req.keep_alive) as entry:
+                try:
+                    ids = infill_ids(entry.lm, req.prompt or "", req.suffix)
+                except InfillError as e:
+                    raise BadRequest(str(e), param="suffix", code="not_supported") from None
+            prep = await self.service.through_chat(lambda r: generate_to_completion(r, ids), req, {},
+                                                   use=self.service.prepare_completion)
+        elif req.raw:
             prep = await self.service.through_chat(generate_to_completion, req, {}, use=self.service.prepare_completion)
         else:
             prep = await self.service.through_chat(generate_to_chat, req, {})
@@ -336,7 +343,9 @@ def _capabilities(m: dict, arch: str, template: str, vision: bool) -> list[str]:
     caps = ["completion"]
     if "tools" in template:
         caps.append("tools")
-    if m.get("tokenizer.ggml.fim_pre_token_id") is not None and m.get("tokenizer.ggml.fim_suf_token_id") is not None:
+    tokens = set(m.get(Keys.TOKENIZER_TOKENS) or ())
+    if all(m.get(f"tokenizer.ggml.fim_{k}_token_id") is not None or any(n in tokens for n in FIM_NAMES[k])
+           for k in ("pre", "suf", "mid")):  # fill in the middle (engine.infill finds the tokens so)
         caps.append("insert")
     if vision:
         caps.append("vision")

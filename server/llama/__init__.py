@@ -1,0 +1,1 @@
+"""llama-server's own endpoints: /completion, /infill, /apply-template and /props."""

@@ -1,0 +1,191 @@
+"""llama-server's own endpoints over the completion path: /completion (its fields and
+reply: `content`, `tokens`, `stop_type`, `timings`, `completion_probabilities` with
+`n_probs`, a GBNF `grammar` or a `json_schema` through llguidance), /infill (the
+fill-in-the-middle prompt of engine.infill), /apply-template (the chat prompt a request
+renders to) and /props (the defaults, the template, the modalities)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import AsyncIterator
+
+from ...engine import InfillError, encode, infill_ids, json_grammar
+from ..chat.protocol import ChatCompletionRequest, CompletionRequest
+from ..chat.wire import Tally
+from ..core.errors import BadRequest
+from .protocol import LlamaCompletionRequest, LlamaInfillRequest
+
+log = logging.getLogger("gguf_serve.server")
+
+
+def gbnf_grammar(gbnf: str) -> str:
+    """A GBNF grammar (llama.cpp's) as the llguidance grammar the mask takes."""
+    from llguidance import LLMatcher
+    from llguidance.gbnf_to_lark import gbnf_to_lark
+
+    try:
+        return LLMatcher.grammar_from_lark(gbnf_to_lark(gbnf))
+    except Exception as e:  # llguidance's own errors name the rule at fault
+        raise BadRequest(f"grammar: {e}", param="grammar") from None
+
+
+def logit_bias(value) -> dict | None:
+    """llama-server's logit_bias: {"id": bias} or [[id, bias], ...]; a bias of false bans."""
+    if value is None:
+        return None
+    pairs = value.items() if isinstance(value, dict) else value
+    out = {}
+    for pair in pairs:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or isinstance(pair[0], str) and not pair[0].isdigit():
+            raise BadRequest("logit_bias: {\"token id\": bias} or [[token id, bias], ...]", param="logit_bias")
+        token, bias = pair
+        out[str(int(token))] = -100.0 if bias is False else max(-100.0, min(100.0, float(bias)))
+    return out
+
+
+def completion_request(req: LlamaCompletionRequest, prompt) -> CompletionRequest:
+    """The completion request a llama-server request means (`prompt`: text or token ids)."""
+    fields = dict(model=req.model, prompt=prompt, max_tokens=req.n_predict if req.n_predict > 0 else None,
+                  temperature=req.temperature, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p,
+                  seed=req.seed if req.seed is not None and req.seed >= 0 else None, stop=req.stop or None,
+                  repetition_penalty=req.repeat_penalty, presence_penalty=req.presence_penalty,
+                  frequency_penalty=req.frequency_penalty, logit_bias=logit_bias(req.logit_bias),
+                  ignore_eos=req.ignore_eos, keep_alive=req.keep_alive,
+                  logprobs=req.n_probs if (req.n_probs or req.return_tokens) else None)
+    out = CompletionRequest(**{k: v for k, v in fields.items() if v is not None})
+    if req.grammar:
+        out._grammar = gbnf_grammar(req.grammar)
+    elif req.json_schema is not None:
+        out._grammar = json_grammar(req.json_schema)
+    for name in ("samplers", "t_max_predict_ms"):
+        if getattr(req, name) is not None:
+            log.info("/completion: %s is not one this server takes; ignored", name)
+    return out
+
+
+class LlamaServing:
+    """/completion, /infill, /apply-template and /props over the chat serving's paths."""
+
+    def __init__(self, chat, catalog, residency):
+        self.chat, self.catalog, self.residency = chat, catalog, residency
+
+    async def _ids(self, req: LlamaCompletionRequest, entry) -> list[int] | str:
+        """A mixed prompt (strings and token ids) as ids; a string as it is."""
+        if isinstance(req.prompt, str):
+            return req.prompt
+        tok, ids = entry.lm.tokenizer, []
+        for j, part in enumerate(req.prompt):
+            ids += encode(tok, part, add_special=j == 0) if isinstance(part, str) else [part]
+        return ids
+
+    async def completion(self, req: LlamaCompletionRequest, infill: bool = False):
+        """The job's prep and its chunks (llama-server's partial and final objects)."""
+        req.model = self.catalog.named(req.model).id
+        async with self.residency.holding(req.model, req.keep_alive) as entry:
+            if infill:
+                assert isinstance(req, LlamaInfillRequest)
+                prompt = [] if not req.prompt else await self._ids(req, entry)
+                if isinstance(prompt, str):
+                    prompt = encode(entry.lm.tokenizer, prompt, add_special=False)
+                try:
+                    prompt = infill_ids(entry.lm, req.input_prefix, req.input_suffix, req.input_extra, prompt,
+                                        n_predict=req.n_predict)
+                except InfillError as e:
+                    raise BadRequest(str(e), param="input_prefix", code="not_supported") from None
+            else:
+                prompt = await self._ids(req, entry)
+            if prompt in ("", []):
+                raise BadRequest("the prompt is empty", param="prompt")
+        prep = await self.chat.prepare_completion(completion_request(req, prompt))
+        return prep, self._chunks(req, prep)
+
+    async def _chunks(self, req: LlamaCompletionRequest, prep) -> AsyncIterator[dict]:
+        tally, start, first = Tally(), time.perf_counter(), None
+        text, tokens, probs, finish, word = [], [], [], None, None
+        tok = prep.tokenizer
+        async for p in self.chat.pieces(prep, tally):
+            first = first or time.perf_counter()
+            finish, word = p.finish_reason or finish, p.stop_sequence or word
+            ids = [t for t, _, _ in p.logprobs]
+            tokens += ids
+            if req.n_probs:
+                probs += [_prob(tok, t, lp, tops) for t, lp, tops in p.logprobs]
+            text.append(p.content)
+            if req.stream and (p.content or ids):
+                chunk = {"index": 0, "content": p.content, "tokens": ids if req.return_tokens else [], "stop": False,
+                         "id_slot": 0, "tokens_predicted": tally.completion_tokens,
+                         "tokens_evaluated": tally.prompt_tokens}
+                if req.n_probs:
+                    chunk["completion_probabilities"] = probs[len(probs) - len(ids):]
+                yield chunk
+        end = time.perf_counter()
+        first = first or end
+        content = "" if req.stream else "".join(text)
+        n_prompt, n_gen = tally.prompt_tokens, tally.completion_tokens
+        final = {"index": 0, "content": content, "tokens": [] if req.stream or not req.return_tokens else tokens,
+                 "id_slot": 0, "stop": True, "model": req.model, "tokens_predicted": n_gen,
+                 "tokens_evaluated": n_prompt, "generation_settings": _settings(prep),
+                 "prompt": tok.decode(prep.prompt_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False),
+                 "has_new_line": "\n" in "".join(text), "truncated": False,
+                 "stop_type": "limit" if finish == "length" else "word" if word else "eos",
+                 "stopping_word": word or "", "tokens_cached": tally.cached_tokens,
+                 "timings": timings(tally, first - start, end - first)}
+        if req.n_probs and not req.stream:
+            final["completion_probabilities"] = probs
+        yield final
+
+    async def apply_template(self, req: ChatCompletionRequest) -> dict:
+        """The chat prompt a request renders to (its template, tools and switches applied)."""
+        req.model = self.catalog.named(req.model).id
+        return {"prompt": await self.chat.render_prompt(req)}
+
+    def props(self, model: str | None) -> dict:
+        entry = self.catalog.named(model)
+        lm = entry.lm
+        s = self.chat.settings
+        params = {"n_predict": s.max_tokens, "temperature": s.temp if s.temp is not None else 1.0,
+                  "top_k": s.top_k or 0, "top_p": s.top_p if s.top_p is not None else 1.0, "min_p": s.min_p or 0.0,
+                  "repeat_penalty": s.repeat_penalty or 1.0, "seed": s.seed if s.seed is not None else -1}
+        out = {"default_generation_settings": {"n_ctx": lm.n_ctx if lm else (entry.info or {}).get("context_length"),
+                                               "params": params},
+               "total_slots": lm.cache.n_seq if lm else s.parallel, "model_path": entry.path, "model_alias": entry.id,
+               "chat_template": lm.chat_template if lm else None, "modalities": {"vision": entry.vision,
+                                                                                 "audio": False},
+               "is_sleeping": lm is None, "build_info": "gguf-serve"}
+        if lm is not None:
+            tok = lm.tokenizer
+            out.update(bos_token=tok.bos_token or "", eos_token=tok.eos_token or "")
+        return out
+
+
+def _settings(prep) -> dict:
+    p = prep.params[0]
+    return {"n_predict": p.max_tokens, "temperature": p.temperature, "top_k": p.top_k, "top_p": p.top_p,
+            "min_p": p.min_p, "repeat_penalty": p.repetition_penalty, "presence_penalty": p.presence_penalty,
+            "frequency_penalty": p.frequency_penalty, "seed": p.seed if p.seed is not None else -1,
+            "stop": p.stop, "ignore_eos": p.ignore_eos}
+
+
+def _prob(tok, token: int, logprob: float, tops) -> dict:
+    def one(t, lp):
+        text = tok.decode([t], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return {"id": t, "token": text, "bytes": list(text.encode()), "logprob": lp}
+    return {**one(token, logprob), "top_logprobs": [one(t, lp) for t, lp in tops]}
+
+
+def timings(tally: Tally, prompt_s: float, gen_s: float) -> dict:
+    """llama-server's `timings` (milliseconds, per token and per second)."""
+    n_prompt = max(0, tally.prompt_tokens - tally.cached_tokens)
+    n_gen = tally.completion_tokens
+    return {"cache_n": tally.cached_tokens, "prompt_n": n_prompt, "prompt_ms": prompt_s * 1e3,
+            "prompt_per_token_ms": prompt_s * 1e3 / n_prompt if n_prompt else 0.0,
+            "prompt_per_second": n_prompt / prompt_s if prompt_s > 0 else 0.0,
+            "predicted_n": n_gen, "predicted_ms": gen_s * 1e3,
+            "predicted_per_token_ms": gen_s * 1e3 / n_gen if n_gen else 0.0,
+            "predicted_per_second": n_gen / gen_s if gen_s > 0 else 0.0}
+
+
+def sse(chunk: dict) -> str:
+    return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"

@@ -36,6 +36,21 @@ class SamplingParams:
     # speculative decoding for this sequence: None, the model's default; "off"; a drafter
     # the model has (engine.speculative.MODES)
     speculative: str | None = None
+    # llama.cpp's other samplers (its names and defaults; each off at its default)
+    typical_p: float = 1.0  # locally typical sampling
+    top_n_sigma: float = -1.0  # keep logits within n standard deviations of the best
+    xtc_probability: float = 0.0  # exclude top choices: this often, all above the threshold but the least
+    xtc_threshold: float = 0.1
+    dynatemp_range: float = 0.0  # dynamic temperature: temperature +- range by the distribution's entropy
+    dynatemp_exponent: float = 1.0
+    mirostat: int = 0  # 1, 2: Mirostat's target surprise (tau) learnt at rate eta; the other filters off
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    dry_multiplier: float = 0.0  # DRY: a penalty on tokens that would extend a repeat of the context
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = -1  # tokens of context it looks at (-1: all)
+    dry_sequence_breakers: list[str] = field(default_factory=lambda: ["\n", ":", "\"", "*"])
 
     @property
     def greedy(self) -> bool:
@@ -118,10 +133,14 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
             return int(logits.numpy().argmax())
         return int(torch.argmax(logits))
     z = logits.float()
+    xtc_draw = float(torch.rand((), generator=generator)) if params.xtc_probability > 0 else 1.0
+    z = pre_temperature(z, params)
     # shifted so that the largest is 0 before dividing, and the temperature kept a
     # float32 number: a vanishing one then gives -inf for all but the best tokens, not
     # inf - inf or 0 / 0 (NaN)
-    z = (z - z.max()) / max(params.temperature, MIN_TEMPERATURE)
+    z = (z - z.max()) / max(temperature(z, params), MIN_TEMPERATURE)
+    if xtc_draw < params.xtc_probability:
+        z = xtc_filter(z, params.xtc_threshold)
     n = z.shape[0]
     top_k = params.top_k if 0 < params.top_k < n else 0
     floor = math.log(params.min_p) if 0.0 < params.min_p <= 1.0 else -math.inf
@@ -155,6 +174,133 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     while float(probs[i]) == 0.0 and i > 0:  # u on a zero-mass token's edge (rounding): the one before
         i -= 1
     return int(ids[i]) if ids is not None else i
+
+
+def pre_temperature(z: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """top-n-sigma and locally typical sampling, on the logits before temperature (as
+    llama.cpp's chain puts them)."""
+    if params.top_n_sigma >= 0:
+        finite = z[torch.isfinite(z)]
+        if finite.numel() > 1:
+            z = z.masked_fill(z < finite.max() - params.top_n_sigma * finite.std(), -math.inf)
+    if params.typical_p < 1.0:
+        logp = torch.log_softmax(z, dim=0)
+        p = torch.exp(logp)
+        entropy = -torch.nansum(p * logp)
+        score = torch.where(torch.isfinite(logp), (-logp - entropy).abs(), torch.full_like(logp, math.inf))
+        order = torch.argsort(score)
+        cum = torch.cumsum(p[order], dim=0)
+        keep = max(1, int((cum - p[order] < params.typical_p).sum()))  # the smallest set reaching typical_p
+        drop = order[keep:]
+        z = z.clone()
+        z[drop] = -math.inf
+    return z
+
+
+def temperature(z: torch.Tensor, params: SamplingParams) -> float:
+    """The temperature of this draw: the request's, or with dynatemp_range its range's
+    point for the distribution's normalized entropy (llama.cpp's dynamic temperature)."""
+    if params.dynatemp_range <= 0:
+        return params.temperature
+    lo, hi = max(0.0, params.temperature - params.dynatemp_range), params.temperature + params.dynatemp_range
+    logp = torch.log_softmax(z, dim=0)
+    n = int(torch.isfinite(logp).sum())
+    if n <= 1:
+        return lo
+    entropy = float(-torch.nansum(torch.exp(logp) * logp))
+    return lo + (hi - lo) * (entropy / math.log(n)) ** params.dynatemp_exponent
+
+
+def xtc_filter(z: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Exclude top choices: of the tokens at or above `threshold` probability, all but the
+    least likely go (nothing where fewer than two are)."""
+    p = torch.softmax(z, dim=0)
+    above = torch.nonzero(p >= threshold).flatten()
+    if above.numel() < 2:
+        return z
+    keep = above[torch.argmin(p[above])]
+    return z.index_fill(0, above[above != keep], -math.inf)
+
+
+def mirostat_sample(logits: torch.Tensor, params: SamplingParams, mu: float, generator) -> tuple[int, float]:
+    """Mirostat (1 or 2): the tokens whose surprise (-log2 p, after temperature) exceeds mu
+    cut (v2), or a top-k from the Zipf exponent of the 100 best (v1); one drawn; mu moved by
+    eta towards the target tau. Returns the token and the new mu."""
+    z = logits.float() / max(params.temperature, MIN_TEMPERATURE)
+    logp = torch.log_softmax(z, dim=0)
+    if params.mirostat == 1:
+        top = torch.topk(logp, min(100, logp.shape[0])).values
+        t = torch.log(torch.arange(2, top.shape[0] + 1, dtype=torch.float32) / torch.arange(1, top.shape[0],
+                                                                                            dtype=torch.float32))
+        b = top[:-1] - top[1:]
+        s_hat = float((t * b).sum() / (t * t).sum()) if top.shape[0] > 1 else 1.0
+        eps = s_hat - 1.0
+        n = logp.shape[0]
+        k = int(((eps * 2 ** mu) / (1 - n ** -eps)) ** (1 / s_hat)) if eps > 1e-6 else n
+        keep = torch.topk(logp, max(1, min(k, n))).indices
+        z = torch.full_like(z, -math.inf).index_copy(0, keep, z[keep])
+    else:
+        surprise = -logp / math.log(2)
+        cut = surprise > mu
+        if bool(cut.all()):
+            cut[torch.argmax(logp)] = False
+        z = z.masked_fill(cut, -math.inf)
+    probs = torch.softmax(z, dim=0)
+    token = int(torch.multinomial(probs, 1, generator=generator))
+    observed = float(-torch.log_softmax(z, dim=0)[token] / math.log(2))
+    return token, mu - params.mirostat_eta * (observed - params.mirostat_tau)
+
+
+class DryPenalty:
+    """DRY ("don't repeat yourself"): where the context ends with a run that occurred
+    before, the token that followed that earlier run is penalized by multiplier x
+    base^(run length - allowed length), for runs of at least the allowed length; runs do
+    not cross a sequence breaker (a token whose text holds one)."""
+
+    MAX_RUN = 64  # runs longer than this count as this long
+
+    def __init__(self, params: SamplingParams, tokenizer, prompt_ids: list[int]):
+        self.p, self.tok = params, tokenizer
+        self.prompt = [t for t in prompt_ids if t >= 0]
+        self.breaks: dict[int, bool] = {}
+
+    def _breaker(self, t: int) -> bool:
+        if t not in self.breaks:
+            text = self.tok.decode([t], skip_special_tokens=False)
+            self.breaks[t] = any(b in text for b in self.p.dry_sequence_breakers)
+        return self.breaks[t]
+
+    def __call__(self, generated: list[int], logits: torch.Tensor) -> torch.Tensor:
+        p = self.p
+        h = self.prompt + generated
+        if p.dry_penalty_last_n > 0:
+            h = h[-p.dry_penalty_last_n:]
+        if len(h) < 2 or self._breaker(h[-1]):
+            return logits
+        arr = torch.tensor(h, dtype=torch.long)
+        n = len(h)
+        ends = torch.arange(n - 1)  # a run ending at j (before the last token), followed by h[j + 1]
+        alive = arr[:-1] == arr[-1]
+        length = alive.long()
+        for k in range(1, min(self.MAX_RUN, n - 1)):
+            if self._breaker(h[-1 - k]):
+                break
+            ok = ends - k >= 0
+            idx = (ends - k).clamp(min=0)
+            alive = alive & ok & (arr[idx] == arr[-1 - k])
+            if not bool(alive.any()):
+                break
+            length = length + alive.long()
+        best: dict[int, int] = {}
+        for j in torch.nonzero(length >= p.dry_allowed_length).flatten().tolist():
+            nxt = h[j + 1]
+            best[nxt] = max(best.get(nxt, 0), int(length[j]))
+        if not best:
+            return logits
+        ids = torch.tensor(list(best), dtype=torch.long)
+        pen = torch.tensor([p.dry_multiplier * p.dry_base ** (m - p.dry_allowed_length) for m in best.values()],
+                           dtype=logits.dtype)
+        return logits.index_add(0, ids, -pen)
 
 
 def token_logprobs(logits: torch.Tensor, token: int, k: int) -> tuple[float, list[tuple[int, float]]]:

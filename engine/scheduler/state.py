@@ -14,7 +14,8 @@ from typing import Callable
 import torch
 
 from ..cache import Checkpoint
-from ..sampling import SamplingParams, apply_logit_bias, apply_penalties, sample, token_logprobs
+from ..sampling import (DryPenalty, SamplingParams, apply_logit_bias, apply_penalties, mirostat_sample, sample,
+                        token_logprobs)
 from ..speculative import Drafting
 from ..text import Detokenizer, Step, StopStrings
 
@@ -69,6 +70,8 @@ class Choice:
         if params.seed is not None:
             self.generator = torch.Generator(device="cpu").manual_seed(params.seed)
         self.text = ChoiceText(tokenizer, prompt_ids, params.stop)
+        self.dry = DryPenalty(params, tokenizer, prompt_ids) if params.dry_multiplier > 0 else None
+        self.mu = 2 * params.mirostat_tau  # Mirostat's running target (where it samples)
         self.counts: dict[int, int] = {}
         self.generated: list[int] = []
         self.n_prompt = len(prompt_ids)
@@ -99,9 +102,14 @@ class Choice:
         logits = apply_logit_bias(logits, p.logit_bias)
         logits = apply_penalties(logits, self.counts, repetition=p.repetition_penalty, presence=p.presence_penalty,
                                  frequency=p.frequency_penalty)
+        if self.dry is not None:
+            logits = self.dry(self.generated, logits)
         if p.logits_processor is not None:
             logits = p.logits_processor(self.generated, logits)
-        token = sample(logits, p, self.generator)
+        if p.mirostat and not p.greedy:
+            token, self.mu = mirostat_sample(logits, p, self.mu, self.generator)
+        else:
+            token = sample(logits, p, self.generator)
         if self.drafting is not None:
             self.drafting.push(token)
         if p.logprobs is None:

@@ -26,6 +26,12 @@ def _stops(stop) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop)
 
 
+# llama.cpp's samplers a request may set (core.protocol.SamplingExtensions; SamplingParams' names)
+LLAMA_SAMPLERS = ("typical_p", "top_n_sigma", "xtc_probability", "xtc_threshold", "dynatemp_range",
+                  "dynatemp_exponent", "mirostat", "mirostat_tau", "mirostat_eta", "dry_multiplier", "dry_base",
+                  "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers")
+
+
 def _default(value, fallback):
     return value if value is not None else fallback
 
@@ -57,6 +63,7 @@ def _sampling(req, max_tokens: int | None, vocab_size: int, defaults) -> Samplin
         logit_bias=bias,
         ignore_eos=bool(req.ignore_eos),
         speculative=req.speculative,
+        **{k: v for k in LLAMA_SAMPLERS if (v := getattr(req, k, None)) is not None},
     )
 
 

@@ -113,6 +113,21 @@ class SamplingExtensions(BaseModel):
     repetition_penalty: RepetitionPenalty = None
     ignore_eos: Optional[bool] = None  # keep generating past end-of-generation tokens (benchmarks)
     speculative: Speculative = None
+    # llama.cpp's samplers, its names (each off at its default)
+    typical_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
+    top_n_sigma: Optional[float] = None  # negative: off
+    xtc_probability: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+    xtc_threshold: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+    dynatemp_range: Optional[float] = Field(default=None, ge=0.0)
+    dynatemp_exponent: Optional[float] = Field(default=None, ge=0.0)
+    mirostat: Optional[int] = Field(default=None, ge=0, le=2)
+    mirostat_tau: Optional[float] = Field(default=None, ge=0.0)
+    mirostat_eta: Optional[float] = Field(default=None, ge=0.0)
+    dry_multiplier: Optional[float] = Field(default=None, ge=0.0)
+    dry_base: Optional[float] = Field(default=None, ge=1.0)
+    dry_allowed_length: Optional[int] = Field(default=None, ge=0)
+    dry_penalty_last_n: Optional[int] = Field(default=None, ge=-1)
+    dry_sequence_breakers: Optional[list[str]] = None
 
 
 # ----------------------------------------------------------------- errors

@@ -12,6 +12,7 @@ import time
 from typing import AsyncIterator
 
 from ...engine import InfillError, encode, infill_ids, json_grammar
+from ..chat.prepare import LLAMA_SAMPLERS
 from ..chat.protocol import ChatCompletionRequest, CompletionRequest
 from ..chat.wire import Tally
 from ..core.errors import BadRequest
@@ -53,7 +54,8 @@ def completion_request(req: LlamaCompletionRequest, prompt) -> CompletionRequest
                   repetition_penalty=req.repeat_penalty, presence_penalty=req.presence_penalty,
                   frequency_penalty=req.frequency_penalty, logit_bias=logit_bias(req.logit_bias),
                   ignore_eos=req.ignore_eos, keep_alive=req.keep_alive,
-                  logprobs=req.n_probs if (req.n_probs or req.return_tokens) else None)
+                  logprobs=req.n_probs if (req.n_probs or req.return_tokens) else None,
+                  **{k: getattr(req, k) for k in LLAMA_SAMPLERS})
     out = CompletionRequest(**{k: v for k, v in fields.items() if v is not None})
     if req.grammar:
         out._grammar = gbnf_grammar(req.grammar)

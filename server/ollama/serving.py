@@ -31,10 +31,10 @@ VERSION = "0.13.0"  # the Ollama version clients are told (VS Code's Copilot wan
 # Ollama's options as the chat request's sampling fields
 OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "seed": "seed",
            "stop": "stop", "repeat_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
-           "frequency_penalty": "frequency_penalty"}
+           "frequency_penalty": "frequency_penalty", "typical_p": "typical_p", "mirostat": "mirostat",
+           "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta"}
 IGNORED = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "num_keep", "use_mmap", "use_mlock",
-           "numa", "low_vram", "f16_kv", "vocab_only", "repeat_last_n", "tfs_z", "typical_p", "mirostat",
-           "mirostat_eta", "mirostat_tau", "penalize_newline")
+           "numa", "low_vram", "f16_kv", "vocab_only", "repeat_last_n", "tfs_z", "penalize_newline")
 
 
 def iso(t: float | None = None) -> str:

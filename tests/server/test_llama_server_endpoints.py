@@ -140,3 +140,21 @@ def test_the_infill_prompt_is_llama_cpps(fim_path):
     assert p.returncode == 0, p.stderr[-2000:]
     lm = load_model(fim_path, device="cpu", n_ctx=4096, n_seq=1)
     assert infill_ids(lm, prefix, suffix, EXTRA) == json.loads(p.stdout)
+
+
+def test_llama_cpps_samplers_reach_the_engine(base, fim_path):
+    """top_n_sigma 0 keeps only the best token: any temperature and seed give greedy's text,
+    on /completion and on chat completions; XTC with threshold 0 keeps only the least likely."""
+    bias = no_end(fim_path)
+    greedy = post(base, "/completion", prompt="the cat", n_predict=6, temperature=0, logit_bias=bias)["content"]
+    for seed in (1, 2):
+        assert post(base, "/completion", prompt="the cat", n_predict=6, temperature=1.5, seed=seed, top_n_sigma=0,
+                    logit_bias=bias)["content"] == greedy
+    msgs = [{"role": "user", "content": "hi"}]
+    chat = [post(base, "/v1/chat/completions", messages=msgs, max_tokens=6, logit_bias=bias, **kw)["choices"][0]
+            ["message"]["content"] for kw in ({"temperature": 0}, {"temperature": 1.5, "seed": 4, "top_n_sigma": 0})]
+    assert chat[0] == chat[1]
+    r = post(base, "/completion", prompt="the cat", n_predict=4, logit_bias=bias, xtc_probability=1.0,
+             xtc_threshold=0.0, n_probs=3, seed=1)
+    for p in r["completion_probabilities"]:  # the drawn token is never among the three most likely
+        assert p["id"] not in [t["id"] for t in p["top_logprobs"]]

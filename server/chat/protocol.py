@@ -125,6 +125,8 @@ class _Reply(BaseModel):
     choices: list
     usage: Optional[Usage] = None
     system_fingerprint: Optional[str] = None
+    # --- extension (llama-server's): the prompt's and the generation's times and rates ---
+    timings: Optional[dict[str, Any]] = None
 
 
 class ChatCompletion(_Reply):

@@ -306,6 +306,7 @@ class ChatServing:
                 if step.drafted_tokens:
                     tally.drafts[i] = (step.drafted_tokens, step.accepted_tokens)
                 if step.token_id is not None:
+                    tally.first = tally.first or time.perf_counter()
                     tally.completion_tokens += 1
                     if m:
                         t = time.perf_counter()
@@ -348,9 +349,9 @@ class ChatServing:
         cid, created, tally = new_id("chatcmpl"), now(), Tally()
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
-        def chunk(choices, usage=None) -> str:
+        def chunk(choices, usage=None, timings=None) -> str:
             c = ChatCompletionChunk(id=cid, created=created, model=req.model, choices=choices, usage=usage,
-                                    system_fingerprint=SYSTEM_FINGERPRINT)
+                                    system_fingerprint=SYSTEM_FINGERPRINT, timings=timings)
             data = c.model_dump(exclude_none=True)
             for ch in data["choices"]:  # OpenAI's chunks say these are null until they are not
                 ch.setdefault("logprobs", None)
@@ -368,10 +369,11 @@ class ChatServing:
                 lp = None
             if p.tool_deltas:  # names first, then argument fragments as they are generated
                 yield chunk([ChunkChoice(index=p.index, delta=Delta(tool_calls=p.tool_deltas))])
-            if p.finish_reason:
-                yield chunk([ChunkChoice(index=p.index, delta=Delta(), logprobs=lp, finish_reason=p.finish_reason)])
+            if p.finish_reason:  # a choice's last chunk: the times so far (llama-server's `timings`)
+                yield chunk([ChunkChoice(index=p.index, delta=Delta(), logprobs=lp, finish_reason=p.finish_reason)],
+                            timings=tally.timings())
         if include_usage:
-            yield chunk([], usage=tally.usage())
+            yield chunk([], usage=tally.usage(), timings=tally.timings())
         yield "data: [DONE]\n\n"
 
     async def chat(self, req: ChatCompletionRequest) -> ChatCompletion:
@@ -392,7 +394,7 @@ class ChatServing:
                           logprobs=chat_logprobs(tok, t["logprobs"]) if req.logprobs else None,
                           finish_reason=t["finish"]) for i, t in enumerate(texts)]
         return ChatCompletion(id=new_id("chatcmpl"), created=now(), model=req.model, choices=choices,
-                              usage=tally.usage(), system_fingerprint=SYSTEM_FINGERPRINT)
+                              usage=tally.usage(), system_fingerprint=SYSTEM_FINGERPRINT, timings=tally.timings())
 
     # ------------------------------------------------------- completions
 

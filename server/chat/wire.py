@@ -4,6 +4,7 @@ the chat and completions forms, a token's text."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from .protocol import ChoiceLogprobs, CompletionLogprobs, TokenLogprob, TopLogprob, Usage
@@ -33,6 +34,22 @@ class Tally:
     reasoning_tokens: int = 0
     cached_tokens: int = 0
     drafts: dict[int, tuple[int, int]] = field(default_factory=dict)  # per choice: speculative (drafted, accepted)
+    started: float = field(default_factory=time.perf_counter)  # when the reply was asked for
+    first: float | None = None  # when its first token came
+
+    def timings(self) -> dict:
+        """llama-server's `timings` (milliseconds, per token and per second; the prompt's
+        until the first token, the prompt's cached tokens apart)."""
+        end = time.perf_counter()
+        first = self.first or end
+        prompt_s, gen_s = first - self.started, end - first
+        n_prompt, n_gen = max(0, self.prompt_tokens - self.cached_tokens), self.completion_tokens
+        return {"cache_n": self.cached_tokens, "prompt_n": n_prompt, "prompt_ms": prompt_s * 1e3,
+                "prompt_per_token_ms": prompt_s * 1e3 / n_prompt if n_prompt else 0.0,
+                "prompt_per_second": n_prompt / prompt_s if prompt_s > 0 else 0.0,
+                "predicted_n": n_gen, "predicted_ms": gen_s * 1e3,
+                "predicted_per_token_ms": gen_s * 1e3 / n_gen if n_gen else 0.0,
+                "predicted_per_second": n_gen / gen_s if gen_s > 0 else 0.0}
 
     def usage(self) -> Usage:
         details = {"reasoning_tokens": self.reasoning_tokens}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from typing import AsyncIterator
 
 from ...engine import InfillError, encode, infill_ids, json_grammar
@@ -104,11 +103,10 @@ class LlamaServing:
         return prep, self._chunks(req, prep)
 
     async def _chunks(self, req: LlamaCompletionRequest, prep) -> AsyncIterator[dict]:
-        tally, start, first = Tally(), time.perf_counter(), None
+        tally = Tally()
         text, tokens, probs, finish, word = [], [], [], None, None
         tok = prep.tokenizer
         async for p in self.chat.pieces(prep, tally):
-            first = first or time.perf_counter()
             finish, word = p.finish_reason or finish, p.stop_sequence or word
             ids = [t for t, _, _ in p.logprobs]
             tokens += ids
@@ -122,8 +120,6 @@ class LlamaServing:
                 if req.n_probs:
                     chunk["completion_probabilities"] = probs[len(probs) - len(ids):]
                 yield chunk
-        end = time.perf_counter()
-        first = first or end
         content = "" if req.stream else "".join(text)
         n_prompt, n_gen = tally.prompt_tokens, tally.completion_tokens
         final = {"index": 0, "content": content, "tokens": [] if req.stream or not req.return_tokens else tokens,
@@ -133,7 +129,7 @@ class LlamaServing:
                  "has_new_line": "\n" in "".join(text), "truncated": False,
                  "stop_type": "limit" if finish == "length" else "word" if word else "eos",
                  "stopping_word": word or "", "tokens_cached": tally.cached_tokens,
-                 "timings": timings(tally, first - start, end - first)}
+                 "timings": tally.timings()}
         if req.n_probs and not req.stream:
             final["completion_probabilities"] = probs
         yield final
@@ -175,18 +171,6 @@ def _prob(tok, token: int, logprob: float, tops) -> dict:
         text = tok.decode([t], skip_special_tokens=False, clean_up_tokenization_spaces=False)
         return {"id": t, "token": text, "bytes": list(text.encode()), "logprob": lp}
     return {**one(token, logprob), "top_logprobs": [one(t, lp) for t, lp in tops]}
-
-
-def timings(tally: Tally, prompt_s: float, gen_s: float) -> dict:
-    """llama-server's `timings` (milliseconds, per token and per second)."""
-    n_prompt = max(0, tally.prompt_tokens - tally.cached_tokens)
-    n_gen = tally.completion_tokens
-    return {"cache_n": tally.cached_tokens, "prompt_n": n_prompt, "prompt_ms": prompt_s * 1e3,
-            "prompt_per_token_ms": prompt_s * 1e3 / n_prompt if n_prompt else 0.0,
-            "prompt_per_second": n_prompt / prompt_s if prompt_s > 0 else 0.0,
-            "predicted_n": n_gen, "predicted_ms": gen_s * 1e3,
-            "predicted_per_token_ms": gen_s * 1e3 / n_gen if n_gen else 0.0,
-            "predicted_per_second": n_gen / gen_s if gen_s > 0 else 0.0}
 
 
 def sse(chunk: dict) -> str:

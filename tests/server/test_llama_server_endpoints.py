@@ -158,3 +158,16 @@ def test_llama_cpps_samplers_reach_the_engine(base, fim_path):
              xtc_threshold=0.0, n_probs=3, seed=1)
     for p in r["completion_probabilities"]:  # the drawn token is never among the three most likely
         assert p["id"] not in [t["id"] for t in p["top_logprobs"]]
+
+
+def test_chat_completions_carry_timings(base, fim_path):
+    r = post(base, "/v1/chat/completions", messages=[{"role": "user", "content": "hi"}], max_tokens=3,
+             logit_bias=no_end(fim_path), chat_template_kwargs={"enable_thinking": False})
+    t = r["timings"]
+    assert t["predicted_n"] == r["usage"]["completion_tokens"] == 3 and t["predicted_ms"] > 0
+    assert t["prompt_n"] + t["cache_n"] == r["usage"]["prompt_tokens"]
+    with httpx.stream("POST", f"{base}/v1/chat/completions", timeout=120, json={
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True,
+            "logit_bias": no_end(fim_path)}) as s:
+        chunks = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: {")]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["timings"]["predicted_n"] == 3

@@ -13,7 +13,7 @@ from .chat_format import (BRACKET_THINK, CHANNEL_THOUGHT, GEMMA4, HERMES, LFM2, 
                           writes_harmony)
 from .config import EngineConfig
 from .options import CacheType, DeviceChoice, KernelChoice, PoolingChoice, PrefillDtype, SpecChoice, VisionDtype
-from .embed import EmbeddingError, embed, rank
+from .embed import EmbeddingError, embed, embed_tokens, rank
 from .errors import (CacheError, DraftMismatch, FileError, KernelError, MissingMetadata, TemplateError,
                      TokenizerError, UnsupportedArchitecture, VisionFileError, WeightError, is_file_error, is_transient)
 from .fetch import (ModelRef, best_companion, cached_gguf_models, companion_kind, download, is_model_file, model_id,
@@ -48,7 +48,7 @@ __all__ = [
     "GrammarError", "GrammarMask", "Request", "SamplingParams", "Scheduler", "SpeculationError", "ThinkingBudget",
     "check_speculative", "closed_objects", "held_back", "json_grammar", "schema_of",
     # embedding and reranking files
-    "EmbeddingError", "embed", "rank",
+    "EmbeddingError", "embed", "embed_tokens", "rank",
     # errors (engine.errors): the file's own fault, or one that may pass
     "CacheError", "DraftMismatch", "FileError", "KernelError", "MissingMetadata", "TokenizerError",
     "UnsupportedArchitecture", "VisionFileError", "WeightError", "is_file_error", "is_transient",

@@ -36,8 +36,9 @@ def _groups(lm, inputs: list[list[int]]) -> list[list[int]]:
     return groups + [group] if group else groups
 
 
-def _pooled(lm, inputs: list[list[int]]) -> list[torch.Tensor]:
-    """Each input's pooled output, through the head (in input order)."""
+def _pooled(lm, inputs: list[list[int]], per_token: bool = False) -> list[torch.Tensor]:
+    """Each input's pooled output, through the head (in input order); `per_token`: each
+    input's tokens' outputs (n, hidden) as they are, no pooling (llama.cpp's pooling none)."""
     head: PoolingHead = lm.model.pool
     both_ways = lm.model.both_ways
     out: list[torch.Tensor] = [None] * len(inputs)  # type: ignore[list-item]
@@ -49,6 +50,10 @@ def _pooled(lm, inputs: list[list[int]]) -> list[torch.Tensor]:
             batch.keep_hidden, batch.both_ways = True, both_ways
             lm.forward(batch)
             hidden = batch.hidden
+            if per_token:
+                for i, s in zip(group, batch.seqs):
+                    out[i] = hidden[s.start:s.start + s.n].float().clone()
+                continue
             pooled = torch.stack([head.pool(hidden[s.start:s.start + s.n].float(), not both_ways)
                                   for s in batch.seqs])
             with torch.inference_mode(), lm.threads.run(len(group)):  # the model's kernel settings
@@ -65,6 +70,12 @@ def embed(lm, inputs: list[list[int]], normalize: bool = True) -> torch.Tensor:
     """Embeddings (n, dims) float32 of token id lists, L2-normalized unless told not to."""
     vectors = torch.stack(_pooled(lm, inputs)).float()
     return F.normalize(vectors, dim=-1) if normalize else vectors
+
+
+def embed_tokens(lm, inputs: list[list[int]]) -> list[torch.Tensor]:
+    """Every token's output (n, hidden) float32 of each input, not normalized: a file
+    served with pooling none (llama-server's /embedding)."""
+    return _pooled(lm, inputs, per_token=True)
 
 
 def rank(lm, inputs: list[list[int]]) -> torch.Tensor:

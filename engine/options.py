@@ -18,7 +18,7 @@ KERNEL_CHOICES = ("reference", "hub", "cpu")
 PREFILL_DTYPES = ("float32", "bfloat16")
 VISION_DTYPES = ("float32", "bfloat16")
 CACHE_TYPES = tuple(KV_TYPES)  # the KV cache row types (engine.kv_rows)
-POOLING_CHOICES = ("mean", "cls", "last")  # llama-server's --pooling (a generative file read as an embedding one)
+POOLING_CHOICES = ("none", "mean", "cls", "last")  # llama-server's --pooling (none: every token's vector)
 
 # Literal[tuple] is Literal of the tuple's items: the types follow the tuples
 DeviceChoice = Literal[DEVICE_CHOICES]  # type: ignore[valid-type]

@@ -1,10 +1,15 @@
-"""POST /v1/embeddings (OpenAI's) and /v1/rerank (llama-server's and Jina's; /rerank too)."""
+"""POST /v1/embeddings (OpenAI's), /embedding (llama-server's: every token's vector with pooling
+none) and /v1/rerank (llama-server's and Jina's; /rerank too)."""
 
 from __future__ import annotations
 
+from typing import Optional, Union
+
 from fastapi import APIRouter, Request
+from pydantic import Field
 
 from ..core.openapi import API_ERRORS, errors
+from ..core.protocol import OpenAIRequest
 from .protocol import EmbeddingList, EmbeddingRequest, RerankList, RerankRequest
 from .serving import EmbeddingsServing
 
@@ -21,6 +26,22 @@ async def create_embeddings(req: EmbeddingRequest, request: Request) -> Embeddin
     """OpenAI's embeddings, for embedding files (a pooling type in the file)."""
     request.app.state.catalog.answering(req)
     return EmbeddingList(**await embeddings(request).embeddings(req))
+
+
+class NativeEmbeddingRequest(OpenAIRequest):
+    """llama-server's /embedding."""
+
+    model: Optional[str] = None
+    content: Union[str, list[str], list[int], list[list[int]]]
+    embd_normalize: int = Field(default=2, ge=-1)
+
+
+@router.post("/embedding", responses=errors(*API_ERRORS))
+async def embedding(req: NativeEmbeddingRequest, request: Request):
+    """llama-server's: each input's vector as a row, or with --pooling none every token's."""
+    request.app.state.catalog.answering(req)
+    return await embeddings(request).embedding(EmbeddingRequest(model=req.model, input=req.content,
+                                                                keep_alive=req.keep_alive), req.embd_normalize)
 
 
 @router.post("/v1/rerank", responses=errors(*API_ERRORS))

@@ -64,6 +64,9 @@ class EmbeddingsServing:
     async def embeddings(self, req: EmbeddingRequest) -> dict:
         async with self.residency.holding(req.model, req.keep_alive) as entry:
             refuse_kind(entry, "embed")
+            if entry.lm.pooling == "none":
+                raise BadRequest(f"model {entry.id} is served with pooling none (every token's vector): use "
+                                 f"/embedding", param="model", code="wrong_model_kind")
             inputs = await self.pools.prompts.run(_token_lists, req, entry.lm.tokenizer)
             vectors = await self._run(entry, "embed", inputs, "input")
         if req.dimensions is not None:  # Matryoshka: the first `dimensions`, renormalized
@@ -78,6 +81,28 @@ class EmbeddingsServing:
         n = sum(len(x) for x in inputs)
         return {"object": "list", "data": data, "model": req.model,
                 "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+    async def embedding(self, req: EmbeddingRequest, normalize: int = 2) -> list[dict]:
+        """llama-server's /embedding: each input's vector, or with pooling none every
+        token's, as rows; `normalize` as its embd_normalize (-1 none, 1 taxicab, 2
+        Euclidean, p > 2 the p-norm)."""
+        async with self.residency.holding(req.model, req.keep_alive) as entry:
+            refuse_kind(entry, "embed")
+            inputs = await self.pools.prompts.run(_token_lists, req, entry.lm.tokenizer)
+            if entry.lm.pooling == "none":
+                rows = await self._run(entry, "tokens", inputs, "content")
+            else:  # the pooled vector, unnormalized, as one row
+                pooled = await self._run(entry, "embed", inputs, "content")
+                rows = [v[None] for v in pooled] if normalize == 2 else None
+                if rows is None:
+                    raise BadRequest("embd_normalize: a pooled model's vectors come L2-normalized here (2)",
+                                     param="embd_normalize")
+        out = []
+        for i, m in enumerate(rows):
+            if normalize >= 1 and entry.lm.pooling == "none":
+                m = F.normalize(m, p=float(normalize), dim=-1)
+            out.append({"index": i, "embedding": m.numpy().astype(np.float32).tolist()})
+        return out
 
     async def rerank(self, req: RerankRequest) -> dict:
         async with self.residency.holding(req.model, req.keep_alive) as entry:

@@ -11,7 +11,7 @@ import queue
 import threading
 from dataclasses import dataclass, field
 
-from ...engine import Request, SamplingParams, Scheduler, embed, rank
+from ...engine import Request, SamplingParams, Scheduler, embed, embed_tokens, rank
 from ..core.errors import Overloaded
 
 log = logging.getLogger("gguf_serve.server")
@@ -185,8 +185,9 @@ class Worker(_Queued):
 
 @dataclass(eq=False)
 class EmbedJob:
-    """Token id lists to embed ("embed") or score ("rank") on an embedding model's worker;
-    the result (a float32 tensor) or the exception is set on `future` on the event loop."""
+    """Token id lists to embed ("embed"), score ("rank") or give every token's vector of
+    ("tokens") on an embedding model's worker; the result (a float32 tensor, a list of them
+    for "tokens") or the exception is set on `future` on the event loop."""
 
     kind: str
     inputs: list[list[int]]
@@ -229,7 +230,8 @@ class EmbedWorker(_Queued):
             if job is None:
                 return
             try:
-                job.finish(embed(self.lm, job.inputs) if job.kind == "embed" else rank(self.lm, job.inputs))
+                run = {"embed": embed, "rank": rank, "tokens": embed_tokens}[job.kind]
+                job.finish(run(self.lm, job.inputs))
             except Exception as e:  # this request only
                 if not isinstance(e, ValueError):
                     log.exception("embedding failed")

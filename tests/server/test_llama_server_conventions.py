@@ -116,3 +116,21 @@ def test_pooling_serves_a_generative_file_as_an_embedding_one(tiny_path):
         assert len(vectors) == 2 and len(vectors[0]) > 8 and vectors[0] != vectors[1]
         r = httpx.post(f"{b}/v1/chat/completions", json={"messages": HI, "max_tokens": 1}, timeout=60)
         assert r.status_code == 400 and r.json()["error"]["code"] == "wrong_model_kind"
+
+
+def test_pooling_none_gives_every_tokens_vector_at_slash_embedding(tiny_path):
+    with server(tiny_path, "--ctx-size", "256", "--pooling", "none") as b:
+        n = len(httpx.post(f"{b}/tokenize", json={"content": "the cat sat"}, timeout=30).json()["tokens"])
+        r = httpx.post(f"{b}/embedding", json={"content": ["the cat sat", "a dog"]}, timeout=60)
+        assert r.status_code == 200, r.text
+        rows = r.json()
+        assert [x["index"] for x in rows] == [0, 1] and len(rows[0]["embedding"]) == n
+        assert all(abs(sum(v * v for v in row) - 1) < 1e-4 for row in rows[0]["embedding"])  # each token's, L2
+        raw = httpx.post(f"{b}/embedding", json={"content": "the cat sat", "embd_normalize": -1}, timeout=60).json()
+        assert abs(sum(v * v for v in raw[0]["embedding"][0]) - 1) > 1e-3
+        r = httpx.post(f"{b}/v1/embeddings", json={"input": "a"}, timeout=60)
+        assert r.status_code == 400 and "/embedding" in r.json()["error"]["message"]
+    with server(tiny_path, "--ctx-size", "256", "--pooling", "mean") as b:
+        rows = httpx.post(f"{b}/embedding", json={"content": "the cat sat"}, timeout=60).json()
+        pooled = httpx.post(f"{b}/v1/embeddings", json={"input": "the cat sat"}, timeout=60).json()
+        assert rows[0]["embedding"] == [pytest.approx(pooled["data"][0]["embedding"], abs=1e-5)]

@@ -11,6 +11,7 @@ import re
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("gguf_serve.server")
@@ -73,6 +74,17 @@ class APIError(Exception):
 ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                    404: "not_found_error", 409: "conflict_error", 413: "request_too_large",
                    429: "rate_limit_error", 500: "api_error", 503: "overloaded_error", 529: "overloaded_error"}
+
+
+def built(kind, **fields):
+    """`kind` (a request model) from another API's request's `fields` (those not None):
+    what it cannot be is a 400 naming the field, as that API's own validation would."""
+    try:
+        return kind(**{k: v for k, v in fields.items() if v is not None})
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise BadRequest(f"{where}: {first.get('msg', 'invalid')}", param=where or None) from None
 
 
 def envelope(path: str) -> str:

@@ -48,7 +48,10 @@ def sse_event(data: dict, *, event: dict | None = None, done: bool = True) -> di
     `data` line is a JSON document shaped by `data` (or `[DONE]` at the end), `event` the
     event line where the stream names its events."""
     payload = {"type": "string", "contentMediaType": "application/json", "contentSchema": data,
-               "description": "one JSON object" + (", or `[DONE]` after the last" if done else "")}
+               "description": "one JSON object"}
+    if done:  # the last data line is not JSON
+        payload = {"anyOf": [payload, {"type": "string", "const": "[DONE]"}],
+                   "description": "one JSON object, or `[DONE]` after the last"}
     props = {"data": payload, "id": {"type": "string"}, "retry": {"type": "integer"}}
     props["event"] = event or {"type": "string", "enum": ["message"], "description": "unnamed (`message`)"}
     return {"type": "object", "required": ["data"], "properties": props}

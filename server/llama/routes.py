@@ -8,11 +8,15 @@ from typing import Optional
 from fastapi import APIRouter, Request
 
 from ..chat.protocol import ChatCompletionRequest
+from ..core.openapi import API_ERRORS, WHY, errors
 from ..core.streaming import CancellingStream, folded
 from .protocol import LlamaCompletionRequest, LlamaInfillRequest
 from .serving import LlamaServing, sse
 
 router = APIRouter(tags=["llama-server"])
+STREAMED = {200: {"description": "llama-server's reply; with `stream`, its `data:` lines, the last with `stop`",
+                  "content": {"application/json": {"schema": {}}, "text/event-stream": {"schema": {}}}},
+            **errors(*API_ERRORS, 408), 499: {"description": WHY[499]}}
 
 
 def llama(request: Request) -> LlamaServing:
@@ -35,23 +39,23 @@ async def _answer(request: Request, req, infill: bool):
     return await folded(request, last())
 
 
-@router.post("/completion")
+@router.post("/completion", responses=STREAMED)
 async def completion(req: LlamaCompletionRequest, request: Request):
     """llama-server's native completion: its fields, its reply (`content`, `stop_type`, `timings`)."""
     return await _answer(request, req, False)
 
 
-@router.post("/infill")
+@router.post("/infill", responses=STREAMED)
 async def infill(req: LlamaInfillRequest, request: Request):
     """Fill-in-the-middle for editors: `input_prefix`, `input_suffix`, `input_extra` chunks."""
     return await _answer(request, req, True)
 
 
-@router.post("/apply-template")
+@router.post("/apply-template", responses=errors(*API_ERRORS, 408))
 async def apply_template(req: ChatCompletionRequest, request: Request):
     return await llama(request).apply_template(req)
 
 
-@router.get("/props")
+@router.get("/props", responses=errors(401, 403, 404, 400))
 async def props(request: Request, model: Optional[str] = None):
     return llama(request).props(model)

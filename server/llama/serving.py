@@ -14,7 +14,7 @@ from ...engine import InfillError, encode, infill_ids, json_grammar
 from ..chat.prepare import LLAMA_SAMPLERS
 from ..chat.protocol import ChatCompletionRequest, CompletionRequest
 from ..chat.wire import Tally
-from ..core.errors import BadRequest
+from ..core.errors import BadRequest, built
 from .protocol import LlamaCompletionRequest, LlamaInfillRequest
 
 log = logging.getLogger("gguf_serve.server")
@@ -35,13 +35,12 @@ def logit_bias(value) -> dict | None:
     """llama-server's logit_bias: {"id": bias} or [[id, bias], ...]; a bias of false bans."""
     if value is None:
         return None
-    pairs = value.items() if isinstance(value, dict) else value
     out = {}
-    for pair in pairs:
-        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or isinstance(pair[0], str) and not pair[0].isdigit():
-            raise BadRequest("logit_bias: {\"token id\": bias} or [[token id, bias], ...]", param="logit_bias")
-        token, bias = pair
-        out[str(int(token))] = -100.0 if bias is False else max(-100.0, min(100.0, float(bias)))
+    try:
+        for token, bias in (value.items() if isinstance(value, dict) else value):
+            out[str(int(token))] = -100.0 if bias is False else max(-100.0, min(100.0, float(bias)))
+    except (TypeError, ValueError, OverflowError):
+        raise BadRequest("logit_bias: {\"token id\": bias} or [[token id, bias], ...]", param="logit_bias") from None
     return out
 
 
@@ -55,7 +54,7 @@ def completion_request(req: LlamaCompletionRequest, prompt) -> CompletionRequest
                   ignore_eos=req.ignore_eos, keep_alive=req.keep_alive,
                   logprobs=req.n_probs if (req.n_probs or req.return_tokens) else None,
                   **{k: getattr(req, k) for k in LLAMA_SAMPLERS})
-    out = CompletionRequest(**{k: v for k, v in fields.items() if v is not None})
+    out = built(CompletionRequest, **fields)
     if req.grammar:
         out._grammar = gbnf_grammar(req.grammar)
     elif req.json_schema is not None:

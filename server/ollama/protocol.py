@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from ..core.protocol import OpenAIModel, OpenAIRequest
 
@@ -58,6 +58,12 @@ class OllamaEmbeddingsRequest(OpenAIRequest):
     model: Optional[str] = None
     prompt: str = ""
     options: Optional[dict[str, Any]] = None
+
+
+class OllamaError(BaseModel):
+    """Ollama's error envelope."""
+
+    error: str
 
 
 class OllamaModelRequest(OpenAIRequest):

@@ -11,13 +11,21 @@ import threading
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from ..core.openapi import API_ERRORS, WHY, errors
 from ..core.streaming import CancellingStream, folded
-from .protocol import (OllamaChatRequest, OllamaEmbeddingsRequest, OllamaEmbedRequest, OllamaGenerateRequest,
-                       OllamaModelRequest)
+from .protocol import (OllamaChatRequest, OllamaEmbeddingsRequest, OllamaEmbedRequest, OllamaError,
+                       OllamaGenerateRequest, OllamaModelRequest)
 from .serving import VERSION, OllamaServing
 
 router = APIRouter(tags=["Ollama"])
 NDJSON = "application/x-ndjson"
+ANY = {"schema": {}}
+# Ollama's answers: JSON, or with `stream` (its default) NDJSON lines; errors in its envelope
+MODEL = errors(*API_ERRORS, 408, envelope=OllamaError)
+STREAMED = {200: {"description": "The reply; with `stream` (the default), NDJSON lines, the last with `done`",
+                  "content": {"application/json": ANY, NDJSON: ANY}},
+            **MODEL, 499: {"description": WHY[499]}}
+LISTING = {200: {"description": "Ollama's listing"}, **errors(401, 403, envelope=OllamaError)}
 
 
 def ollama(request: Request) -> OllamaServing:
@@ -66,53 +74,53 @@ async def _fold(chunks) -> dict:
     return last
 
 
-@router.get("/api/version")
+@router.get("/api/version", responses=errors(401, 403, envelope=OllamaError))
 async def version():
     return {"version": VERSION}
 
 
-@router.get("/api/tags")
+@router.get("/api/tags", responses=LISTING)
 async def tags(request: Request):
     return ollama(request).tags()
 
 
-@router.get("/api/ps")
+@router.get("/api/ps", responses=LISTING)
 async def ps(request: Request):
     return ollama(request).ps()
 
 
-@router.post("/api/show")
+@router.post("/api/show", responses=MODEL)
 async def show(req: OllamaModelRequest, request: Request):
     o = ollama(request)
     return await o.service.pools.loads.run(o.show, req.named())
 
 
-@router.post("/api/chat")
+@router.post("/api/chat", responses=STREAMED)
 async def chat(req: OllamaChatRequest, request: Request):
     return await _answer(request, *await ollama(request).chat(req), req.stream)
 
 
-@router.post("/api/generate")
+@router.post("/api/generate", responses=STREAMED)
 async def generate(req: OllamaGenerateRequest, request: Request):
     return await _answer(request, *await ollama(request).generate(req), req.stream)
 
 
-@router.post("/api/embed")
+@router.post("/api/embed", responses={**MODEL, 413: errors(413, envelope=OllamaError)[413]})
 async def embed(req: OllamaEmbedRequest, request: Request):
     return await ollama(request).embed(req)
 
 
-@router.post("/api/embeddings")
+@router.post("/api/embeddings", responses={**MODEL, 429: errors(429, envelope=OllamaError)[429]})
 async def embeddings(req: OllamaEmbeddingsRequest, request: Request):
     return await ollama(request).embeddings_one(req)
 
 
-@router.post("/api/pull")
+@router.post("/api/pull", responses=STREAMED)
 async def pull(req: OllamaModelRequest, request: Request):
     return await _answer(request, None, await ollama(request).pull(req.named()), req.stream)
 
 
-@router.delete("/api/delete")
+@router.delete("/api/delete", responses={**MODEL, 409: errors(409, envelope=OllamaError)[409]})
 async def delete(req: OllamaModelRequest, request: Request):
     o = ollama(request)
     await o.service.pools.loads.run(o.delete, req.named())

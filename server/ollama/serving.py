@@ -20,7 +20,7 @@ from ...gguf_io import GGUFReader, Keys
 from ..chat.protocol import ChatCompletionRequest, CompletionRequest
 from ..chat.serving import OverChat
 from ..chat.wire import Tally
-from ..core.errors import BadRequest, ModelNotFound
+from ..core.errors import BadRequest, ModelNotFound, built
 from ..embeddings.protocol import EmbeddingRequest
 from .protocol import OllamaChatRequest, OllamaEmbeddingsRequest, OllamaEmbedRequest, OllamaGenerateRequest
 
@@ -131,7 +131,7 @@ def to_chat(req: OllamaChatRequest) -> ChatCompletionRequest:
                   response_format=response_format(req.format), reasoning_effort=reasoning_effort(req.think),
                   keep_alive=req.keep_alive, logprobs=req.logprobs, top_logprobs=req.top_logprobs,
                   **sampling(req.options))
-    return ChatCompletionRequest(**{k: v for k, v in fields.items() if v is not None})
+    return built(ChatCompletionRequest, **fields)
 
 
 def generate_to_chat(req: OllamaGenerateRequest) -> ChatCompletionRequest:
@@ -139,7 +139,7 @@ def generate_to_chat(req: OllamaGenerateRequest) -> ChatCompletionRequest:
     messages.append({"role": "user", "content": _content(req.prompt, req.images, "images")})
     fields = dict(model=req.model, messages=messages, response_format=response_format(req.format),
                   reasoning_effort=reasoning_effort(req.think), keep_alive=req.keep_alive, **sampling(req.options))
-    return ChatCompletionRequest(**{k: v for k, v in fields.items() if v is not None})
+    return built(ChatCompletionRequest, **fields)
 
 
 def generate_to_completion(req: OllamaGenerateRequest, ids: list[int] | None = None) -> CompletionRequest:
@@ -147,7 +147,7 @@ def generate_to_completion(req: OllamaGenerateRequest, ids: list[int] | None = N
     if req.format:
         raise BadRequest("format with raw or suffix is not supported here: use /api/chat", param="format")
     fields = dict(model=req.model, prompt=ids or req.prompt, keep_alive=req.keep_alive, **sampling(req.options))
-    return CompletionRequest(**{k: v for k, v in fields.items() if v is not None})
+    return built(CompletionRequest, **fields)
 
 
 class OllamaServing(OverChat):

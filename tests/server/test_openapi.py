@@ -71,6 +71,23 @@ ROUTE_STATUSES = {
     ("post", "/v1/messages/count_tokens"): MODEL | {413},
     ("post", "/v1/embeddings"): MODEL | {413, 429},
     ("post", "/v1/rerank"): MODEL | {413, 429},
+    ("post", "/embedding"): MODEL | {413, 429},
+    # Ollama's API (its own error envelope)
+    ("get", "/api/version"): {200, 401, 403},
+    ("get", "/api/tags"): {200, 401, 403},
+    ("get", "/api/ps"): {200, 401, 403},
+    ("post", "/api/show"): MODEL,
+    ("post", "/api/chat"): GENERATING,
+    ("post", "/api/generate"): GENERATING,
+    ("post", "/api/embed"): MODEL | {413, 429},
+    ("post", "/api/embeddings"): MODEL | {429},
+    ("post", "/api/pull"): MODEL,
+    ("delete", "/api/delete"): MODEL | {409},
+    # llama-server's own
+    ("post", "/completion"): GENERATING,
+    ("post", "/infill"): GENERATING,
+    ("post", "/apply-template"): MODEL,
+    ("get", "/props"): {200, 400, 401, 403, 404},
 }
 
 
@@ -188,7 +205,9 @@ def test_each_streamed_event_has_a_schema_and_fits_it(srv, path):
     doc = httpx.get(f"{srv}/openapi.json").json()
     event_schema = doc["paths"][path]["post"]["responses"]["200"]["content"]["text/event-stream"]["schema"]
     assert event_schema["type"] == "object" and event_schema["required"] == ["data"]
-    data_schema = {**event_schema["properties"]["data"]["contentSchema"], "components": doc["components"]}
+    data = event_schema["properties"]["data"]
+    json_data = next((a for a in data.get("anyOf", [data]) if "contentSchema" in a))  # or [DONE], the last
+    data_schema = {**json_data["contentSchema"], "components": doc["components"]}
     r = httpx.post(f"{srv}{path}", json={"model": "tiny-qwen3.gguf", "stream": True, **STREAMS[path]}, timeout=60)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     events = _events(r.text)

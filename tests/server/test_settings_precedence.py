@@ -65,6 +65,16 @@ CASES = {
     "allowed_hosts": ('["env.example"]', ["--allowed-hosts", "cli.example"], ["cli.example"]),
     "cors_origins": ('["https://env.example"]', ["--cors-origins", "https://cli.example"], ["https://cli.example"]),
     "webui": ("false", ["--webui"], True),
+    "strict_model_names": ("true", ["--no-strict-model-names"], False),
+    "temp": ("0.5", ["--temp", "0.7"], 0.7),
+    "top_k": ("5", ["--top-k", "40"], 40),
+    "top_p": ("0.5", ["--top-p", "0.9"], 0.9),
+    "min_p": ("0.2", ["--min-p", "0.05"], 0.05),
+    "repeat_penalty": ("1.5", ["--repeat-penalty", "1.1"], 1.1),
+    "seed": ("5", ["--seed", "7"], 7),
+    "chat_template": ("chatml", ["--chat-template", "llama3"], "llama3"),
+    "chat_template_file": ("{tmp}/env-template", ["--chat-template-file", "{tmp}/cli-template"], "{tmp}/cli-template"),
+    "pooling": ("mean", ["--pooling", "last"], "last"),
 }
 # options whose default no flag can say: --no-mmproj is the switch's only flag (it says true)
 UNSAYABLE = {"no_mmproj"}
@@ -111,7 +121,8 @@ def test_the_engine_config_is_the_command_lines_and_a_load_keeps_it(everything_s
     assert config == EngineConfig(
         device="auto", n_ctx=64, n_seq=2, threads=1, kernels="cpu", cpu_isa="avx2", cpu_repack=True,
         prefill_dtype="float32", cache_ram=7, cache_type_k="f32", cache_type_v="f16", spec="auto",
-        draft_model="cli-draft.gguf", mmproj="cli-mmproj.gguf", vision_dtype="float32", cache_dir=expected["cache"])
+        draft_model="cli-draft.gguf", mmproj="cli-mmproj.gguf", vision_dtype="float32", cache_dir=expected["cache"],
+        chat_template="llama3", pooling="last")
     assert EngineConfig.resolve(config) == config  # what load_model does with it, every variable still set
     assert EngineConfig.resolve() != config  # while a library caller who passes nothing gets the environment
 

@@ -288,6 +288,7 @@ class ChatServing:
         breaks = (prep.family.open,) if prep.tools else ()  # a call ends an unclosed reasoning block
         splitters = [prep.split.splitter(breaks) for _ in prep.params]
         pending: list[list] = [[] for _ in prep.params]  # logprobs of tokens whose text is held back
+        ids: list[list[int]] = [[] for _ in prep.params]  # tokens since the choice's last piece
         tools = [ToolCallSplitter(prep.tools, prep.family) if prep.tools else None for _ in prep.params]
         called = [False] * len(prep.params)
         last = [time.perf_counter()] * len(prep.params)
@@ -317,6 +318,8 @@ class ChatServing:
                         tally.reasoning_tokens += 1
                 reasoning, content = splitter.feed(step.text)
                 finish = step.finish_reason
+                if step.token_id is not None and not (finish == "stop" and step.stop_sequence is None):
+                    ids[i].append(step.token_id)  # (an end-of-generation token is not the reply's)
                 if step.logprob is not None and finish != "stop":  # the token that stopped is not output
                     pending[i].append((step.token_id, step.logprob, step.top_logprobs or []))
                 if finish is not None:
@@ -335,8 +338,8 @@ class ChatServing:
                         finish = "tool_calls"
                 if reasoning or content or finish or calls or deltas:
                     yield Piece(i, content, reasoning, finish, pending[i], calls, deltas,
-                                step.stop_sequence if finish == "stop" else None)
-                    pending[i] = []
+                                step.stop_sequence if finish == "stop" else None, ids[i])
+                    pending[i], ids[i] = [], []
         finally:
             job.cancel.set()
 

@@ -25,6 +25,7 @@ class Piece:
     tool_calls: list = field(default_factory=list)  # ToolCall, whole
     tool_deltas: list = field(default_factory=list)  # the calls as OpenAI stream deltas, as they form
     stop_sequence: str | None = None  # with finish_reason "stop": the stop string that ended it, if one did
+    tokens: list = field(default_factory=list)  # the ids of the tokens since the last piece (not an end token)
 
 
 @dataclass

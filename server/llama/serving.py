@@ -52,7 +52,7 @@ def completion_request(req: LlamaCompletionRequest, prompt) -> CompletionRequest
                   repetition_penalty=req.repeat_penalty, presence_penalty=req.presence_penalty,
                   frequency_penalty=req.frequency_penalty, logit_bias=logit_bias(req.logit_bias),
                   ignore_eos=req.ignore_eos, keep_alive=req.keep_alive,
-                  logprobs=req.n_probs if (req.n_probs or req.return_tokens) else None,
+                  logprobs=req.n_probs or None,
                   **{k: getattr(req, k) for k in LLAMA_SAMPLERS})
     out = built(CompletionRequest, **fields)
     if req.grammar:
@@ -107,17 +107,17 @@ class LlamaServing:
         tok = prep.tokenizer
         async for p in self.chat.pieces(prep, tally):
             finish, word = p.finish_reason or finish, p.stop_sequence or word
-            ids = [t for t, _, _ in p.logprobs]
+            ids = p.tokens
             tokens += ids
-            if req.n_probs:
-                probs += [_prob(tok, t, lp, tops) for t, lp, tops in p.logprobs]
+            new = [_prob(tok, t, lp, tops) for t, lp, tops in p.logprobs] if req.n_probs else []
+            probs += new
             text.append(p.content)
             if req.stream and (p.content or ids):
                 chunk = {"index": 0, "content": p.content, "tokens": ids if req.return_tokens else [], "stop": False,
                          "id_slot": 0, "tokens_predicted": tally.completion_tokens,
                          "tokens_evaluated": tally.prompt_tokens}
                 if req.n_probs:
-                    chunk["completion_probabilities"] = probs[len(probs) - len(ids):]
+                    chunk["completion_probabilities"] = new
                 yield chunk
         content = "" if req.stream else "".join(text)
         n_prompt, n_gen = tally.prompt_tokens, tally.completion_tokens

@@ -15,7 +15,7 @@ import time
 from datetime import datetime, timezone
 from typing import AsyncIterator
 
-from ...engine import FIM_NAMES, InfillError, infill_ids
+from ...engine import FIM_NAMES, InfillError, encode, infill_ids
 from ...gguf_io import GGUFReader, Keys
 from ..chat.protocol import ChatCompletionRequest, CompletionRequest
 from ..chat.serving import OverChat
@@ -178,9 +178,6 @@ class OllamaServing(OverChat):
 
     async def generate(self, req: OllamaGenerateRequest):
         req.model = self.resolve(req.model)
-        if req.context:
-            raise BadRequest("context (a previous reply's tokens) is not kept by this server: send the conversation "
-                             "to /api/chat", param="context", code="unsupported_parameter")
         if not req.prompt and not req.images:
             await self._load(req.model, req.keep_alive)
             return None, _done({"model": req.model, "response": ""}, "load")
@@ -190,6 +187,13 @@ class OllamaServing(OverChat):
                     ids = infill_ids(entry.lm, req.prompt or "", req.suffix)
                 except InfillError as e:
                     raise BadRequest(str(e), param="suffix", code="not_supported") from None
+            prep = await self.service.through_chat(lambda r: generate_to_completion(r, ids), req, {},
+                                                   use=self.service.prepare_completion)
+        elif req.context:  # a previous reply's tokens (its `context`), then this turn's
+            text = req.prompt if req.raw else await self.service.render_prompt(generate_to_chat(req))
+            async with self.residency.holding(req.model, req.keep_alive) as entry:
+                turn = encode(entry.lm.tokenizer, text, add_special=False)
+            ids = [*req.context, *turn]
             prep = await self.service.through_chat(lambda r: generate_to_completion(r, ids), req, {},
                                                    use=self.service.prepare_completion)
         elif req.raw:
@@ -205,10 +209,11 @@ class OllamaServing(OverChat):
     async def _lines(self, prep, model: str, kind: str) -> AsyncIterator[dict]:
         """Ollama's chunks, then the last one with `done` and the timings (nanoseconds)."""
         tally, start, first = Tally(), time.perf_counter(), None
-        finish = None
+        finish, generated = None, []
         async for p in self.service.pieces(prep, tally):
             first = first or time.perf_counter()
             finish = p.finish_reason or finish
+            generated += p.tokens
             if not (p.content or p.reasoning or p.tool_calls):
                 continue
             chunk: dict = {"model": model, "created_at": iso()}
@@ -231,8 +236,8 @@ class OllamaServing(OverChat):
         last = {"model": model}
         if kind == "chat":
             last["message"] = {"role": "assistant", "content": ""}
-        else:
-            last["response"] = ""
+        else:  # the conversation's tokens so far, for the next request's `context`
+            last.update(response="", context=[*prep.prompt_ids, *generated])
         yield _done(last, "length" if finish == "length" else "stop", total=end - start, prompt=first - start,
                     evals=end - first, n_prompt=tally.prompt_tokens, n_eval=tally.completion_tokens)
 

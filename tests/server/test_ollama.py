@@ -159,3 +159,17 @@ def test_embed(tmp_path):
         one = c.embeddings(model="emb.gguf", prompt="the cat")
         assert one.embedding == pytest.approx(out.embeddings[0], abs=1e-5)
         assert c.show("emb.gguf").capabilities == ["embedding"]
+
+
+def test_generate_context_carries_the_conversation(client):
+    """/api/generate gives back `context` (the prompt's and the reply's tokens); sent with
+    the next prompt, it comes before that turn, which Ollama's older clients rely on."""
+    first = client.generate(model="tiny-qwen3.gguf", prompt="the cat", options=OFF, think=False)
+    ended = first.done_reason == "stop"  # an end-of-generation token: counted, not the reply's
+    assert len(first.context) == first.prompt_eval_count + first.eval_count - ended
+    second = client.generate(model="tiny-qwen3.gguf", prompt="and then", context=first.context, options=OFF,
+                             think=False)
+    assert second.prompt_eval_count > len(first.context) and list(second.context[:len(first.context)]) == \
+        list(first.context)
+    raw = client.generate(model="tiny-qwen3.gguf", prompt=" more", raw=True, context=first.context, options=OFF)
+    assert raw.prompt_eval_count > len(first.context)  # the context, then " more" with no template

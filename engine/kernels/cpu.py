@@ -73,31 +73,17 @@ def load() -> ctypes.CDLL | None:
     lib.gc_dequantize.restype = ctypes.c_int
     lib.gc_dequantize.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
                                   ctypes.c_int]
-    lib.gc_supports.restype = ctypes.c_int
-    lib.gc_supports.argtypes = [ctypes.c_int]
-    lib.gc_set_isa.restype = ctypes.c_int
-    lib.gc_set_isa.argtypes = [ctypes.c_int]
-    lib.gc_use_isa.restype = ctypes.c_int
-    lib.gc_use_isa.argtypes = [ctypes.c_int]
     lib.gc_best_isa.restype = ctypes.c_int
-    lib.gc_path_isa.restype = ctypes.c_int
+    for name in ("gc_supports", "gc_set_isa", "gc_use_isa", "gc_path_isa", "gc_set_tiles", "gc_set_x8", "gc_set_amx",
+                 "gc_use_amx", "gc_amx_takes", "gc_set_ftz"):  # int f(int): the switches and the per-type asks
+        getattr(lib, name).restype = ctypes.c_int
+        getattr(lib, name).argtypes = [ctypes.c_int]
     lib.gc_mul_mat_id.restype = ctypes.c_int
     lib.gc_mul_mat_id.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                   ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                   ctypes.c_void_p, ctypes.c_int]
-    lib.gc_path_isa.argtypes = [ctypes.c_int]
     lib.gc_isa_name.restype = ctypes.c_char_p
     lib.gc_isa_name.argtypes = [ctypes.c_int]
-    lib.gc_set_tiles.restype = ctypes.c_int
-    lib.gc_set_tiles.argtypes = [ctypes.c_int]
-    lib.gc_set_x8.restype = ctypes.c_int
-    lib.gc_set_x8.argtypes = [ctypes.c_int]
-    lib.gc_set_amx.restype = ctypes.c_int
-    lib.gc_set_amx.argtypes = [ctypes.c_int]
-    lib.gc_use_amx.restype = ctypes.c_int
-    lib.gc_use_amx.argtypes = [ctypes.c_int]
-    lib.gc_amx_takes.restype = ctypes.c_int
-    lib.gc_amx_takes.argtypes = [ctypes.c_int]
     lib.gc_linear_f32.restype = None
     lib.gc_linear_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                                   ctypes.c_void_p, ctypes.c_int]
@@ -107,8 +93,6 @@ def load() -> ctypes.CDLL | None:
                                    ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
     lib.gc_repack.restype = ctypes.c_int
     lib.gc_repack.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
-    lib.gc_set_ftz.restype = ctypes.c_int
-    lib.gc_set_ftz.argtypes = [ctypes.c_int]
     lib.gc_mul_mat_multi.restype = ctypes.c_int
     lib.gc_mul_mat_multi.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                      ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from ...engine import (HERMES, THINK_CLOSE, THINK_OPEN, Family, GrammarError, GrammarMask, SamplingParams,
                       SpeculationError, TemplateError, TemplateWorkers, check_speculative, json_grammar, schema_of)
 from ..core.errors import BadRequest, ContextLengthExceeded, InternalError, Unavailable
+from ..core.protocol import LlamaSamplers
 from ..models.worker import Job
 from . import harmony
 from .protocol import unsupported_fields
@@ -26,10 +27,8 @@ def _stops(stop) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop)
 
 
-# llama.cpp's samplers a request may set (core.protocol.SamplingExtensions; SamplingParams' names)
-LLAMA_SAMPLERS = ("typical_p", "top_n_sigma", "xtc_probability", "xtc_threshold", "dynatemp_range",
-                  "dynatemp_exponent", "mirostat", "mirostat_tau", "mirostat_eta", "dry_multiplier", "dry_base",
-                  "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers")
+# llama.cpp's samplers a request may set (SamplingParams takes the same names)
+LLAMA_SAMPLERS = tuple(LlamaSamplers.model_fields)
 
 
 def _default(value, fallback):

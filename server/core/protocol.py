@@ -102,18 +102,10 @@ RepetitionPenalty = Optional[Annotated[float, Field(ge=0.01, le=100.0)]]
 Speculative = Optional[SpecChoice]
 
 
-class SamplingExtensions(BaseModel):
-    """--- gguf-serve extensions (vLLM / llama.cpp server conventions) ---
-    The sampling fields that chat completions, completions and Responses requests take
-    beyond OpenAI's. A request class lists it first among its bases, so that these
-    fields follow OpenAI's own (which its base class holds, in the reference's order)."""
+class LlamaSamplers(BaseModel):
+    """llama.cpp's samplers, in its names (each off at its default): on every generating
+    API here (SamplingExtensions) and llama-server's /completion."""
 
-    top_k: Optional[int] = Field(default=None, ge=0)
-    min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
-    repetition_penalty: RepetitionPenalty = None
-    ignore_eos: Optional[bool] = None  # keep generating past end-of-generation tokens (benchmarks)
-    speculative: Speculative = None
-    # llama.cpp's samplers, its names (each off at its default)
     typical_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
     top_n_sigma: Optional[float] = None  # negative: off
     xtc_probability: Optional[float] = Field(default=None, ge=0.0, le=1.0)
@@ -128,6 +120,19 @@ class SamplingExtensions(BaseModel):
     dry_allowed_length: Optional[int] = Field(default=None, ge=0)
     dry_penalty_last_n: Optional[int] = Field(default=None, ge=-1)
     dry_sequence_breakers: Optional[list[str]] = None
+
+
+class SamplingExtensions(LlamaSamplers):
+    """--- gguf-serve extensions (vLLM / llama.cpp server conventions) ---
+    The sampling fields that chat completions, completions and Responses requests take
+    beyond OpenAI's. A request class lists it first among its bases, so that these
+    fields follow OpenAI's own (which its base class holds, in the reference's order)."""
+
+    top_k: Optional[int] = Field(default=None, ge=0)
+    min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+    repetition_penalty: RepetitionPenalty = None
+    ignore_eos: Optional[bool] = None  # keep generating past end-of-generation tokens (benchmarks)
+    speculative: Speculative = None
 
 
 # ----------------------------------------------------------------- errors

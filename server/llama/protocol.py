@@ -8,10 +8,10 @@ from typing import Any, Optional, Union
 
 from pydantic import Field
 
-from ..core.protocol import OpenAIRequest
+from ..core.protocol import LlamaSamplers, OpenAIRequest
 
 
-class LlamaCompletionRequest(OpenAIRequest):
+class LlamaCompletionRequest(LlamaSamplers, OpenAIRequest):
     model: Optional[str] = None
     prompt: Union[str, list[Union[int, str]]] = ""
     n_predict: int = -1  # -1: until the end of generation (or the server's --n-predict)
@@ -34,20 +34,6 @@ class LlamaCompletionRequest(OpenAIRequest):
     cache_prompt: bool = True  # the prefix cache is always on
     samplers: Optional[Any] = None
     t_max_predict_ms: Optional[int] = None
-    typical_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
-    top_n_sigma: Optional[float] = None
-    xtc_probability: Optional[float] = Field(default=None, ge=0.0, le=1.0)
-    xtc_threshold: Optional[float] = Field(default=None, ge=0.0, le=1.0)
-    dynatemp_range: Optional[float] = Field(default=None, ge=0.0)
-    dynatemp_exponent: Optional[float] = Field(default=None, ge=0.0)
-    mirostat: Optional[int] = Field(default=None, ge=0, le=2)
-    mirostat_tau: Optional[float] = Field(default=None, ge=0.0)
-    mirostat_eta: Optional[float] = Field(default=None, ge=0.0)
-    dry_multiplier: Optional[float] = Field(default=None, ge=0.0)
-    dry_base: Optional[float] = Field(default=None, ge=1.0)
-    dry_allowed_length: Optional[int] = Field(default=None, ge=0)
-    dry_penalty_last_n: Optional[int] = Field(default=None, ge=-1)
-    dry_sequence_breakers: Optional[list[str]] = None
 
 
 class LlamaInfillRequest(LlamaCompletionRequest):

@@ -136,8 +136,7 @@ static void *tile_scratch(int type, int nb, int64_t n_tiles) { return scratch(2,
 
 /* whether n_x activation rows against this type take AMX (arch/x86_amx.c) */
 static int on_amx(int type, int64_t n_x, int64_t n_cols) {
-    return g_amx && t_amx != 0 && g_tiles && gc_isa() >= ISA_AVX512 && n_x >= TILE_MIN_ROWS && n_cols % 32 == 0 && amx_type(type)
-        && amx_ready();
+    return t_amx != 0 && gc_isa() >= ISA_AVX512 && n_x >= TILE_MIN_ROWS && n_cols % 32 == 0 && gc_amx_takes(type);
 }
 
 /* Tiles packed at a time, and the bytes of quantized activation rows that meet them in one

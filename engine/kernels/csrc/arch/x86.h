@@ -262,6 +262,20 @@ AVX2 static inline float hmax_ps_avx2(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
+/* the 256 weights of a Q4_K / Q5_K block as bytes, in order */
+AVX2 static inline void q45k_unpack(const uint8_t *qs, const uint8_t *qh, uint8_t out[256]) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), b4 = _mm256_set1_epi8(0x10);
+    const __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(h, 2 * c), 4), b4));
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                                           _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(h, 2 * c + 1), 4), b4));
+        _mm256_storeu_si256((__m256i *)(out + 64 * c), lo);
+        _mm256_storeu_si256((__m256i *)(out + 64 * c + 32), hi);
+    }
+}
+
 /* the 128 weights of half h of a Q6_K block as bytes (0..63), four runs of 32 in order */
 AVX2 static inline void q6k_half(const blk_q6_K *b, int h, __m256i q[4]) {
     const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);

@@ -110,29 +110,23 @@ AMX static inline void put32(uint16_t *o, __m256i q, float s0, float s1, float m
 }
 
 AMX static void k45_row(int type, const uint8_t *w, int nb, uint16_t *o) {
-    const __m256i m4 = _mm256_set1_epi8(0xF), b4 = _mm256_set1_epi8(0x10);
     for (int i = 0; i < nb; i++, o += QK_K) {
-        const uint8_t *scales, *qs, *qh = NULL;
+        const uint8_t *scales;
         const uint16_t *dd;
+        uint8_t q[QK_K];
         if (type == T_Q4_K) {
             const blk_q4_K *b = (const blk_q4_K *)w + i;
-            scales = b->scales; qs = b->qs; dd = &b->d;
+            q45k_unpack(b->qs, NULL, q); scales = b->scales; dd = &b->d;
         } else {
             const blk_q5_K *b = (const blk_q5_K *)w + i;
-            scales = b->scales; qs = b->qs; qh = b->qh; dd = &b->d;
+            q45k_unpack(b->qs, b->qh, q); scales = b->scales; dd = &b->d;
         }
         uint8_t sc[8], mn[8];
         unpack_scale_min_k4(scales, sc, mn);
         const float d = H2F(dd[0]), dmin = H2F(dd[1]);
-        const __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(h, 2 * c), 4), b4));
-            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                                               _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(h, 2 * c + 1), 4), b4));
-            const float s0 = d * sc[2 * c], s1 = d * sc[2 * c + 1], n0 = dmin * mn[2 * c], n1 = dmin * mn[2 * c + 1];
-            put32(o + 64 * c, lo, s0, s0, n0, n0);
-            put32(o + 64 * c + 32, hi, s1, s1, n1, n1);
+        for (int j = 0; j < 8; j++) { /* sub-block j: weights 32j .., scale d sc[j], minimum dmin mn[j] */
+            const float s = d * sc[j], m = dmin * mn[j];
+            put32(o + 32 * j, _mm256_loadu_si256((const __m256i *)(q + 32 * j)), s, s, m, m);
         }
     }
 }

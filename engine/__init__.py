@@ -20,9 +20,9 @@ from .fetch import (ModelRef, best_companion, cached_gguf_models, companion_kind
                     parse)
 from .grammar import GrammarError, GrammarMask, ThinkingBudget, closed_objects, json_grammar, schema_of
 from .infill import FIM_NAMES, InfillError, can_infill, infill_ids
-from .sampling import SamplingParams
+from .sampling import SAMPLER_CHAIN, SamplingParams, sampler_names
 from .templates import TemplateWorkers
-from .scheduler import Request, Scheduler, check_speculative
+from .scheduler import Request, Scheduler, check_speculative, slots
 from .speculative import SpeculationError
 from .text import held_back
 from .tokenizer import encode
@@ -45,8 +45,10 @@ __all__ = [
     "MISTRAL", "THINK_CLOSE", "THINK_OPEN", "TOOL_CLOSE", "TOOL_OPEN", "call_format", "family_of", "reasoning_markers",
     "template_has_switch", "template_renders_tools", "template_writes_xml", "writes_harmony",
     # generation: sampling, constraints, the scheduler, speculation, streamed text
-    "GrammarError", "GrammarMask", "Request", "SamplingParams", "Scheduler", "SpeculationError", "ThinkingBudget",
+    "GrammarError", "GrammarMask", "Request", "SAMPLER_CHAIN", "SamplingParams", "sampler_names", "Scheduler", "SpeculationError", "ThinkingBudget",
     "check_speculative", "closed_objects", "held_back", "json_grammar", "schema_of",
+    # sequence slots: what they hold, saved to a file and taken back (llama-server's /slots)
+    "slots",
     # embedding and reranking files
     "EmbeddingError", "embed", "embed_tokens", "rank",
     # errors (engine.errors): the file's own fault, or one that may pass

@@ -211,11 +211,16 @@ class KVCache:
 
     # ----------------------------------------------------------- slots
 
-    def allocate(self) -> int:
-        """A free slot, emptied."""
+    def allocate(self, slot: int | None = None) -> int:
+        """A free slot (`slot` itself where given), emptied."""
         if not self._free:
             raise CacheError(f"KV cache: all {self.n_seq} sequence slots are in use")
-        slot = self._free.pop()
+        if slot is None:
+            slot = self._free.pop()
+        elif slot in self._free:
+            self._free.remove(slot)
+        else:
+            raise CacheError(f"KV cache: slot {slot} is not free")
         self.lengths[slot] = self.lost[slot] = 0
         self._drop_checkpoints(slot, after=-1)
         return slot
@@ -402,6 +407,55 @@ class KVCache:
         self._write_back(ckpt, slot)
         self._drop_checkpoints(slot, after=ckpt.pos)
         self.lengths[slot] = ckpt.pos
+
+    def layout(self) -> list[tuple]:
+        """What a slot's state is made of, per layer (`export`'s tensors follow it): its
+        kind and sizes, and for attention layers whether a ring shorter than the context."""
+        kt, vt = self.types
+        return [(lc.kind, lc.n_kv_heads, lc.head_dim, lc.window, cells < self.n_ctx, lc.conv_dim, lc.conv_kernel,
+                 lc.n_heads, lc.key_dim, lc.value_dim, kt.name, vt.name) for lc, cells in zip(self.layers, self.n_cells)]
+
+    def export(self, slot: int) -> list:
+        """`slot`'s state after its `lengths[slot]` tokens, per layer: (keys, values) of every
+        position for full attention, the checkpoint's tensors for rings and recurrent
+        layers, None for shared ones; copies, for a file (`load` takes them back)."""
+        self._check_slot(slot)
+        n = self.lengths[slot]
+        snap = self.snapshot(slot).layers
+        return [list(snap[i]) if snap[i] is not None else
+                [self.k[i][slot, :, :n].clone(), self.v[i][slot, :, :n].clone()] if lc.kind == "attention" else None
+                for i, lc in enumerate(self.layers)]
+
+    def load(self, slot: int, n: int, layers: list) -> None:
+        """Make the allocated `slot` hold an exported state of `n` tokens (the same `layout`);
+        CacheError where a tensor's shape is not this cache's."""
+        self._check_slot(slot)
+        if slot in self._free:
+            raise CacheError(f"KV cache: slot {slot} is not allocated")
+        if not 0 <= n <= self.n_ctx:
+            raise CacheError(f"KV cache: a state of {n} tokens does not fit the context ({self.n_ctx})")
+        for i, lc in enumerate(self.layers):
+            got = layers[i] if i < len(layers) else None
+            if lc.kind == "shared":
+                continue
+            ring = lc.kind == "linear" or (lc.window and self.n_cells[i] < self.n_ctx)
+            cells = min(n, lc.window - 1) if ring else n
+            like = ((self.conv[i][slot], self.state[i][slot]) if lc.kind == "linear" else
+                    (self.k[i][slot, :, :cells], self.v[i][slot, :, :cells]))
+            if (not isinstance(got, (list, tuple)) or len(got) != 2 or any(
+                    not isinstance(t, torch.Tensor) or t.shape != w.shape or t.dtype != w.dtype
+                    for t, w in zip(got, like))):
+                raise CacheError(f"KV cache: layer {i}'s saved state is not of this cache's shape")
+        self._drop_checkpoints(slot, after=-1)
+        self.lost[slot] = 0
+        for i, lc in enumerate(self.layers):
+            if lc.kind == "attention" and not (lc.window and self.n_cells[i] < self.n_ctx):
+                self.k[i][slot, :, :n].copy_(layers[i][0])
+                self.v[i][slot, :, :n].copy_(layers[i][1])
+        lossy = [tuple(layers[i]) if lc.kind == "linear" or (lc.window and self.n_cells[i] < self.n_ctx) else None
+                 for i, lc in enumerate(self.layers)]
+        self._write_back(Checkpoint(slot, n, lossy), slot)
+        self.lengths[slot] = n
 
     def checkpoints(self, slot: int) -> list[int]:
         """The positions `slot` has checkpoints at, ascending."""

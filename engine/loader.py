@@ -11,7 +11,7 @@ import ctypes
 import gc
 import logging
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -28,6 +28,7 @@ from .generate import generate
 from .kv_rows import kv_types
 from .models import Architecture, Model, TextParams, architecture_for
 from .modules import Weights
+from .sampling import file_sampling
 from .threads import ThreadPolicy
 from .tokenizer import load_tokenizer
 from .vision import load_vision, vision_products
@@ -83,6 +84,7 @@ class LoadedModel:
     draft: "LoadedModel | None" = None  # the draft model speculative decoding runs beside it (--draft-model)
     vision: Any = None  # engine.vision.VisionModel: the vision file images go through (--mmproj)
     chat_format: ChatFormat = ChatFormat()  # its template's and vocabulary's chat format, read once at load
+    sampling: dict = field(default_factory=dict)  # the sampling the file recommends (SamplingParams fields)
 
     @property
     def kernels(self) -> kernels.KernelSettings:
@@ -267,7 +269,11 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     threads = ThreadPolicy.decide(dev, settings)
     log.info("loaded %s (%s) on %s in %s; %s", path, arch.name, dev, dtype, threads.describe())
     lm = LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads, cfg,
-                     chat_format=ChatFormat.of(template, tokenizer, reader.metadata))
+                     chat_format=ChatFormat.of(template, tokenizer, reader.metadata),
+                     sampling=file_sampling(reader.metadata))
+    if lm.sampling:
+        log.info("%s recommends sampling %s (a request's own settings and the command line's come first)", path,
+                 ", ".join(f"{k}={v}" for k, v in lm.sampling.items()))
     if cfg.mmproj:
         with _code_path(settings):
             lm.vision = load_vision(resolve_path(cfg.mmproj), reader, params.hidden, dev, dtype, settings,

@@ -36,6 +36,7 @@ class Step:
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     stop_sequence: str | None = None  # the stop string that ended it, where one did
+    slot: int | None = None  # the KV cache slot the choice runs in (llama-server's id_slot)
 
 
 class Detokenizer:

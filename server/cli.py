@@ -108,9 +108,18 @@ def serve_parser() -> argparse.ArgumentParser:
 def parse_settings(argv: list[str]):
     """The serve command's ServerSettings: the options given on the command line over the
     GGUF_SERVE_* environment over the defaults (the one place the settings are read)."""
-    args = serve_parser().parse_args(argv)
+    parser = serve_parser()
+    args = parser.parse_args(argv)
     overrides = {k: v for k, v in vars(args).items() if v not in (None, [])}
-    return _settings_class()(**overrides)
+    try:
+        return _settings_class()(**overrides)
+    except ValueError as e:  # pydantic's ValidationError is one: an option's value, a file it names
+        errors = getattr(e, "errors", None)
+        parser.error("; ".join((f"--{x['loc'][0].replace('_', '-')}: " if x.get("loc") else "")
+                               + str(x.get("msg")).removeprefix("Value error, ") for x in errors())
+                     if errors else str(e))
+    except OSError as e:  # a file an option names (--chat-template-file, --api-key-file)
+        parser.error(str(e))
 
 
 def _serve(argv: list[str]) -> int:

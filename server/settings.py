@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import ByteSize, Field
+from pydantic import ByteSize, Field, PrivateAttr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .models.presets import read_presets
 from ..engine import (CacheType, DeviceChoice, EngineConfig, KernelChoice, PoolingChoice, PrefillDtype, SpecChoice,
                       VisionDtype)
 
@@ -61,6 +62,10 @@ class ServerSettings(BaseSettings):
         "repetition penalty for requests that set none (default: 1, off)"))
     seed: Optional[int] = Field(default=None, ge=0, description=(
         "sampling seed for requests that set none (default: random)"))
+    models_preset: Optional[str] = Field(default=None, description=(
+        "an INI file of sampling defaults per model, as llama-server's: a [model id] section each, [*] for all, "
+        "keys as the options' names (temp = 0.6, top-k = 20); the command line's options come first, then the "
+        "model's section, [*], and the file's own recommended sampling (its general.sampling.* keys)"))
     threads: Optional[int] = Field(default=None, ge=1, description="CPU threads for the kernels (default: torch's)")
     kernels: Optional[KernelChoice] = Field(default=None, description=(
         "force a kernel implementation (default: the native one where it runs, else the portable reference)"))
@@ -148,8 +153,15 @@ class ServerSettings(BaseSettings):
     pooling: Optional[PoolingChoice] = Field(default=None, description=(
         "serve the models as embedding models pooled this way (mean, cls, last), as llama-server's --embedding "
         "--pooling (default: each file's own pooling type; a generative file generates)"))
+    slots: bool = Field(default=True, description=(
+        "GET /slots: what each sequence slot holds, as llama-server lists it (--no-slots: a 501)"))
+    slot_save_path: Optional[str] = Field(default=None, description=(
+        "the folder POST /slots/ID?action=save|restore writes slots' states to and reads them from (a restarted "
+        "server takes them back); default: none, slot actions are a 501"))
     webui: bool = Field(default=True, description=(
         "serve the chat page at / (public, like /health; the API it calls keeps --api-key); --no-webui: none"))
+
+    _presets: dict = PrivateAttr(default_factory=dict)  # --models-preset's sections, read once
 
     def model_post_init(self, __context) -> None:
         if self.api_key_file and not self.api_key:
@@ -158,6 +170,12 @@ class ServerSettings(BaseSettings):
         if self.chat_template_file and not self.chat_template:
             with open(self.chat_template_file) as f:
                 self.chat_template = f.read()
+        if self.models_preset:
+            self._presets = read_presets(self.models_preset)
+
+    @property
+    def presets(self) -> dict[str, dict]:
+        return self._presets
 
     def engine_config(self, mmproj: str | None = None) -> EngineConfig:
         """The engine's settings for a model this server loads (`mmproj`: its vision file)."""

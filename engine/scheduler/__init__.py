@@ -18,12 +18,14 @@ decode side by side.
 - state: Request, the running request, the per-choice sampling and stopping, the rows;
 - prefix: which slot a prompt starts in and what the slots hold (reuse, LRU, checkpoints);
 - speculation: the drafts fed, their verification, the MTP and draft-model passes;
-- media: image chunking and encoding, the batch's image arguments."""
+- media: image chunking and encoding, the batch's image arguments;
+- slots: the slots as llama-server's /slots lists, saves and restores them."""
 
+from . import slots
 from .loop import PREFILL_CHUNK, Scheduler, run_one
 from .prefix import CHECKPOINT_BEFORE_END, CHECKPOINT_EVERY
 from .speculation import check_speculative
 from .state import Request
 
 __all__ = ["CHECKPOINT_BEFORE_END", "CHECKPOINT_EVERY", "PREFILL_CHUNK", "Request", "Scheduler",
-           "check_speculative", "run_one"]
+           "check_speculative", "run_one", "slots"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -74,6 +75,7 @@ class Choice:
         self.mu = 2 * params.mirostat_tau  # Mirostat's running target (where it samples)
         self.counts: dict[int, int] = {}
         self.generated: list[int] = []
+        self.started: float | None = None  # when its first token came (t_max_predict_ms counts from it)
         self.n_prompt = len(prompt_ids)
         self.slot: int | None = None
         self.cached = 0  # prompt tokens the prefix cache supplied
@@ -94,7 +96,7 @@ class Choice:
         self.next_token = None if self.finished else token
         return Step(token, text, finish, self.n_prompt, len(self.generated), index=self.index,
                     cached_tokens=self.cached, logprob=logprob, top_logprobs=top,
-                    stop_sequence=self.text.matched if finish else None)
+                    stop_sequence=self.text.matched if finish else None, slot=self.slot)
 
     def _draw(self, logits: torch.Tensor) -> tuple[int, float | None, list | None]:
         """The next token (bias, penalties, the logits processor, then the sampler) and its logprobs if asked."""
@@ -124,9 +126,19 @@ class Choice:
         text, hit = self.text.push(token)
         if hit:
             return "stop", text
-        if len(self.generated) >= self.budget:
+        if len(self.generated) >= self.budget or self._out_of_time(text):
             return "length", text + self.text.flush()
         return None, text
+
+    def _out_of_time(self, text: str) -> bool:
+        """llama-server's t_max_predict_ms: past it, a choice ends at a token that brings a newline."""
+        limit = self.params.t_max_predict_ms
+        if not limit:
+            return False
+        now = time.monotonic()
+        if self.started is None:
+            self.started = now
+        return "\n" in text and (now - self.started) * 1e3 > limit
 
     def count_drafts(self, step: Step) -> Step:
         if self.drafting is not None:

@@ -35,9 +35,10 @@ def _default(value, fallback):
     return value if value is not None else fallback
 
 
-def _sampling(req, max_tokens: int | None, vocab_size: int, defaults) -> SamplingParams:
-    """A request's sampling settings; those it leaves out from the server's (--temp, --top-k,
-    --top-p, --min-p, --repeat-penalty, --seed), else the neutral ones."""
+def _sampling(req, max_tokens: int | None, vocab_size: int, defaults: dict) -> SamplingParams:
+    """A request's sampling settings; those it leaves out from `defaults` (SamplingParams
+    fields: the command line's, the model's preset, the file's own; server.models.presets),
+    else the neutral ones."""
     bias = {}
     for k, v in (req.logit_bias or {}).items():
         try:
@@ -49,20 +50,20 @@ def _sampling(req, max_tokens: int | None, vocab_size: int, defaults) -> Samplin
                              param="logit_bias")
         bias[token] = float(v)
     return SamplingParams(
-        temperature=_default(req.temperature, _default(defaults.temp, 1.0)),
-        top_p=_default(req.top_p, _default(defaults.top_p, 1.0)),
-        top_k=_default(req.top_k, defaults.top_k or 0),
-        min_p=_default(req.min_p, defaults.min_p or 0.0),
-        repetition_penalty=_default(req.repetition_penalty, defaults.repeat_penalty or 1.0),
-        presence_penalty=req.presence_penalty or 0.0,
-        frequency_penalty=req.frequency_penalty or 0.0,
-        seed=_default(req.seed, defaults.seed),
+        temperature=_default(req.temperature, defaults.get("temperature", 1.0)),
+        top_p=_default(req.top_p, defaults.get("top_p", 1.0)),
+        top_k=_default(req.top_k, defaults.get("top_k", 0)),
+        min_p=_default(req.min_p, defaults.get("min_p", 0.0)),
+        repetition_penalty=_default(req.repetition_penalty, defaults.get("repetition_penalty", 1.0)),
+        presence_penalty=_default(req.presence_penalty, defaults.get("presence_penalty", 0.0)),
+        frequency_penalty=_default(req.frequency_penalty, defaults.get("frequency_penalty", 0.0)),
+        seed=_default(req.seed, defaults.get("seed")),
         stop=_stops(req.stop),
         max_tokens=max_tokens,
         logit_bias=bias,
         ignore_eos=bool(req.ignore_eos),
         speculative=req.speculative,
-        **{k: v for k in LLAMA_SAMPLERS if (v := getattr(req, k, None)) is not None},
+        **{k: v for k in LLAMA_SAMPLERS if (v := _default(getattr(req, k, None), defaults.get(k))) is not None},
     )
 
 
@@ -102,7 +103,7 @@ def refuse_unsupported(req) -> None:
 
 def per_choice(req, max_tokens: int | None, lm, logprobs: int | None, defaults) -> list[SamplingParams]:
     """One SamplingParams per requested choice (n), built and checked once (`defaults`: the
-    server's settings, for what the request leaves out); a seed advances by one per choice
+    sampling fields for what the request leaves out); a seed advances by one per choice
     (within the 64 bits a generator takes)."""
     n = req.n or 1
     if n > lm.cache.n_seq:

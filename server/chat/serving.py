@@ -19,6 +19,7 @@ from ..core.pools import Pools
 from ..core.protocol import new_id, now
 from ..models.catalog import refuse_kind
 from ..models.residency import Residency
+from ..models.presets import sampling_defaults
 from ..models.worker import Job
 from . import harmony
 from .images import (MAX_REQUEST_PIXELS, Fetcher, ImagePart, bad_image, image_bytes, max_images,
@@ -64,6 +65,10 @@ class ChatServing:
         except BaseException:
             self.residency.release(entry)
             raise
+
+    def sampling_defaults(self, entry) -> dict:
+        """What a request to `entry` leaves out comes from (server.models.presets)."""
+        return sampling_defaults(self.settings, self.settings.presets, entry)
 
     def _context(self, entry) -> int:
         return entry.lm.n_ctx  # the cache's, sized at load from --ctx-size or the memory available
@@ -175,7 +180,8 @@ class ChatServing:
         self._check_length(entry, len(ids), max_tokens, "messages")
         if max_tokens is None:  # the server's cap for requests that set none, within the context left
             max_tokens = min(self.settings.max_tokens, self._context(entry) - len(ids))
-        params = per_choice(req, max_tokens, lm, (req.top_logprobs or 0) if req.logprobs else None, self.settings)
+        params = per_choice(req, max_tokens, lm, (req.top_logprobs or 0) if req.logprobs else None,
+                            self.sampling_defaults(entry))
         json_format = req.response_format if req.response_format and req.response_format.get("type") in (
             "json_object", "json_schema") else None
         if chat.harmony:
@@ -304,6 +310,8 @@ class ChatServing:
                     raise step
                 i, splitter = step.index, splitters[step.index]
                 tally.cached_tokens = step.cached_tokens
+                if step.slot is not None and i == 0:
+                    tally.slot = step.slot
                 if step.drafted_tokens:
                     tally.drafts[i] = (step.drafted_tokens, step.accepted_tokens)
                 if step.token_id is not None:
@@ -428,7 +436,7 @@ class ChatServing:
         max_tokens = req.max_tokens
         if max_tokens is None:  # the server's cap (--max-tokens, --n-predict), within the context left
             max_tokens = min(self.settings.max_tokens, self._context(entry) - len(ids))
-        params = per_choice(req, max_tokens, entry.lm, req.logprobs, self.settings)
+        params = per_choice(req, max_tokens, entry.lm, req.logprobs, self.sampling_defaults(entry))
         if req._grammar is not None:
             await self.pools.prompts.run(constrain, entry.lm, req._grammar, params, {}, "grammar")
         return Prepared(entry, ids, params, Split())

@@ -34,6 +34,7 @@ class Tally:
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     cached_tokens: int = 0
+    slot: int = 0  # the KV cache slot the (first) choice ran in
     drafts: dict[int, tuple[int, int]] = field(default_factory=dict)  # per choice: speculative (drafted, accepted)
     started: float = field(default_factory=time.perf_counter)  # when the reply was asked for
     first: float | None = None  # when its first token came

@@ -28,6 +28,7 @@ WHY = {
     503: "The model is loading, or waits for room that models in use hold, past --load-wait; or its load failed "
          "for a cause that may pass (memory, the file system: the next request loads again); or the Hub does not "
          "answer (`Retry-After` says when to try again)",
+    501: "A feature this server was started without (llama-server's /slots: --slot-save-path, --slots)",
     499: "The client closed the connection before the reply (nobody reads it; no body)",
 }
 API_ERRORS = (400, 401, 403, 404, 413, 429, 500, 503)  # a request that names a model: each can come of it

@@ -11,10 +11,10 @@ import time
 import uuid
 from typing import Annotated, Any, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ...engine import SpecChoice
+from ...engine import SpecChoice, sampler_names
 
 
 def _lone_surrogate(value: Any, path: str = "") -> str | None:
@@ -120,6 +120,13 @@ class LlamaSamplers(BaseModel):
     dry_allowed_length: Optional[int] = Field(default=None, ge=0)
     dry_penalty_last_n: Optional[int] = Field(default=None, ge=-1)
     dry_sequence_breakers: Optional[list[str]] = None
+    samplers: Optional[Union[list[str], str]] = None  # the ones that apply (names or letters); the others off
+    t_max_predict_ms: Optional[int] = Field(default=None, ge=0)  # past it, a reply ends at its next newline
+
+    @field_validator("samplers")
+    @classmethod
+    def _known_samplers(cls, v):
+        return None if v is None else sampler_names(v)
 
 
 class SamplingExtensions(LlamaSamplers):

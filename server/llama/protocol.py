@@ -32,8 +32,6 @@ class LlamaCompletionRequest(LlamaSamplers, OpenAIRequest):
     return_tokens: bool = False
     stream: bool = False
     cache_prompt: bool = True  # the prefix cache is always on
-    samplers: Optional[Any] = None
-    t_max_predict_ms: Optional[int] = None
 
 
 class LlamaInfillRequest(LlamaCompletionRequest):

@@ -1,11 +1,12 @@
 """llama-server's own endpoints: POST /completion (and /completions' llama-server form is
-OpenAI's), /infill, /apply-template, GET /props; streams as llama-server's `data:` lines."""
+OpenAI's), /infill, /apply-template, GET /props, GET /slots and POST /slots/ID; streams as
+llama-server's `data:` lines."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Body, Request
 
 from ..chat.protocol import ChatCompletionRequest
 from ..core.openapi import API_ERRORS, WHY, errors
@@ -59,3 +60,19 @@ async def apply_template(req: ChatCompletionRequest, request: Request):
 @router.get("/props", responses=errors(401, 403, 404, 400))
 async def props(request: Request, model: Optional[str] = None):
     return llama(request).props(model)
+
+
+@router.get("/slots", responses=errors(400, 401, 403, 404, 501, 503))
+async def slots(request: Request, model: Optional[str] = None, fail_on_no_slot: Optional[str] = None):
+    """Each sequence slot of the model: what it holds, whether it is generating (llama-server's
+    list; `fail_on_no_slot`: a 503 when every slot is busy). --no-slots: a 501."""
+    return await llama(request).slots.table(model, bool(fail_on_no_slot))
+
+
+@router.post("/slots/{id_slot}", responses=errors(*API_ERRORS, 408, 501))
+async def slot_action(id_slot: int, action: str, request: Request, model: Optional[str] = None,
+                      body: dict[str, Any] = Body(default_factory=dict)):
+    """`action=save` (`{"filename": ...}`: the slot's tokens and KV state to --slot-save-path),
+    `restore` (a saved state back into the slot, for the next prompt that starts with it) or
+    `erase`. A slot that is generating is a 400; without --slot-save-path a 501."""
+    return await llama(request).slots.act(id_slot, action, body, model)

@@ -2,19 +2,23 @@
 reply: `content`, `tokens`, `stop_type`, `timings`, `completion_probabilities` with
 `n_probs`, a GBNF `grammar` or a `json_schema` through llguidance), /infill (the
 fill-in-the-middle prompt of engine.infill), /apply-template (the chat prompt a request
-renders to) and /props (the defaults, the template, the modalities)."""
+renders to), /props (the defaults, the template, the modalities) and /slots (what each
+sequence slot holds; a slot's state saved to --slot-save-path and taken back)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import time
+import unicodedata
 from typing import AsyncIterator
 
-from ...engine import InfillError, encode, infill_ids, json_grammar
+from ...engine import SAMPLER_CHAIN, InfillError, encode, infill_ids, json_grammar, slots
 from ..chat.prepare import LLAMA_SAMPLERS
 from ..chat.protocol import ChatCompletionRequest, CompletionRequest
 from ..chat.wire import Tally
-from ..core.errors import BadRequest, built
+from ..core.errors import BadRequest, HTTPStatus, built
 from .protocol import LlamaCompletionRequest, LlamaInfillRequest
 
 log = logging.getLogger("gguf_serve.server")
@@ -59,9 +63,6 @@ def completion_request(req: LlamaCompletionRequest, prompt) -> CompletionRequest
         out._grammar = gbnf_grammar(req.grammar)
     elif req.json_schema is not None:
         out._grammar = json_grammar(req.json_schema)
-    for name in ("samplers", "t_max_predict_ms"):
-        if getattr(req, name) is not None:
-            log.info("/completion: %s is not one this server takes; ignored", name)
     return out
 
 
@@ -70,6 +71,7 @@ class LlamaServing:
 
     def __init__(self, chat, catalog, residency):
         self.chat, self.catalog, self.residency = chat, catalog, residency
+        self.slots = SlotActions(chat, catalog, residency)
 
     async def _ids(self, req: LlamaCompletionRequest, entry) -> list[int] | str:
         """A mixed prompt (strings and token ids) as ids; a string as it is."""
@@ -114,7 +116,7 @@ class LlamaServing:
             text.append(p.content)
             if req.stream and (p.content or ids):
                 chunk = {"index": 0, "content": p.content, "tokens": ids if req.return_tokens else [], "stop": False,
-                         "id_slot": 0, "tokens_predicted": tally.completion_tokens,
+                         "id_slot": tally.slot, "tokens_predicted": tally.completion_tokens,
                          "tokens_evaluated": tally.prompt_tokens}
                 if req.n_probs:
                     chunk["completion_probabilities"] = new
@@ -122,7 +124,7 @@ class LlamaServing:
         content = "" if req.stream else "".join(text)
         n_prompt, n_gen = tally.prompt_tokens, tally.completion_tokens
         final = {"index": 0, "content": content, "tokens": [] if req.stream or not req.return_tokens else tokens,
-                 "id_slot": 0, "stop": True, "model": req.model, "tokens_predicted": n_gen,
+                 "id_slot": tally.slot, "stop": True, "model": req.model, "tokens_predicted": n_gen,
                  "tokens_evaluated": n_prompt, "generation_settings": _settings(prep),
                  "prompt": tok.decode(prep.prompt_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False),
                  "has_new_line": "\n" in "".join(text), "truncated": False,
@@ -141,10 +143,12 @@ class LlamaServing:
     def props(self, model: str | None) -> dict:
         entry = self.catalog.named(model)
         lm = entry.lm
-        s = self.chat.settings
-        params = {"n_predict": s.max_tokens, "temperature": s.temp if s.temp is not None else 1.0,
-                  "top_k": s.top_k or 0, "top_p": s.top_p if s.top_p is not None else 1.0, "min_p": s.min_p or 0.0,
-                  "repeat_penalty": s.repeat_penalty or 1.0, "seed": s.seed if s.seed is not None else -1}
+        s, d = self.chat.settings, self.chat.sampling_defaults(entry)
+        params = {"n_predict": s.max_tokens, "temperature": d.get("temperature", 1.0), "top_k": d.get("top_k", 0),
+                  "top_p": d.get("top_p", 1.0), "min_p": d.get("min_p", 0.0),
+                  "repeat_penalty": d.get("repetition_penalty", 1.0),
+                  "seed": d["seed"] if d.get("seed") is not None else -1,
+                  "samplers": d.get("samplers") or list(SAMPLER_CHAIN)}
         out = {"default_generation_settings": {"n_ctx": lm.n_ctx if lm else (entry.info or {}).get("context_length"),
                                                "params": params},
                "total_slots": lm.cache.n_seq if lm else s.parallel, "model_path": entry.path, "model_alias": entry.id,
@@ -157,12 +161,84 @@ class LlamaServing:
         return out
 
 
+class SlotActions:
+    """GET /slots and POST /slots/ID?action=save|restore|erase, on the model's worker
+    between its steps (engine.slots); the files are read and written off it."""
+
+    def __init__(self, chat, catalog, residency):
+        self.chat, self.catalog, self.residency = chat, catalog, residency
+
+    async def table(self, model: str | None, fail_on_no_slot: bool) -> list[dict]:
+        if not self.chat.settings.slots:
+            raise not_supported("This server does not support slots endpoint. Start it with `--slots`")
+        entry = self.catalog.named(model)
+        worker = entry.worker
+        if worker is None or worker.scheduler is None:  # not loaded (or an embedding model): nothing held
+            rows = []
+        else:
+            rows = await worker.between_steps(slots.table)
+        if fail_on_no_slot and not any(not r["is_processing"] for r in rows):
+            raise HTTPStatus(503, "no slot available", code="unavailable")
+        return rows
+
+    async def act(self, slot: int, action: str, body: dict, model: str | None) -> dict:
+        folder = self.chat.settings.slot_save_path
+        if not folder:
+            raise not_supported("This server does not support slots action. Start it with `--slot-save-path`")
+        if action not in ("save", "restore", "erase"):
+            raise BadRequest("Invalid action: save, restore or erase", param="action")
+        path = slot_file(folder, body.get("filename")) if action != "erase" else None
+        async with self.residency.holding(model or body.get("model")) as entry:
+            worker = entry.worker
+            if worker.scheduler is None:
+                raise BadRequest(f"{entry.id} is an embedding model: it keeps no sequence slots", param="model")
+            ident = slots.identity(entry.lm)
+            run = self.chat.pools.prompts.run
+            start = time.perf_counter()
+            try:
+                if action == "erase":
+                    return {"id_slot": slot, "n_erased": await worker.between_steps(lambda s: slots.erase(s, slot))}
+                if action == "save":
+                    state = await worker.between_steps(lambda s: slots.export(s, slot))
+                    os.makedirs(folder, exist_ok=True)
+                    n_bytes = await run(slots.write_state, path, state, ident)
+                    return {"id_slot": slot, "filename": body["filename"], "n_saved": len(state.tokens),
+                            "n_written": n_bytes, "timings": {"save_ms": (time.perf_counter() - start) * 1e3}}
+                state, n_bytes = await run(slots.read_state, path, ident)
+                vocab = entry.lm.model.vocab_size
+                if any(t >= vocab for t in state.tokens):
+                    raise slots.SlotError("Invalid tokens in slot save file")
+                await worker.between_steps(lambda s: slots.restore(s, slot, state))
+                return {"id_slot": slot, "filename": body["filename"], "n_restored": len(state.tokens),
+                        "n_read": n_bytes, "timings": {"restore_ms": (time.perf_counter() - start) * 1e3}}
+            except slots.SlotError as e:
+                raise BadRequest(str(e), param="id_slot") from None
+
+
 def _settings(prep) -> dict:
     p = prep.params[0]
     return {"n_predict": p.max_tokens, "temperature": p.temperature, "top_k": p.top_k, "top_p": p.top_p,
             "min_p": p.min_p, "repeat_penalty": p.repetition_penalty, "presence_penalty": p.presence_penalty,
             "frequency_penalty": p.frequency_penalty, "seed": p.seed if p.seed is not None else -1,
             "stop": p.stop, "ignore_eos": p.ignore_eos}
+
+
+def not_supported(message: str) -> HTTPStatus:
+    """llama-server's 501 for a feature this server was started without."""
+    e = HTTPStatus(501, message, code="not_supported")
+    e.type = "not_supported_error"
+    return e
+
+
+def slot_file(folder: str, filename) -> str:
+    """The path a slot action's `filename` names in --slot-save-path: a plain file name."""
+    ok = (isinstance(filename, str) and 0 < len(filename.encode()) <= 255 and filename not in (".", "..")
+          and not any(c in filename for c in "/\\") and filename.strip() == filename
+          and not any(unicodedata.category(c).startswith("C") for c in filename))
+    if not ok:
+        raise BadRequest("Invalid filename: a plain file name is needed (no folders, no control characters)",
+                         param="filename")
+    return os.path.join(folder, filename)
 
 
 def _prob(tok, token: int, logprob: float, tops) -> dict:

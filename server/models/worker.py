@@ -10,6 +10,7 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ...engine import Request, SamplingParams, Scheduler, embed, embed_tokens, rank
 from ..core.errors import Overloaded
@@ -46,6 +47,25 @@ class Job:
 
     def request(self) -> Request:
         return Request(self.prompt_ids, self.params, self.emit, self.cancel, media=self.media)
+
+
+WAKE = object()  # put on a worker's queue to have it look at its controls
+
+
+@dataclass(eq=False)
+class Control:
+    """A call to run on a worker's thread between two steps (a slot action): `fn(scheduler)`'s
+    result, or its exception, is set on `future` on the event loop."""
+
+    fn: Callable
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+
+    def settle(self, result=None, error: BaseException | None = None) -> None:
+        def done():
+            if not self.future.done():
+                self.future.set_exception(error) if error is not None else self.future.set_result(result)
+        self.loop.call_soon_threadsafe(done)
 
 
 class _Queued:
@@ -91,6 +111,7 @@ class Worker(_Queued):
         self._checkpoint_hits = 0
         self._drafted = self._accepted = 0
         self.live: set[Job] = set()  # submitted and not finished
+        self.controls: queue.SimpleQueue[Control] = queue.SimpleQueue()
         self._gauge_lock = threading.Lock()
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"gen-{name}", daemon=True)
@@ -105,6 +126,33 @@ class Worker(_Queued):
     def submit(self, job: Job) -> None:
         self._enqueue(job)
         self._set_queue_depth()
+
+    async def between_steps(self, fn: Callable):
+        """`fn(scheduler)` run on the worker's thread between two steps; its result."""
+        if self.stopping.is_set():
+            raise Overloaded("the model is being unloaded; retry shortly", headers={"Retry-After": "1"})
+        loop = asyncio.get_running_loop()
+        control = Control(fn, loop, loop.create_future())
+        self.controls.put(control)
+        try:
+            self.jobs.put_nowait(WAKE)  # a worker waiting for work looks at once
+        except queue.Full:
+            pass  # a full queue: the worker is busy and looks at its next step
+        return await control.future
+
+    def _run_controls(self, error: BaseException | None = None) -> None:
+        while True:
+            try:
+                c = self.controls.get_nowait()
+            except queue.Empty:
+                return
+            if error is not None:
+                c.settle(error=error)
+                continue
+            try:
+                c.settle(c.fn(self.scheduler))
+            except Exception as e:  # this call's own failure
+                c.settle(error=e)
 
     def _set_queue_depth(self) -> None:
         """The queue-depth gauge from the state now, set under a lock: from the submitting
@@ -127,6 +175,8 @@ class Worker(_Queued):
             except queue.Empty:
                 return True
             block = False
+            if job is WAKE:
+                continue
             if job is None:
                 return False
             try:
@@ -139,6 +189,7 @@ class Worker(_Queued):
         s = self.scheduler
         going = True
         while going or s.busy:
+            self._run_controls()
             if going:
                 going = self._take()
             try:
@@ -148,13 +199,14 @@ class Worker(_Queued):
                 n = 0
             self._observe(n)
         s.close()
+        self._run_controls(Overloaded("the model was unloaded; retry shortly", headers={"Retry-After": "1"}))
         while True:  # queued behind the stop: the model is gone, the client may retry
             try:
                 job = self.jobs.get_nowait()
             except queue.Empty:
                 self._set_queue_depth()  # 0: the last step's count may have held the stop's own None
                 return
-            if job is not None:
+            if job is not None and job is not WAKE:
                 job.emit(Overloaded("the model was unloaded; retry shortly", headers={"Retry-After": "1"}))
 
     def _observe(self, n_tokens: int) -> None:

@@ -364,3 +364,63 @@ def test_generate_is_the_scheduler_with_one_request(models, make):
     finally:
         for slot in taken:
             lm.cache.free(slot)
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "gemma3-ring", "qwen35", "gemma4", "lfm2", "granitehybrid"])
+def test_a_slot_saved_to_a_file_and_restored_goes_on_as_if_never_left(models, arch, make, tmp_path):
+    """llama-server's slot save and restore: a conversation's slot written to a file, the
+    scheduler closed (every slot given back), the file read into another slot of a new
+    one; the next turn reuses all of it (full attention, a ring the reply outgrew, the
+    recurrent states) and gives the tokens of a cold start."""
+    from gguf_serve.engine import slots
+
+    lm = models[arch]
+    system, turn1, turn2 = prompts(40, 8, 9, seed=7)
+    first = make(lm)
+    _, reply = _hit(first, lm, system + turn1, greedy(30))
+    (slot,) = first.prefix.idle
+    state = slots.export(first, slot)
+    assert len(state.tokens) >= len(system + turn1) + len(reply) - 1
+    ident = slots.identity(lm)
+    n_bytes = slots.write_state(str(tmp_path / "s.bin"), state, ident)
+    first.close()
+    assert lm.cache.free_slots == lm.cache.n_seq
+    again, size = slots.read_state(str(tmp_path / "s.bin"), ident)
+    assert size == n_bytes and again.tokens == state.tokens
+    second = make(lm)
+    target = (slot + 1) % lm.cache.n_seq
+    slots.restore(second, target, again)
+    assert second.slots() == {"running": 0, "cached": 1, "free": lm.cache.n_seq - 1}
+    assert [r["n_prompt_tokens"] for r in slots.table(second)][target] == len(state.tokens)
+    follow = system + turn1 + reply + turn2
+    n, got = _hit(second, lm, follow, greedy(8))
+    assert n == len(state.tokens)
+    assert got == alone(lm, follow, greedy(8))
+    assert slots.erase(second, target) >= len(follow) - 1 and slots.erase(second, target) == 0
+
+
+def test_slot_files_are_refused_by_another_model_and_busy_slots_are_left_alone(models, make, tmp_path):
+    from gguf_serve.engine import slots
+
+    lm, other = models["qwen3"], models["gemma3"]
+    sched = make(lm)
+    _hit(sched, lm, prompts(20)[0], greedy(2))
+    (slot,) = sched.prefix.idle
+    slots.write_state(str(tmp_path / "q.bin"), slots.export(sched, slot), slots.identity(lm))
+    with pytest.raises(slots.SlotError, match="another model"):
+        slots.read_state(str(tmp_path / "q.bin"), slots.identity(other))
+    (tmp_path / "junk.bin").write_bytes(b"not a slot")
+    with pytest.raises(slots.SlotError, match="not a slot file"):
+        slots.read_state(str(tmp_path / "junk.bin"), slots.identity(lm))
+    with pytest.raises(slots.SlotError, match="Invalid slot ID"):
+        slots.export(sched, lm.cache.n_seq)
+    out = Collect()
+    sched.add(Request(prompts(10, seed=3)[0], [greedy(50)], out))
+    sched.step()
+    busy = next(iter(slots.running_slots(sched)))
+    for act in (lambda: slots.export(sched, busy), lambda: slots.erase(sched, busy)):
+        with pytest.raises(slots.SlotError, match="generating"):
+            act()
+    assert slots.table(sched)[busy]["is_processing"] is True
+    run(sched)
+    assert out.done and len(out.tokens()) == 50

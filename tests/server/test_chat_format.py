@@ -68,7 +68,7 @@ def test_requests_ask_the_format_read_at_load(tiny_path, monkeypatch):
         monkeypatch.setattr(chat_format_module, name, no_detection)
     monkeypatch.setattr(ChatFormat, "of", no_detection)
     service = ChatServing(None, ServerSettings(), TemplateWorkers(1), Pools())
-    entry = SimpleNamespace(id="tiny", lm=lm)
+    entry = SimpleNamespace(id="tiny", lm=lm, path=None)
 
     def prepare():
         req = ChatCompletionRequest(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4)

@@ -171,3 +171,22 @@ def test_chat_completions_carry_timings(base, fim_path):
             "logit_bias": no_end(fim_path)}) as s:
         chunks = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: {")]
     assert chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["timings"]["predicted_n"] == 3
+
+
+def test_samplers_choose_the_chain_and_t_max_predict_ms_ends_at_a_newline(base, fim_path):
+    bias = no_end(fim_path)
+    ask = dict(prompt="the cat", n_predict=12, logit_bias=bias, return_tokens=True)
+    greedy = post(base, "/completion", temperature=0, **ask)["tokens"]
+    # top_k 1 in the chain is greedy; left out of it (letters: temperature only), the draw is free
+    assert post(base, "/completion", temperature=1.0, top_k=1, seed=3, samplers=["top_k", "temperature"],
+                **ask)["tokens"] == greedy
+    assert post(base, "/completion", temperature=1.0, top_k=1, seed=3, samplers="t", **ask)["tokens"] != greedy
+    r = httpx.post(f"{base}/completion", json={"prompt": "x", "samplers": ["top_k", "nope"]})
+    assert r.status_code == 400 and "unknown sampler 'nope'" in r.text
+    (nl,) = post(base, "/tokenize", content="\n")["tokens"]
+    lines = {**bias, str(nl): 100}  # every token a newline
+    timed = post(base, "/completion", prompt="the cat", n_predict=200, logit_bias=lines, t_max_predict_ms=1)
+    assert timed["stop_type"] == "limit" and 1 < timed["tokens_predicted"] < 200
+    chat = post(base, "/v1/chat/completions", messages=[{"role": "user", "content": "hi"}], max_tokens=200,
+                logit_bias=lines, t_max_predict_ms=1)
+    assert chat["choices"][0]["finish_reason"] == "length" and chat["usage"]["completion_tokens"] < 200

@@ -19,8 +19,9 @@ from server_harness import server
 
 
 @pytest.fixture(scope="module")
-def srv(tiny_path):
-    with server(tiny_path, "--max-queue", "4", "--max-tokens", "8") as b:
+def srv(tiny_path, tmp_path_factory):
+    with server(tiny_path, "--max-queue", "4", "--max-tokens", "8", "--slot-save-path",
+                str(tmp_path_factory.mktemp("slots"))) as b:
         yield b
 
 
@@ -88,6 +89,8 @@ ROUTE_STATUSES = {
     ("post", "/infill"): GENERATING,
     ("post", "/apply-template"): MODEL,
     ("get", "/props"): {200, 400, 401, 403, 404},
+    ("get", "/slots"): {200, 400, 401, 403, 404, 501, 503},
+    ("post", "/slots/{id_slot}"): MODEL | {429, 501},
 }
 
 

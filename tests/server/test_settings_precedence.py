@@ -75,6 +75,9 @@ CASES = {
     "chat_template": ("chatml", ["--chat-template", "llama3"], "llama3"),
     "chat_template_file": ("{tmp}/env-template", ["--chat-template-file", "{tmp}/cli-template"], "{tmp}/cli-template"),
     "pooling": ("mean", ["--pooling", "last"], "last"),
+    "slots": ("false", ["--slots"], True),
+    "slot_save_path": ("{tmp}/env-slots", ["--slot-save-path", "{tmp}/cli-slots"], "{tmp}/cli-slots"),
+    "models_preset": ("{tmp}/env.ini", ["--models-preset", "{tmp}/cli.ini"], "{tmp}/cli.ini"),
 }
 # options whose default no flag can say: --no-mmproj is the switch's only flag (it says true)
 UNSAYABLE = {"no_mmproj"}
@@ -90,6 +93,8 @@ def everything_set(monkeypatch, tmp_path):
     fill = lambda v: v.replace("{tmp}", str(tmp_path)) if isinstance(v, str) else v  # noqa: E731
     (tmp_path / "env-key-file").write_text("env-file-key")
     (tmp_path / "cli-key-file").write_text("cli-file-key")
+    (tmp_path / "env.ini").write_text("[*]\ntemp = 0.1\n")
+    (tmp_path / "cli.ini").write_text("[*]\ntemp = 0.2\n")
     argv = []
     for option, (env, flags, _) in CASES.items():
         monkeypatch.setenv(env_name(option), fill(env))

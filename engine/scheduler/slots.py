@@ -1,0 +1,157 @@
+"""A scheduler's sequence slots seen from outside, as llama-server's /slots shows and keeps
+them: what each holds (`table`), and a slot's state kept in a file and taken back, by
+the same server or one started later (`export` then `write_state`; `read_state` then
+`restore`), or dropped (`erase`).
+
+A slot's state is its token ids and the KV cache's tensors for them (every position of
+the full-attention layers, the last window of sliding ones, the recurrent states). A
+restored slot is a finished sequence the prefix cache keeps: the next prompt that starts
+with its tokens goes on from there instead of prefilling them. A running sequence's
+slot is busy (SlotError); everything here runs on the scheduler's thread, between steps,
+except the file's reading and writing."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import CacheError
+
+FORMAT, VERSION = "gguf-serve slot", 1
+
+
+class SlotError(ValueError):
+    """A slot action that cannot be done: no such slot, a busy one, a file of another model."""
+
+
+@dataclass
+class SlotState:
+    """What a slot held: its tokens and the cache's tensors for them (KVCache.export)."""
+
+    tokens: list[int]
+    layers: list
+
+
+def identity(lm) -> dict:
+    """What a state file must match to be taken back: the model's kind and the cache's layout."""
+    return {"architecture": lm.architecture.name, "vocab_size": lm.model.vocab_size, "layout": lm.cache.layout()}
+
+
+def _check(sched, slot: int, busy_ok: bool = False) -> None:
+    if not 0 <= slot < sched.cache.n_seq:
+        raise SlotError(f"Invalid slot ID {slot}: this model has slots 0..{sched.cache.n_seq - 1}")
+    if not busy_ok and slot in running_slots(sched):
+        raise SlotError(f"slot {slot} is generating; try again once its request has finished")
+
+
+def running_slots(sched) -> dict[int, tuple]:
+    """slot → (request, choice) of every sequence running."""
+    return {c.slot: (r, c) for r in sched.running for c in r.choices if c.slot is not None}
+
+
+def table(sched) -> list[dict]:
+    """Each slot as llama-server's GET /slots lists it."""
+    lm, running = sched.lm, running_slots(sched)
+    out = []
+    for slot in range(sched.cache.n_seq):
+        held = sched.prefix.held.get(slot) or []
+        row = {"id": slot, "n_ctx": sched.cache.n_ctx, "speculative": sched.spec.mode != "off",
+               "is_processing": slot in running, "n_prompt_tokens": len(held)}
+        if slot in running:
+            r, c = running[slot]
+            p = c.params
+            row.update(n_prompt_tokens=len(r.req.prompt_ids), n_prompt_tokens_cache=c.cached,
+                       params={"n_predict": p.max_tokens if p.max_tokens is not None else -1,
+                               "temperature": p.temperature, "top_k": p.top_k, "top_p": p.top_p, "min_p": p.min_p,
+                               "seed": p.seed if p.seed is not None else -1, "stop": p.stop},
+                       next_token=[{"has_next_token": not c.finished, "n_remain": c.budget - len(c.generated),
+                                    "n_decoded": len(c.generated)}])
+        if held:
+            row["prompt"] = lm.tokenizer.decode([t for t in held if t >= 0], skip_special_tokens=False)
+        out.append(row)
+    return out
+
+
+def export(sched, slot: int) -> SlotState:
+    """A copy of what `slot` holds (nothing for a free slot)."""
+    _check(sched, slot)
+    held = sched.prefix.held.get(slot)
+    if not held:
+        return SlotState([], [])
+    return SlotState(list(held), sched.cache.export(slot))
+
+
+def restore(sched, slot: int, state: SlotState) -> None:
+    """Make `slot` hold `state` (what it held before is dropped), kept for reuse."""
+    _check(sched, slot)
+    if len(state.tokens) >= sched.cache.n_ctx:
+        raise SlotError(f"the saved state holds {len(state.tokens)} tokens; this model's context is "
+                        f"{sched.cache.n_ctx}")
+    erase(sched, slot)
+    if not state.tokens:
+        return
+    p = sched.prefix
+    sched.cache.allocate(slot)
+    if p.follower is not None:
+        p.follower.fresh(slot)
+    try:
+        sched.cache.load(slot, len(state.tokens), state.layers)
+    except CacheError as e:
+        sched.cache.free(slot)
+        raise SlotError(f"the saved state does not fit this model's cache: {e}") from None
+    p.held[slot] = list(state.tokens)
+    p.idle[slot] = None
+
+
+def erase(sched, slot: int) -> int:
+    """Drop what `slot` holds; how many tokens that was."""
+    _check(sched, slot)
+    p = sched.prefix
+    n = len(p.held.get(slot) or [])
+    if slot in p.idle:
+        del p.idle[slot]
+        p.release(slot)
+    return n
+
+
+def write_state(path: str, state: SlotState, ident: dict) -> int:
+    """Write a state file (atomically: a file that is there is whole); its size in bytes."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".slot-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save({"format": FORMAT, "version": VERSION, "model": ident,
+                        "tokens": torch.tensor(state.tokens, dtype=torch.int64), "layers": state.layers}, f)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return os.path.getsize(path)
+
+
+def read_state(path: str, ident: dict) -> tuple[SlotState, int]:
+    """A state file written by `write_state` for this model and cache layout, and its size."""
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise SlotError(f"no slot file {os.path.basename(path)!r}") from None
+    except Exception as e:  # not a file torch wrote, or one it refuses to unpickle
+        raise SlotError(f"{os.path.basename(path)!r} is not a slot file: {e}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
+        raise SlotError(f"{os.path.basename(path)!r} is not a slot file of this server")
+    model = data.get("model") or {}
+    for key in ("architecture", "vocab_size", "layout"):
+        theirs = model.get(key)
+        if key == "layout" and theirs is not None:
+            theirs = [tuple(x) for x in theirs]
+        if theirs != ident[key]:
+            raise SlotError(f"{os.path.basename(path)!r} was saved from another model or cache layout ({key} "
+                            f"differs); start the server with the model and cache settings it was saved with")
+    tokens = data.get("tokens")
+    layers = data.get("layers")
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or not isinstance(layers, list):
+        raise SlotError(f"{os.path.basename(path)!r} is damaged")
+    return SlotState([int(t) for t in tokens.tolist()], layers), os.path.getsize(path)

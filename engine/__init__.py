@@ -25,7 +25,7 @@ from .templates import TemplateWorkers
 from .scheduler import Request, Scheduler, check_speculative, slots
 from .speculative import SpeculationError
 from .text import held_back
-from .tokenizer import encode
+from .tokenizer import encode, token_bytes
 from .vision import ImageError, goes_with
 
 __all__ = [
@@ -37,7 +37,7 @@ __all__ = [
     "ModelRef", "best_companion", "cached_gguf_models", "companion_kind", "download", "goes_with", "is_model_file",
     "model_id", "parse",
     # prompts: tokenizing, the chat template, images
-    "ImageError", "TemplateError", "TemplateWorkers", "encode", "prompt_ids", "render",
+    "ImageError", "TemplateError", "TemplateWorkers", "encode", "prompt_ids", "render", "token_bytes",
     # fill-in-the-middle prompts (llama-server's /infill)
     "FIM_NAMES", "InfillError", "can_infill", "infill_ids",
     # a model's chat format (LoadedModel.chat_format): reasoning markers, tool-call families, harmony

@@ -15,6 +15,7 @@ import hashlib
 import logging
 import operator
 import os
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -248,6 +249,42 @@ class GgufTokenizer(PreTrainedTokenizerFast):
     def __init__(self, backend: Tokenizer, **kwargs):
         self._tokenizer = backend
         super().__init__(**kwargs)
+        self.added_ids = frozenset(self.added_tokens_decoder)  # control and user-defined tokens
+
+
+def _byte_level_table() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: the character each byte is written as in a vocabulary,
+    here from character to byte (printable Latin-1 bytes stand for themselves; the others
+    are the characters from U+0100 on, in byte order)."""
+    direct = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {chr(b): b for b in direct}, 0
+    for b in range(256):
+        if b not in direct:
+            table[chr(256 + extra)] = b
+            extra += 1
+    return table
+
+
+BYTE_LEVEL = _byte_level_table()
+BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def token_bytes(tokenizer, token_id: int) -> bytes:
+    """The bytes a token stands for (OpenAI's logprob `bytes`): one byte for a byte token
+    (part of a character: its own byte, not the replacement character's), a SentencePiece
+    piece with its ▁ as spaces, a byte-level BPE token through GPT-2's alphabet; a control or
+    user-defined token its text."""
+    piece = tokenizer.convert_ids_to_tokens(int(token_id))
+    if piece is None:
+        return b""
+    if int(token_id) in getattr(tokenizer, "added_ids", ()):
+        return piece.encode()
+    if isinstance(tokenizer.backend_tokenizer.decoder, decoders.ByteLevel):
+        if all(c in BYTE_LEVEL for c in piece):
+            return bytes(BYTE_LEVEL[c] for c in piece)
+        return piece.encode()
+    byte = BYTE_TOKEN.fullmatch(piece)
+    return bytes([int(byte.group(1), 16)]) if byte else piece.replace("▁", " ").encode()
 
 
 def encode(tokenizer: PreTrainedTokenizerFast, text: str, *, add_special: bool = True) -> list[int]:

@@ -61,6 +61,7 @@ def describe(reader: GGUFReader) -> dict[str, Any]:
         "tokenizer": reader.get(Keys.TOKENIZER_MODEL),
         "vocab_size": len(tokens) if isinstance(tokens, list) else None,
         "chat_template": bool(template),  # False: a base model (chat goes through a fallback)
+        "pooling_type": reader.get(Keys.POOLING_TYPE),  # embedding (1-3) and reranking (4) files; None: generative
         "tensors": [
             {"name": t.name, "type": t.ggml_type.name, "shape": list(t.shape), "bytes": t.nbytes}
             for t in tensors

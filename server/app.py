@@ -57,7 +57,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     install_handlers(app)
     chat = ChatServing(residency, settings, templates, pools, metrics)
     on_exit.append(chat.fetcher.aclose)
-    app.state.catalog, app.state.residency = catalog, residency
+    app.state.catalog, app.state.residency, app.state.settings = catalog, residency, settings
     app.state.startup = startup  # the CLI reads "fatal" once uvicorn returns
     app.state.admin = AdminServing(catalog, residency, startup, metrics, pools, templates)
     app.state.chat, app.state.templates = chat, templates

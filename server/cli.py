@@ -7,6 +7,7 @@ line wins."""
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
@@ -124,6 +125,7 @@ def parse_settings(argv: list[str]):
 
 def _serve(argv: list[str]) -> int:
     settings = parse_settings(argv)
+    sockets = listening_sockets(settings.host, settings.port)  # before anything loads: a busy port says so at once
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("huggingface_hub").propagate = False  # it prints its own warnings; not each twice
     if settings.offline:
@@ -151,12 +153,16 @@ def _serve(argv: list[str]) -> int:
     # connections still open DRAIN_SECONDS after a stop signal are closed: the process ends whatever they wait on
     server = Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                                    timeout_graceful_shutdown=DRAIN_SECONDS, http=protocol(max_connections),
-                                   backlog=ACCEPT_BATCH))
+                                   backlog=ACCEPT_BATCH, ssl_keyfile=settings.ssl_keyfile,
+                                   ssl_certfile=settings.ssl_certfile, access_log=settings.access_log))
+    if settings.access_log:  # uvicorn's own level (warning) would hold its access lines back
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     app.state.shutdown = lambda: setattr(server, "should_exit", True)  # startup's way out when nothing loads
     try:
-        server.run(sockets=listening_sockets(settings.host, settings.port))
+        server.run(sockets=sockets)
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down cleanly
         pass
+    print("gguf-serve: stopped", flush=True)
     return 1 if app.state.startup["fatal"] else 0
 
 
@@ -178,7 +184,9 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
             sock.close()
             for s in sockets:
                 s.close()
-            raise SystemExit(f"gguf-serve: cannot listen on {address} port {port}: {e.strerror}") from None
+            raise SystemExit(f"gguf-serve: cannot listen on {address} port {port}: {e.strerror}"
+                             + (" (another server there? --port picks another)" if e.errno == errno.EADDRINUSE
+                                else "")) from None
         sock.set_inheritable(True)
         sockets.append(sock)
     return sockets
@@ -187,7 +195,13 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "inspect":
-        return _inspect(inspect_parser().parse_args(argv[1:]))
+        try:
+            code = _inspect(inspect_parser().parse_args(argv[1:]))
+            sys.stdout.flush()
+        except BrokenPipeError:  # `gguf-serve inspect --json | head`: the reader had enough
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+            code = 0
+        return code
     return _serve(argv)
 
 

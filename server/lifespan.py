@@ -58,7 +58,8 @@ def start(app: FastAPI, settings: ServerSettings, catalog: Catalog, residency: R
         state["ready"] = True
         bad = f" ({len(state['failed'])} failed: see /health)" if state["failed"] else ""
         first = listen_addresses(settings.host)[0]
-        base = f"http://{f'[{first}]' if ':' in first else first}:{settings.port}"
+        scheme = "https" if settings.ssl_certfile else "http"
+        base = f"{scheme}://{f'[{first}]' if ':' in first else first}:{settings.port}"
         page = f"; chat page at {base}/" if settings.webui else ""
         print(f"gguf-serve: ready, {len(catalog.entries) - len(state['failed'])} model(s){bad}; OpenAI API at "
               f"{base}/v1{page}", flush=True)

@@ -38,9 +38,14 @@ class ServerSettings(BaseSettings):
         "thinking tokens a reply may spend before the server closes its reasoning block (default: no limit; a "
         "request's thinking_budget_tokens overrides it)"))
     api_key: Optional[str] = Field(default=None, description=(
-        "require 'Authorization: Bearer KEY' (or x-api-key) on every path but /health and the chat page"))
+        "require 'Authorization: Bearer KEY' (or x-api-key) on every path but /health and the chat page's files; "
+        "several keys comma-separated"))
     api_key_file: Optional[str] = Field(default=None, description=(
-        "read the API key from this file (e.g. a mounted secret)"))
+        "read the API keys from this file, one a line (e.g. a mounted secret)"))
+    ssl_keyfile: Optional[str] = Field(default=None, json_schema_extra={"flags": ["--ssl-key-file"]}, description=(
+        "serve HTTPS with this PEM private key (with --ssl-certfile)"))
+    ssl_certfile: Optional[str] = Field(default=None, json_schema_extra={"flags": ["--ssl-cert-file"]}, description=(
+        "serve HTTPS with this PEM certificate (chain)"))
     device: DeviceChoice = Field(default="auto", description="where to run")
     ctx_size: Optional[int] = Field(default=None, ge=1, description=(
         "tokens per sequence, prompt + completion (default: the trained context, as far as a quarter of the memory "
@@ -153,6 +158,11 @@ class ServerSettings(BaseSettings):
     pooling: Optional[PoolingChoice] = Field(default=None, description=(
         "serve the models as embedding models pooled this way (mean, cls, last), as llama-server's --embedding "
         "--pooling (default: each file's own pooling type; a generative file generates)"))
+    access_log: bool = Field(default=False, description=(
+        "log each request (client, method, path, status), as uvicorn's access log"))
+    sse_ping_interval: float = Field(default=5.0, ge=0, description=(
+        "seconds a server-sent event stream may stay silent (a long prompt's prefill, a queue) before it gets a "
+        "comment line that clients skip and proxies see as traffic (0: never)"))
     slots: bool = Field(default=True, description=(
         "GET /slots: what each sequence slot holds, as llama-server lists it (--no-slots: a 501)"))
     slot_save_path: Optional[str] = Field(default=None, description=(
@@ -166,7 +176,9 @@ class ServerSettings(BaseSettings):
     def model_post_init(self, __context) -> None:
         if self.api_key_file and not self.api_key:
             with open(self.api_key_file) as f:
-                self.api_key = f.read().strip()
+                self.api_key = ",".join(k for line in f if (k := line.strip()) and not k.startswith("#")) or None
+        if bool(self.ssl_keyfile) != bool(self.ssl_certfile):
+            raise ValueError("--ssl-keyfile and --ssl-certfile go together")
         if self.chat_template_file and not self.chat_template:
             with open(self.chat_template_file) as f:
                 self.chat_template = f.read()
@@ -176,6 +188,11 @@ class ServerSettings(BaseSettings):
     @property
     def presets(self) -> dict[str, dict]:
         return self._presets
+
+    @property
+    def api_keys(self) -> list[str]:
+        """The keys a request may carry (--api-key's comma-separated, --api-key-file's lines)."""
+        return [k.strip() for k in (self.api_key or "").split(",") if k.strip()]
 
     def engine_config(self, mmproj: str | None = None) -> EngineConfig:
         """The engine's settings for a model this server loads (`mmproj`: its vision file)."""

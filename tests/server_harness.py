@@ -167,8 +167,8 @@ def no_end(tiny_path, **extra):
     return bias
 
 
-def scrape(base) -> dict:
-    r = httpx.get(f"{base}/metrics")
+def scrape(base, headers: dict | None = None) -> dict:
+    r = httpx.get(f"{base}/metrics", headers=headers)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     out = {}
     for fam in text_string_to_metric_families(r.text):

@@ -25,6 +25,7 @@ class Model(BaseModel):
     size_bytes: Optional[int] = None
     chat_template: Optional[bool] = None  # False: the file has none (a base model); chat uses a fallback
     vision: bool = False  # a vision file goes with it: chat messages may hold images
+    kind: Optional[Literal["chat", "embedding", "rerank"]] = None  # what it serves (None: not read yet)
     error: Optional[str] = None  # set when the model cannot be served (its file failed to read or load)
 
 

@@ -63,7 +63,9 @@ class AdminServing:
                      error=e.error, vision=e.vision, **(e.info or {}))
 
     def models(self) -> ModelList:
-        return ModelList(data=[self.describe(e) for e in self.catalog.entries.values()])
+        """Every model, the generative ones first (a client that picks the first one chats)."""
+        entries = sorted(self.catalog.entries.values(), key=lambda e: (e.info or {}).get("kind", "chat") != "chat")
+        return ModelList(data=[self.describe(e) for e in entries])
 
     def model(self, model_id: str) -> Model:
         return self.describe(self.catalog.get(model_id))

@@ -7,6 +7,7 @@ honour yet). `Prepared` is the result the service queues."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, replace
 
 from ...engine import (HERMES, THINK_CLOSE, THINK_OPEN, Family, GrammarError, GrammarMask, SamplingParams,
@@ -16,7 +17,9 @@ from ..core.protocol import LlamaSamplers
 from ..models.worker import Job
 from . import harmony
 from .protocol import unsupported_fields
-from .tool_grammar import required_grammar
+from .derived_calls import Derived
+from .tool_grammar import derived_grammar, required_grammar
+from .tool_parse import DerivedFamily
 from .reasoning import ReasoningSplitter
 from .tools import for_template, render_fallback
 
@@ -29,6 +32,31 @@ def _stops(stop) -> list[str]:
 
 # llama.cpp's samplers a request may set (SamplingParams takes the same names)
 LLAMA_SAMPLERS = tuple(LlamaSamplers.model_fields)
+
+
+# Claude Code's first system line: `x-anthropic-billing-header: cc_version=...; cch=...;`, a
+# hash of the request that changes on every one; first in the prompt, it would make every
+# turn prefill the whole conversation again
+BILLING_HEADER = re.compile(r"^x-anthropic-billing-header:[^\n]*(?:\n|$)", re.MULTILINE)
+
+
+def without_billing_header(content):
+    """A system message's content without Claude Code's billing lines (text or text parts);
+    None where nothing else is left."""
+    if isinstance(content, str):
+        out = BILLING_HEADER.sub("", content)
+        return (out.lstrip("\n") if out != content else out) or None
+    if isinstance(content, list):
+        parts = []
+        for p in content:
+            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str):
+                text = without_billing_header(p["text"])
+                if text is None:
+                    continue
+                p = {**p, "text": text}
+            parts.append(p)
+        return parts or None
+    return content
 
 
 def _default(value, fallback):
@@ -189,10 +217,12 @@ def origin_param(param: str | None, origins: list[str] | None, renamed: dict[str
     return renamed.get(parts[0], param)
 
 
-def tools_for(req, lm, messages: list[dict], kwargs: dict) -> tuple[list[dict], str | None, Family]:
+def tools_for(req, lm, messages: list[dict], kwargs: dict,
+              derived: Derived | None = None) -> tuple[list[dict], str | None, Family]:
     """The tools the reply may call (empty: none), for `tool_choice` required or a named
     function the grammar its reply must follow, and the family its calls are written
-    in. Renders them: through the template when it knows tools, else as a system
+    in. Renders them: through the template when it knows tools (a hand-written family's,
+    or `derived`: the syntax its own render of probe calls shows), else as a system
     message (the generic fallback)."""
     choice = req.tool_choice
     if not req.tools or choice == "none":
@@ -206,6 +236,8 @@ def tools_for(req, lm, messages: list[dict], kwargs: dict) -> tuple[list[dict], 
     fmt, in_harmony = chat.calls, chat.harmony  # harmony's calls reach the parser in the Hermes form
     if in_harmony:
         kwargs["tools"] = harmony.tools_for_template(req.tools)
+    elif derived is not None:
+        kwargs["tools"] = req.tools
     elif chat.renders_tools:
         kwargs["tools"] = req.tools
         for_template(messages, fmt.family, chat.renders_calls)
@@ -220,6 +252,13 @@ def tools_for(req, lm, messages: list[dict], kwargs: dict) -> tuple[list[dict], 
     elif choice not in (None, "auto", "required"):
         raise BadRequest(f"tool_choice {choice!r} is not 'none', 'auto' or 'required'", param="tool_choice")
     grammar = None
+    if derived is not None:
+        if choice == "required" or name is not None:
+            try:
+                grammar = derived_grammar(req.tools, name, derived, req.parallel_tool_calls is not False)
+            except ValueError as e:
+                raise BadRequest(str(e), param="tool_choice") from None
+        return req.tools, grammar, DerivedFamily.of(derived)
     if choice == "required" or name is not None:
         try:
             # a named function is one call (as OpenAI and vLLM make it); `required`, one or more

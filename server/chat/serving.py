@@ -13,7 +13,8 @@ import threading
 import time
 from typing import AsyncIterator
 
-from ...engine import GrammarError, ImageError, TemplateWorkers, ThinkingBudget, encode, prompt_ids, schema_of
+from ...engine import (GrammarError, ImageError, TemplateError, TemplateWorkers, ThinkingBudget, encode, prompt_ids,
+                       schema_of)
 from ..core.errors import APIError, BadRequest, ContextLengthExceeded
 from ..core.pools import Pools
 from ..core.protocol import new_id, now
@@ -22,17 +23,21 @@ from ..models.residency import Residency
 from ..models.presets import sampling_defaults
 from ..models.worker import Job
 from . import harmony
+from .derived_calls import PROBE_TOOLS, Derived, marker_of, probe_replies
 from .images import (MAX_REQUEST_PIXELS, Fetcher, ImagePart, bad_image, image_bytes, max_images,
                      no_vision_file)
 from .prepare import (Prepared, Split, constrain, origin_param, per_choice, refuse_parts, refuse_unsupported, render_chat,
-                      template_tool_calls, tools_for)
+                      template_tool_calls, tools_for, without_billing_header)
 from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Completion,
                        CompletionChoice, CompletionRequest, Delta, ResponseMessage)
 from .reasoning import enable_thinking, starts_in_reasoning
-from .tool_parse import ToolCallSplitter
+from .tool_parse import ToolCallSplitter, syntax_for
 from .wire import SYSTEM_FINGERPRINT, Piece, Tally, chat_logprobs, completion_logprobs, reply_content
 
 log = logging.getLogger("gguf_serve.server")
+# chat replies of a model without a chat template (a base model, such as the embedded default)
+# that set no max_tokens: it rarely ends a turn, and would write the server's whole --max-tokens
+BASE_MODEL_MAX_TOKENS = 256
 
 MEASURE_PIECE = 1 << 16  # characters tokenized at a time while a long prompt is measured
 
@@ -49,6 +54,7 @@ class ChatServing:
         self.fetcher = Fetcher(settings)  # image URLs (--image-urls), on the event loop
         self.metrics = metrics
         self._warned_no_switch: set[str] = set()
+        self._syntaxes: dict[tuple, Derived | None] = {}  # per loaded model: its template's derived call syntax
 
     async def _prepared(self, model: str | None, keep_alive: float | None, prepare) -> Prepared:
         """Hold the model, run `prepare(entry)` (a coroutine giving a Prepared) and queue
@@ -65,6 +71,31 @@ class ChatServing:
         except BaseException:
             self.residency.release(entry)
             raise
+
+    async def _derived_syntax(self, entry) -> Derived | None:
+        """The call syntax the model's template shows when it renders probe calls
+        (server.chat.derived_calls), for a template that renders tools in a form no
+        hand-written family reads; derived once per loaded model. None: the family's."""
+        lm = entry.lm
+        chat = lm.chat_format
+        if chat.harmony or "tool" not in (lm.chat_template or ""):
+            return None
+        key = (entry.id, id(lm))
+        if key not in self._syntaxes:
+            async def render(messages, generation_prompt):
+                return await self.templates.render(lm.chat_template, messages, max_chars=1 << 20,
+                                                   special_tokens=lm.tokenizer.special_tokens_map,
+                                                   tools=PROBE_TOOLS, add_generation_prompt=generation_prompt)
+            try:
+                self._syntaxes[key] = syntax_for(chat.calls.family, chat.renders_tools, await probe_replies(render))
+            except TemplateError as e:  # a template that cannot render the probes keeps the fallback
+                log.info("%s: its template does not render tool calls (%s): tools go in the system prompt",
+                         entry.id, e)
+                self._syntaxes[key] = None
+            if self._syntaxes[key] is not None:
+                log.info("%s: tool calls read in its template's own syntax (from %r)", entry.id,
+                         marker_of(self._syntaxes[key]))
+        return self._syntaxes[key]
 
     def sampling_defaults(self, entry) -> dict:
         """What a request to `entry` leaves out comes from (server.models.presets)."""
@@ -145,6 +176,10 @@ class ChatServing:
             refuse_parts(m, i)
             msg = {"role": "system" if m.role == "developer" else m.role,
                    "content": await self._content(m, i, pending)}
+            if msg["role"] == "system" and (content := without_billing_header(msg["content"])) != msg["content"]:
+                if content is None:  # nothing but the billing line
+                    continue
+                msg["content"] = content
             if m.tool_calls:
                 msg["tool_calls"] = template_tool_calls(m.tool_calls, i)
             if m.tool_call_id:
@@ -167,7 +202,8 @@ class ChatServing:
                 self._warned_no_switch.add(entry.id)
                 log.info("%s: its chat template has no thinking switch; the reasoning setting is ignored", entry.id)
         images = await self._images(lm, pending)
-        tools, grammar_for_tools, family = tools_for(req, lm, messages, kwargs)
+        derived = await self._derived_syntax(entry) if req.tools and req.tool_choice != "none" else None
+        tools, grammar_for_tools, family = tools_for(req, lm, messages, kwargs, derived)
         prompt = await render_chat(self.templates, lm, messages, kwargs)
         await self._measure(entry, prompt, "messages")
         try:
@@ -179,7 +215,10 @@ class ChatServing:
             max_tokens = max(1, min(max_tokens, self._context(entry) - len(ids)))
         self._check_length(entry, len(ids), max_tokens, "messages")
         if max_tokens is None:  # the server's cap for requests that set none, within the context left
-            max_tokens = min(self.settings.max_tokens, self._context(entry) - len(ids))
+            cap = self.settings.max_tokens
+            if not (entry.info or {}).get("chat_template", True) and not self.settings.chat_template:
+                cap = min(cap, BASE_MODEL_MAX_TOKENS)  # a base model: it continues text, it does not end a turn
+            max_tokens = min(cap, self._context(entry) - len(ids))
         params = per_choice(req, max_tokens, lm, (req.top_logprobs or 0) if req.logprobs else None,
                             self.sampling_defaults(entry))
         json_format = req.response_format if req.response_format and req.response_format.get("type") in (
@@ -448,18 +487,23 @@ class ChatServing:
     async def _completion_sse(self, req, prep) -> AsyncIterator[str]:
         cid, created, tally = new_id("cmpl"), now(), Tally()
         tok, offsets = prep.tokenizer, [0] * len(prep.params)
+
+        def chunk(choices, usage=None) -> str:
+            data = Completion(id=cid, created=created, model=req.model, choices=choices, usage=usage,
+                              system_fingerprint=SYSTEM_FINGERPRINT).model_dump(exclude_none=True)
+            for ch in data["choices"]:  # OpenAI's chunks say these are null until they are not
+                ch.setdefault("logprobs", None)
+                ch.setdefault("finish_reason", None)
+            return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
         async for p in self.pieces(prep, tally):
             lp = None
             if req.logprobs is not None:
                 lp = completion_logprobs(tok, p.logprobs, offsets[p.index])
                 offsets[p.index] += sum(len(t) for t in lp.tokens)
-            c = Completion(id=cid, created=created, model=req.model,
-                           choices=[CompletionChoice(text=p.content, index=p.index, logprobs=lp,
-                                                     finish_reason=p.finish_reason)])
-            yield f"data: {c.model_dump_json(exclude_none=True)}\n\n"
+            yield chunk([CompletionChoice(text=p.content, index=p.index, logprobs=lp, finish_reason=p.finish_reason)])
         if req.stream_options and req.stream_options.include_usage:
-            c = Completion(id=cid, created=created, model=req.model, choices=[], usage=tally.usage())
-            yield f"data: {c.model_dump_json(exclude_none=True)}\n\n"
+            yield chunk([], tally.usage())
         yield "data: [DONE]\n\n"
 
     async def completion(self, req: CompletionRequest) -> Completion:
@@ -475,7 +519,8 @@ class ChatServing:
                           choices=[CompletionChoice(text="".join(t["text"]), index=i, finish_reason=t["finish"],
                                                     logprobs=completion_logprobs(tok, t["logprobs"])
                                                     if req.logprobs is not None else None)
-                                   for i, t in enumerate(texts)], usage=tally.usage())
+                                   for i, t in enumerate(texts)], usage=tally.usage(),
+                          system_fingerprint=SYSTEM_FINGERPRINT)
 
 
 class OverChat:

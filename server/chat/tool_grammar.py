@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from ...engine import GEMMA4, LFM2, LLAMA3, MISTRAL, TOOL_CLOSE, TOOL_OPEN, CallFormat, closed_objects
+from .derived_calls import Derived, attributed, marker_of
 from .tools import functions
 
 
@@ -149,3 +150,41 @@ def required_grammar(tools: list[dict], name: str | None, parallel: bool, fmt: C
             f'call: "{TOOL_OPEN}\\n" body "\\n{TOOL_CLOSE}"\n'
             f"body: %json {json.dumps(_with_ws(_options(chosen, 'arguments')))}\n")
     return LLMatcher.grammar_from_lark(lark)
+
+
+def _pieces(*parts: str) -> str:
+    """Lark items in order, empty literals and items left out."""
+    return " ".join(p for p in parts if p and p != '""')
+
+
+def derived_grammar(tools: list[dict], name: str | None, d: Derived, parallel: bool = True) -> str:
+    """A forced reply in a template's own syntax (server.chat.derived_calls): the wrapper from
+    the calls' marker on, each call's pieces around its name, its arguments as the tool's JSON
+    object or its key/value pairs (required keys always, the others optionally, in schema
+    order), then the wrapper's close."""
+    from llguidance import LLMatcher
+
+    chosen = chosen_functions(tools, name)
+    mark = marker_of(d)
+    opener = d.section_open[d.section_open.find(mark):] if d.section_open.strip() and mark in d.section_open else ""
+    more = f" ({_pieces(_lark_str(d.separator), 'call')})*" if parallel and name is None else ""
+    rules = [_pieces("start:", _lark_str(opener), f"call{more}", _lark_str(d.section_close if d.section_close.strip() else "")),
+             "call: " + " | ".join(f"c{k}" for k in range(len(chosen)))]
+    for k, f in enumerate(chosen):
+        lead = _lark_str(d.call_open + f["name"] + d.name_end)
+        if d.args == "json":
+            rules += [f"c{k}: {lead} a{k} {_lark_str(d.call_close)}",
+                      f"a{k}: %json {json.dumps(_with_ws(_parameters(f)))}"]
+            continue
+        params = _parameters(f)
+        required = set(params.get("required") or [])
+        parts = []
+        for j, (p, schema) in enumerate((params.get("properties") or {}).items()):
+            value = f"v{k}_{j}"
+            rules.append(_xml_value(value, schema if isinstance(schema, dict) else {}))
+            key = (f"{_lark_str(d.pair_open + p + d.key_end.lstrip()[0])} /[^>\\n]*>/" if attributed(d.key_end)
+                   else _lark_str(d.pair_open + p + d.key_end))  # a tag with more attributes: any of them
+            part = _pieces(key, value, _lark_str(d.pair_close))
+            parts.append(part if p in required else f"({part})?")
+        rules.append(_pieces(f"c{k}:", lead, *parts, _lark_str(d.call_close)))
+    return LLMatcher.grammar_from_lark("\n".join(rules) + "\n")

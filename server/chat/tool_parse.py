@@ -13,8 +13,43 @@ import json
 import re
 import uuid
 
+from dataclasses import dataclass
+
 from ...engine import HERMES, LFM2, MISTRAL, Family, held_back
+from .derived_calls import KEY_A, KEY_B, NAME_A, NAME_B, PROBE_TOOLS, VAL_A, VAL_B, Derived, derive, marker_of
 from .tools import ToolCall, functions, mistral_id
+
+
+@dataclass(frozen=True)
+class DerivedFamily(Family):
+    """A template's own call syntax, read from its render of probe calls (server.chat.
+    derived_calls): its calls run to the end of the reply and come whole there."""
+
+    syntax: Derived | None = None
+
+    @classmethod
+    def of(cls, syntax: Derived) -> "DerivedFamily":
+        return cls("derived", marker_of(syntax), None, syntax=syntax)
+
+    def calls(self, text: str, tools: list[dict]) -> tuple[str, list[ToolCall]] | None:
+        """(the content around them, the calls) of a reply's text from the marker on, or None."""
+        got = self.syntax.parse(text) if self.syntax is not None else None
+        if not got or not got[1]:
+            return None
+        names = {f.get("name") for f in functions(tools)}
+        found = [(_tool_name(n, names), a) for n, a in got[1]]
+        if self.syntax.args == "json":
+            return got[0], [ToolCall(n, json.dumps(a, ensure_ascii=False)) for n, a in found]
+        return got[0], [_typed_call(n, list(a.items()), tools) for n, a in found]
+
+
+def _tool_name(written: str, names: set) -> str:
+    """A call's function name as a template writes it, as the tool's: Kimi's
+    `functions.NAME:INDEX` is NAME."""
+    if written in names:
+        return written
+    bare = re.sub(r":\d+$", "", written.removeprefix("functions."))
+    return bare if bare in names else written
 
 
 def _typed(value: str, schema: dict | None):
@@ -24,7 +59,12 @@ def _typed(value: str, schema: dict | None):
     try:
         return json.loads(value)
     except ValueError:
+        pass
+    try:  # a template that writes a mapping as Python does ({'a': 1}, True)
+        literal = ast.literal_eval(value)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
         return value
+    return literal if isinstance(literal, (dict, list, int, float, bool)) else value
 
 
 def _typed_call(name: str, pairs: list[tuple[str, str]], tools: list[dict]) -> ToolCall:
@@ -355,13 +395,18 @@ class ToolCallSplitter:
             return text, []
         self.in_call = False
         if self.family.close is None:
-            calls = parse_calls(text, self.tools, self.family)
+            rest = ""
+            if isinstance(self.family, DerivedFamily):
+                got = self.family.calls(self.marker + text, self.tools)
+                rest, calls = got if got is not None else ("", None)
+            else:
+                calls = parse_calls(text, self.tools, self.family)
             if calls is None:  # not calls after all: content, as written
                 return self.marker + text, []
             for k, call in enumerate(calls):
                 self.deltas += _CallStream(self.n_calls + k, call.id).finish(call)
             self.n_calls += len(calls)
-            return "", calls
+            return rest, calls
         stream = self.stream
         self.deltas += stream.update(text)
         found = self._close(text)
@@ -371,3 +416,28 @@ class ToolCallSplitter:
             self.n_calls += 1
             return "", [ToolCall(stream.name, stream.args, stream.id, complete=False)]
         return self.marker + text, []
+
+
+def reads_probes(family: Family, replies: dict[str, str]) -> bool:
+    """Whether `family`'s reader gives back the probe calls a template rendered
+    (server.chat.derived_calls.probe_replies): one call, and two."""
+    want = {"one": [(NAME_A, {KEY_A: VAL_A})], "two": [(NAME_A, {KEY_A: VAL_A}), (NAME_B, {KEY_B: VAL_B})]}
+    for key, calls in want.items():
+        if key not in replies:  # not rendered: the template refuses it
+            continue
+        splitter = ToolCallSplitter(PROBE_TOOLS, family)
+        got = splitter.feed(replies.get(key, ""))[1] + splitter.flush()[1]
+        try:
+            if [(c.name, json.loads(c.arguments)) for c in got] != calls:
+                return False
+        except ValueError:
+            return False
+    return True
+
+
+def syntax_for(family: Family, renders_tools: bool, replies: dict[str, str]) -> Derived | None:
+    """The derived syntax a template's calls are read in, or None where its hand-written
+    family reads its own render of the probes (or nothing can be derived)."""
+    if renders_tools and reads_probes(family, replies):
+        return None
+    return derive(replies)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from ...engine import token_bytes
 from .protocol import ChoiceLogprobs, CompletionLogprobs, TokenLogprob, TopLogprob, Usage
 
 
@@ -80,7 +81,7 @@ def chat_logprobs(tok, entries: list) -> ChoiceLogprobs:
     """OpenAI's chat logprobs from (token id, logprob, top [(id, logprob)]) entries."""
     def top(token_id: int, logprob: float) -> TopLogprob:
         text = token_text(tok, token_id)
-        return TopLogprob(token=text, logprob=logprob, bytes=list(text.encode()))
+        return TopLogprob(token=text, logprob=logprob, bytes=list(token_bytes(tok, token_id)))
 
     return ChoiceLogprobs(content=[TokenLogprob(**top(t, lp).model_dump(), top_logprobs=[top(a, b) for a, b in alts])
                                    for t, lp, alts in entries])

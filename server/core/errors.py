@@ -214,6 +214,17 @@ async def validation_error(request: Request, exc: RequestValidationError):
         return reply(BadRequest(await _json_error(request, first)), request)
     ctx = first.get("ctx") or {}
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    whole = first.get("type") in ("missing", "model_attributes_type", "dict_type", "model_type")
+    if whole and not ctx.get("field") and tuple(first.get("loc", ())) == ("body",):  # no body, or not an object
+        kind = request.headers.get("content-type", "")
+        if first.get("type") == "missing":
+            msg = "the request needs a JSON body (Content-Type: application/json)"
+        elif not kind.startswith("application/json"):
+            msg = (f"the body must be JSON sent with Content-Type: application/json (this one came as "
+                   f"{kind.split(';')[0] or 'no content type'}; curl: -H 'Content-Type: application/json')")
+        else:
+            msg = "the body must be a JSON object ({...})"
+        return reply(BadRequest(msg), request)
     param = ctx.get("field") or ".".join(loc) or None
     msg = first.get("msg", "invalid request")
     return reply(BadRequest(f"{param}: {msg}" if param else msg, param=param), request)

@@ -13,7 +13,7 @@ from ..settings import ServerSettings
 from .errors import APIError, Forbidden, PayloadTooLarge, Unauthorized, envelope
 from .hosts import HostPolicy
 from .metrics import Metrics
-from .webui import is_public
+from .webui import ASSETS, is_public
 
 BODY_TIMEOUT = 60.0  # seconds for a request's whole body to arrive
 
@@ -67,15 +67,17 @@ class Guard:
     def __init__(self, app, settings: ServerSettings, metrics: Metrics):
         self.app, self.settings, self.metrics = app, settings, metrics
         self.hosts = HostPolicy(settings.host, settings.allowed_hosts, settings.cors_origins)
+        self.keys = [k.encode() for k in settings.api_keys]
 
     def _authorized(self, headers: dict) -> bool:
         """`Authorization: Bearer <key>` (the scheme in any case, RFC 9110) or Anthropic's
-        `x-api-key: <key>`, compared in constant time."""
+        `x-api-key: <key>`, compared in constant time with each key."""
         scheme, _, key = headers.get("authorization", "").strip().partition(" ")
-        want = self.settings.api_key.encode()
-        if "x-api-key" in headers and hmac.compare_digest(headers["x-api-key"].strip().encode(), want):
-            return True
-        return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), want)
+        given = [headers["x-api-key"].strip().encode()] if "x-api-key" in headers else []
+        if scheme.lower() == "bearer":
+            given.append(key.strip().encode())
+        hits = [hmac.compare_digest(g, k) for g in given for k in self.keys]  # every pair, whichever matches
+        return any(hits)
 
     def _refusal(self, scope) -> APIError | None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
@@ -88,7 +90,7 @@ class Guard:
             return Forbidden(f"Origin '{origin[:200]}' may not make requests to this server (--cors-origins)",
                              code="origin_not_allowed")
         public = path == "/health" or (self.settings.webui and is_public(path))
-        if self.settings.api_key and not public and not self._authorized(headers):
+        if self.keys and not public and not self._authorized(headers):
             return Unauthorized("Incorrect or missing API key")
         length = headers.get("content-length")
         if path.startswith("/v1/") and length is not None and length.isdigit() and int(length) > limit:
@@ -112,5 +114,6 @@ class Guard:
             else:
                 await self.app(scope, receive, counted)
         finally:
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            route = getattr(scope.get("route"), "path", None) or (
+                f"{ASSETS}/{{file}}" if scope.get("path", "").startswith(ASSETS + "/") else "unmatched")
             self.metrics.requests.labels(route, str(status[0])).inc()

@@ -1,6 +1,9 @@
 """How a route hands a generation to the client: a streamed reply (server-sent events)
 that cancels its generation however it ends, or a folded one that is abandoned if the
-client hangs up first; an error inside a stream as its last event."""
+client hangs up first; an error inside a stream as its last event. A server-sent event
+stream silent for --sse-ping-interval seconds (a long prompt's prefill, a queue) gets a
+comment line (`: ping`), which clients skip and proxies see as traffic; NDJSON streams
+(Ollama's) get none: their clients read every line as JSON."""
 
 from __future__ import annotations
 
@@ -18,16 +21,51 @@ from .errors import APIError, InternalError
 log = logging.getLogger("gguf_serve.server")
 
 
+PING = ": ping\n\n"
+
+
+async def with_pings(lines: AsyncIterator[str], interval: float) -> AsyncIterator[str]:
+    """`lines`, and PING whenever `interval` seconds pass without one. The next line is
+    awaited in a task of its own, so that a ping does not cancel it."""
+    it = lines.__aiter__()
+    pending: asyncio.Future | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(it.__anext__())
+            done, _ = await asyncio.wait({pending}, timeout=interval)
+            if not done:
+                yield PING
+                continue
+            line, pending = pending, None
+            try:
+                value = line.result()
+            except StopAsyncIteration:
+                return
+            yield value
+    finally:
+        if pending is not None:
+            pending.cancel()
+            await asyncio.wait({pending})  # the generator's own `finally` runs before it is closed
+        close = getattr(it, "aclose", None)
+        if close is not None:
+            await close()
+
+
 class CancellingStream(StreamingResponse):
     """A streamed reply that cancels its generation however it ends: also when the
     client hangs up before the first line is sent (the body's own `finally` never runs
-    for a generator that was never started)."""
+    for a generator that was never started). Server-sent events get pings while silent."""
 
     def __init__(self, content, cancel: threading.Event, **kwargs):
         super().__init__(content, **kwargs)
         self.cancel = cancel
 
     async def __call__(self, scope, receive, send):
+        settings = getattr(getattr(scope.get("app"), "state", None), "settings", None)
+        interval = getattr(settings, "sse_ping_interval", 0) or 0
+        if interval > 0 and (self.media_type or "").startswith("text/event-stream"):
+            self.body_iterator = with_pings(self.body_iterator, interval)
         try:
             await super().__call__(scope, receive, send)
         finally:

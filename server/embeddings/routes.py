@@ -24,7 +24,7 @@ def embeddings(request: Request) -> EmbeddingsServing:
 @router.post("/embeddings", include_in_schema=False)
 async def create_embeddings(req: EmbeddingRequest, request: Request) -> EmbeddingList:
     """OpenAI's embeddings, for embedding files (a pooling type in the file)."""
-    request.app.state.catalog.answering(req)
+    request.app.state.catalog.answering(req, "embedding")
     return EmbeddingList(**await embeddings(request).embeddings(req))
 
 
@@ -39,7 +39,7 @@ class NativeEmbeddingRequest(OpenAIRequest):
 @router.post("/embedding", responses=errors(*API_ERRORS))
 async def embedding(req: NativeEmbeddingRequest, request: Request):
     """llama-server's: each input's vector as a row, or with --pooling none every token's."""
-    request.app.state.catalog.answering(req)
+    request.app.state.catalog.answering(req, "embedding")
     return await embeddings(request).embedding(EmbeddingRequest(model=req.model, input=req.content,
                                                                 keep_alive=req.keep_alive), req.embd_normalize)
 
@@ -48,5 +48,5 @@ async def embedding(req: NativeEmbeddingRequest, request: Request):
 @router.post("/rerank", include_in_schema=False)
 async def rerank(req: RerankRequest, request: Request) -> RerankList:
     """llama-server's and Jina's rerank, for reranking files (Qwen3-Reranker's)."""
-    request.app.state.catalog.answering(req)
+    request.app.state.catalog.answering(req, "rerank")
     return RerankList(**await embeddings(request).rerank(req))

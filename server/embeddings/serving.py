@@ -62,8 +62,9 @@ class EmbeddingsServing:
                              code="context_length_exceeded") from None
 
     async def embeddings(self, req: EmbeddingRequest) -> dict:
-        async with self.residency.holding(req.model, req.keep_alive) as entry:
+        async with self.residency.holding(req.model, req.keep_alive, "embedding") as entry:
             refuse_kind(entry, "embed")
+            req.model = entry.id  # the reply names the model that answered
             if entry.lm.pooling == "none":
                 raise BadRequest(f"model {entry.id} is served with pooling none (every token's vector): use "
                                  f"/embedding", param="model", code="wrong_model_kind")
@@ -86,7 +87,7 @@ class EmbeddingsServing:
         """llama-server's /embedding: each input's vector, or with pooling none every
         token's, as rows; `normalize` as its embd_normalize (-1 none, 1 taxicab, 2
         Euclidean, p > 2 the p-norm)."""
-        async with self.residency.holding(req.model, req.keep_alive) as entry:
+        async with self.residency.holding(req.model, req.keep_alive, "embedding") as entry:
             refuse_kind(entry, "embed")
             inputs = await self.pools.prompts.run(_token_lists, req, entry.lm.tokenizer)
             if entry.lm.pooling == "none":
@@ -105,8 +106,9 @@ class EmbeddingsServing:
         return out
 
     async def rerank(self, req: RerankRequest) -> dict:
-        async with self.residency.holding(req.model, req.keep_alive) as entry:
+        async with self.residency.holding(req.model, req.keep_alive, "rerank") as entry:
             refuse_kind(entry, "rank")
+            req.model = entry.id
             texts = []
             for j, d in enumerate(req.documents):
                 text = d if isinstance(d, str) else d.get("text")

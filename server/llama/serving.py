@@ -14,7 +14,7 @@ import time
 import unicodedata
 from typing import AsyncIterator
 
-from ...engine import SAMPLER_CHAIN, InfillError, encode, infill_ids, json_grammar, slots
+from ...engine import SAMPLER_CHAIN, InfillError, encode, infill_ids, json_grammar, slots, token_bytes
 from ..chat.prepare import LLAMA_SAMPLERS
 from ..chat.protocol import ChatCompletionRequest, CompletionRequest
 from ..chat.wire import Tally
@@ -244,7 +244,7 @@ def slot_file(folder: str, filename) -> str:
 def _prob(tok, token: int, logprob: float, tops) -> dict:
     def one(t, lp):
         text = tok.decode([t], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        return {"id": t, "token": text, "bytes": list(text.encode()), "logprob": lp}
+        return {"id": t, "token": text, "bytes": list(token_bytes(tok, t)), "logprob": lp}
     return {**one(token, logprob), "top_logprobs": [one(t, lp) for t, lp in tops]}
 
 

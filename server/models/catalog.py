@@ -25,6 +25,9 @@ log = logging.getLogger("gguf_serve.server")
 
 DEFAULT_MODEL_ID = "embedded:gemma-3-270m-q4_k_m.gguf"
 
+# what a model file is for (/v1/models' `kind`) by its pooling type (llama.cpp's numbers; none: generation)
+FILE_KINDS = {1: "embedding", 2: "embedding", 3: "embedding", 4: "rerank"}
+
 # what a model file is for, by its pooling type (None: generation), and where to ask it
 KINDS = {"mean": "an embedding model", "cls": "an embedding model", "last": "an embedding model",
          "rank": "a reranking model", None: "a generative (chat and completion) model"}
@@ -106,7 +109,8 @@ class Catalog:
             return entry
         ref = resolve.parse(spec)
         if ref is None:
-            raise ModelNotFound(spec)
+            raise ModelNotFound(spec, "no such file or directory" if spec.lower().endswith(".gguf") or os.sep in spec
+                                else "neither a file here nor a Hub id (<repo>:<file>.gguf)")
         everything = []
         if self._online():
             everything = resolve.gguf_files(ref.repo, ref.revision, models_only=False)  # the Hub's answer stands
@@ -245,6 +249,7 @@ class Catalog:
             "size_bytes": d["file_size"],
             "architecture": d["architecture"],
             "parameters": d["parameters"],
+            "kind": "embedding" if self.settings.pooling else FILE_KINDS.get(d["pooling_type"] or 0, "chat"),
         }
 
     def get(self, model_id: str) -> Entry:
@@ -258,7 +263,9 @@ class Catalog:
         if entry is None and model_id == "default" and DEFAULT_MODEL_ID in self.entries:
             entry = self.entries[DEFAULT_MODEL_ID]
         if entry is None:
-            raise ModelNotFound(model_id)
+            served = list(self.entries)
+            listed = ", ".join(served[:10]) + (f" and {len(served) - 10} more (GET /v1/models)" if len(served) > 10 else "")
+            raise ModelNotFound(model_id, f"this server has {listed}" if served else "this server has none")
         return entry
 
     def sole(self) -> Entry | None:
@@ -268,24 +275,36 @@ class Catalog:
             return self.entries[self.fallback]
         return next(iter(self.entries.values())) if len(self.entries) == 1 else None
 
-    def named(self, model_id: str | None) -> Entry:
+    def named(self, model_id: str | None, kind: str | None = None) -> Entry:
         """The entry a request names. As llama-server does, a request naming no model, or
         one this server does not have, goes to the one model served (`sole`; replies name
-        it); --strict-model-names keeps an unknown name a 404. Several models and none
+        it), or for an endpoint of one `kind` ("embedding", "rerank") to the one model of that
+        kind (text-embedding-3-small asked of a server with one embedding model among chat
+        ones); --strict-model-names keeps an unknown name a 404. Several models and none
         named: a 400."""
         if model_id is not None:
             try:
                 return self.get(model_id)
             except ModelNotFound:
-                if self.settings.strict_model_names or self.sole() is None:
+                if self.settings.strict_model_names:
                     raise
-                return self.sole()
-        entry = self.sole()
+                entry = self.sole() or self._sole_kind(kind)
+                if entry is None:
+                    raise
+                return entry
+        entry = self.sole() or self._sole_kind(kind)
         if entry is None:
             raise BadRequest(f"name the model: this server has {len(self.entries)}", param="model")
         return entry
 
-    def answering(self, req) -> None:
-        """Make a request's `model` the id of the model that answers it (named), so that
-        its reply names that model."""
-        req.model = self.named(req.model).id
+    def _sole_kind(self, kind: str | None) -> Entry | None:
+        """The one model of this kind the catalog knows, if there is exactly one."""
+        if kind is None:
+            return None
+        of_kind = [e for e in self.entries.values() if (e.info or {}).get("kind") == kind and e.error is None]
+        return of_kind[0] if len(of_kind) == 1 else None
+
+    def answering(self, req, kind: str | None = None) -> None:
+        """Make a request's `model` the id of the model that answers it (named; `kind`: the
+        endpoint's), so that its reply names that model."""
+        req.model = self.named(req.model, kind).id

@@ -72,10 +72,10 @@ class Residency:
 
     # ------------------------------------------------------- on the event loop
 
-    async def hold(self, model: str | None, keep_alive: float | None = None) -> Entry:
-        """The model a request names (catalog.named), held for it and loaded, off the event
-        loop; it stays loaded until `release`."""
-        entry = self.catalog.named(model)
+    async def hold(self, model: str | None, keep_alive: float | None = None, kind: str | None = None) -> Entry:
+        """The model a request names (catalog.named; `kind`: the endpoint's, for a name not
+        served), held for it and loaded, off the event loop; it stays loaded until `release`."""
+        entry = self.catalog.named(model, kind)
         task = asyncio.ensure_future(self.pool.run(self.acquire, entry, keep_alive))
         try:
             return await asyncio.shield(task)
@@ -85,9 +85,9 @@ class Residency:
             raise
 
     @asynccontextmanager
-    async def holding(self, model: str | None, keep_alive: float | None = None):
+    async def holding(self, model: str | None, keep_alive: float | None = None, kind: str | None = None):
         """A loaded model for the duration of a `with` block (tokenize, embeddings)."""
-        entry = await self.hold(model, keep_alive)
+        entry = await self.hold(model, keep_alive, kind)
         try:
             yield entry
         finally:

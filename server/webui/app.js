@@ -19,7 +19,7 @@ const ui = {
   toggleSettings: $("toggle-settings"), settings: $("settings"), setKey: $("set-key"),
   temperature: $("temperature"), temperatureValue: $("temperature-value"), maxTokens: $("max-tokens"),
   reasoning: $("reasoning"), toolChoice: $("tool-choice"), system: $("system"), tools: $("tools"),
-  toolsError: $("tools-error"),
+  toolsError: $("tools-error"), baseModel: $("base-model"),
   messages: $("messages"), empty: $("empty"), composer: $("composer"), input: $("input"), send: $("send"),
   stop: $("stop"), attach: $("attach"), file: $("file"), attachments: $("attachments"),
   keyDialog: $("key-dialog"), keyForm: $("key-form"), keyInput: $("key-input"), keyError: $("key-error"),
@@ -100,6 +100,7 @@ function chooseModel(id) {
   store.save("settings", state.settings);
   const model = currentModel();
   ui.attach.hidden = !model?.vision;
+  ui.baseModel.hidden = !model || model.chat_template !== false || model.kind !== "chat";
   if (state.conversation && !state.conversation.messages.length) state.conversation.model = id;
 }
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from gguf_serve.engine.tokenizer import TokenizerError, encode, load_tokenizer
+from gguf_serve.engine.tokenizer import TokenizerError, encode, load_tokenizer, token_bytes
 from gguf_serve.gguf_io import GGUFReader, GGUFWriter
 
 from helpers import copy_gguf, no_llama_cpp
@@ -60,6 +60,21 @@ def test_gemma_special_tokens(gemma_tok):
     assert (gemma_tok.bos_token, gemma_tok.eos_token, gemma_tok.pad_token, gemma_tok.unk_token) == ("<bos>", "<eos>", "<pad>", "<unk>")
     assert gemma_tok.convert_tokens_to_ids("<start_of_turn>") == 105
     assert len(gemma_tok) == 262144
+
+
+def test_token_bytes_are_each_tokens_own(gemma_tok, bpe_file):
+    """A token's bytes (logprobs' `bytes`): byte tokens their one byte, pieces their text with
+    spaces, control tokens their text; the bytes of a text's tokens, joined, are the text."""
+    text = "héllo 𝄞 wörld\n\t<end>"
+    for tok in (gemma_tok, load_tokenizer(GGUFReader(bpe_file))):
+        ids = tok.backend_tokenizer.encode(text, add_special_tokens=False).ids
+        joined = b"".join(token_bytes(tok, i) for i in ids)
+        assert joined.decode() == text
+    bpe = load_tokenizer(GGUFReader(bpe_file))  # its vocabulary splits "é" into its two bytes
+    assert [token_bytes(bpe, i) for i in bpe.backend_tokenizer.encode("é").ids] == [b"\xc3", b"\xa9"]
+    assert token_bytes(gemma_tok, gemma_tok.convert_tokens_to_ids("<0xE2>")) == b"\xe2"
+    assert token_bytes(gemma_tok, 105) == b"<start_of_turn>"
+    assert token_bytes(gemma_tok, gemma_tok.convert_tokens_to_ids("▁world")) == b" world"
 
 
 @pytest.fixture(scope="module")

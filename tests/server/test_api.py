@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import threading
 import time
 
@@ -13,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from server_harness import ids, no_end, scrape, server, until, value
+from server_harness import free_port, ids, no_end, scrape, serve_command, server, until, value
 
 @pytest.fixture(scope="module")
 def srv(tiny_path):
@@ -147,10 +148,12 @@ def test_stop_strings(client, tiny_path):
     assert r.choices[0].message.content == text[:text.find(stop)]
 
 
-def test_stream_chunks_have_openai_nulls_and_a_fingerprint(srv, tiny_path):
-    body = {"model": tiny_path, "messages": [{"role": "user", "content": "x"}], "max_tokens": 3, "stream": True,
-            "logit_bias": no_end(tiny_path), "stream_options": {"include_usage": True}}
-    with httpx.stream("POST", f"{srv}/v1/chat/completions", json=body, timeout=60) as r:
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_stream_chunks_have_openai_nulls_and_a_fingerprint(srv, tiny_path, path):
+    body = {"model": tiny_path, "max_tokens": 3, "stream": True, "logit_bias": no_end(tiny_path),
+            "stream_options": {"include_usage": True}}
+    body.update({"messages": [{"role": "user", "content": "x"}]} if "chat" in path else {"prompt": "x"})
+    with httpx.stream("POST", f"{srv}{path}", json=body, timeout=60) as r:
         chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
     assert all(c["system_fingerprint"] == "gguf-serve" for c in chunks)
     with_choices = [c for c in chunks if c["choices"]]
@@ -262,6 +265,19 @@ def test_a_body_that_is_not_json_says_so_and_where(srv):
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] is None, r.text
     assert err["message"].startswith("the request body is not valid JSON: ") and "line 2, column 15" in err["message"]
+
+
+def test_a_body_without_json_says_what_to_send(srv, tiny_path):
+    """curl's -d without a JSON content type, no body at all, a JSON array: each a 400 that
+    says what the server wants, not pydantic's words."""
+    body = json.dumps({"model": tiny_path, "messages": [{"role": "user", "content": "x"}]}).encode()
+    form = httpx.post(f"{srv}/v1/chat/completions", content=body,
+                      headers={"content-type": "application/x-www-form-urlencoded"}).json()["error"]["message"]
+    assert "Content-Type: application/json" in form and "application/x-www-form-urlencoded" in form
+    empty = httpx.post(f"{srv}/v1/chat/completions").json()["error"]["message"]
+    assert empty == "the request needs a JSON body (Content-Type: application/json)"
+    array = httpx.post(f"{srv}/v1/chat/completions", json=[1, 2])
+    assert array.status_code == 400 and array.json()["error"]["message"] == "the body must be a JSON object ({...})"
 
 
 @pytest.mark.parametrize("method,path,status", [("POST", "/v1/audio/speech", 404), ("GET", "/v1/nothing/here", 404),
@@ -581,8 +597,49 @@ def test_lru_unloads_beyond_the_count_limit_and_no_switch_is_logged_once(tiny_pa
 
 
 def test_api_key_from_a_mounted_secret_file(tiny_path, tmp_path):
+    """The keys of a file, one a line (llama-server's --api-key-file; `#` lines are comments),
+    or --api-key's comma-separated: each opens the API, as a bearer token or x-api-key; others
+    do not. With a certificate and key, the same server answers over HTTPS."""
     secret = tmp_path / "api-key"
-    secret.write_text("from-a-file\n")
+    secret.write_text("from-a-file\n# a comment\nsecond-key\n\n")
     with server(tiny_path, env={"GGUF_SERVE_API_KEY_FILE": str(secret)}) as base:
         assert httpx.get(f"{base}/v1/models").status_code == 401
         assert httpx.get(f"{base}/v1/models", headers={"Authorization": "Bearer from-a-file"}).status_code == 200
+        assert httpx.get(f"{base}/v1/models", headers={"x-api-key": "second-key"}).status_code == 200
+        for wrong in ("# a comment", "from-a-file,second-key", "second"):
+            assert httpx.get(f"{base}/v1/models", headers={"Authorization": f"Bearer {wrong}"}).status_code == 401
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+    port = free_port()
+    proc = subprocess.Popen(serve_command(tiny_path, "--api-key", "k1,k2", "--ssl-keyfile", str(key), "--ssl-cert-file",
+                                          str(cert), "--port", str(port)), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        https = f"https://127.0.0.1:{port}"
+        assert until(lambda: _answers(f"{https}/health"), 60)
+        assert httpx.get(f"{https}/v1/models", verify=False, headers={"Authorization": "Bearer k2"}).status_code == 200
+        assert httpx.get(f"{https}/v1/models", verify=False, headers={"Authorization": "Bearer k3"}).status_code == 401
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=20)[0]
+    assert f"OpenAI API at {https}/v1" in out
+
+
+def _answers(url) -> bool:
+    try:
+        return httpx.get(url, verify=False, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_a_base_models_chat_reply_stops_at_256_tokens_unless_asked(gemma_path):
+    """The embedded Gemma 3 270M has no chat template: a chat reply that sets no max_tokens
+    stops at 256 tokens (it would rarely end its turn), not the server's --max-tokens; one
+    that sets it gets it."""
+    with server(gemma_path, "--max-tokens", "400", "--ctx-size", "1024") as base:
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
+        kw = dict(model=gemma_path, messages=[{"role": "user", "content": "Tell me a story."}],
+                  extra_body={"ignore_eos": True})
+        assert c.chat.completions.create(**kw).usage.completion_tokens == 256
+        assert c.chat.completions.create(**kw, max_tokens=300).usage.completion_tokens == 300

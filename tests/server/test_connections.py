@@ -11,6 +11,7 @@ import resource
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import httpx
@@ -137,3 +138,35 @@ def test_an_unread_stream_stops_generating(tiny_path):
         s.close()
         assert httpx.post(f"{base}/v1/completions", json={"model": model, "prompt": "hi", "max_tokens": 2}
                           ).status_code == 200
+
+
+def test_a_silent_stream_gets_pings_and_clients_read_through_them(tiny_path):
+    """With one sequence slot, a streamed request waits while another generates 240 tokens:
+    its stream, silent meanwhile, carries `: ping` comment lines every 0.05 s, and the openai
+    SDK reads through them to the reply it gets without them."""
+    import openai
+
+    bias = no_end(tiny_path)
+    body = {"model": tiny_path, "prompt": "hi", "max_tokens": 4, "temperature": 0, "logit_bias": bias}
+    with server(tiny_path, "--parallel", "1", "--sse-ping-interval", "0.05") as base:
+        def behind_a_long_request(call):
+            long = threading.Thread(target=lambda: httpx.post(f"{base}/v1/completions", timeout=120, json={
+                "model": tiny_path, "prompt": "the", "max_tokens": 240, "logit_bias": bias}))
+            long.start()
+            assert until(lambda: any(s["is_processing"] for s in httpx.get(f"{base}/slots").json()))
+            try:
+                return call()
+            finally:
+                long.join()
+
+        def raw():
+            with httpx.stream("POST", f"{base}/v1/completions", json={**body, "stream": True}, timeout=120) as r:
+                return [line for line in r.iter_lines() if line]
+
+        lines = behind_a_long_request(raw)
+        assert ": ping" in lines and lines[-1] == "data: [DONE]"
+        assert all(line == ": ping" or line.startswith("data: ") for line in lines)
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="x")
+        text = behind_a_long_request(lambda: "".join(
+            c.choices[0].text for c in client.completions.create(**body, stream=True) if c.choices))
+        assert text == client.completions.create(**body).choices[0].text

@@ -141,3 +141,20 @@ def test_the_wrong_kind_of_model_and_bad_inputs_are_400s(base, client):
     r = httpx.post(f"{base}/v1/embeddings", json={"model": "qwen3-embedding.gguf", "input": "x", "dimensions": 9999})
     assert r.status_code == 400 and r.json()["error"]["param"] == "dimensions"
     assert client.embeddings.create(model="qwen3-embedding.gguf", input="still serving").data
+
+
+def test_models_say_their_kind_chat_first_and_a_lone_kind_answers_other_names(base):
+    """/v1/models names each model's kind (from the file's pooling type), the chat models
+    first, so that a client picking the first one chats; a name not served goes to the one
+    model of the endpoint's kind where there is one (the reranker here), and stays a 404
+    naming the served models where there are several (two embedding models)."""
+    listed = httpx.get(f"{base}/v1/models").json()["data"]
+    kinds = {m["id"]: m["kind"] for m in listed}
+    assert kinds == {"chat.gguf": "chat", "qwen3-embedding.gguf": "embedding", "embeddinggemma.gguf": "embedding",
+                     "qwen3-reranker.gguf": "rerank"}
+    assert listed[0]["id"] == "chat.gguf"
+    r = httpx.post(f"{base}/v1/rerank", json={"model": "rerank-english-v3.0", "query": "hello", "documents": ["a"]})
+    assert r.status_code == 200 and r.json()["model"] == "qwen3-reranker.gguf", r.text
+    r = httpx.post(f"{base}/v1/embeddings", json={"model": "text-embedding-3-small", "input": "x"})
+    assert r.status_code == 404
+    assert "qwen3-embedding.gguf" in r.json()["error"]["message"] and "embeddinggemma.gguf" in r.json()["error"]["message"]

@@ -341,3 +341,23 @@ def test_what_claude_code_sends(base, gpt):
     assert reply["usage"]["input_tokens"] + reply["usage"]["cache_read_input_tokens"] == c.usage.prompt_tokens
     used = reply["usage"]["input_tokens"] + reply["usage"]["cache_read_input_tokens"] + reply["usage"]["output_tokens"]
     assert used == 2048 if reply["stop_reason"] == "max_tokens" else used < 2048  # --ctx-size 2048: cut there
+
+
+def test_claude_codes_billing_line_does_not_defeat_the_prefix_cache(claude):
+    """Claude Code's first system block, `x-anthropic-billing-header: ...; cch=...;`, changes on
+    every request: left in, every turn would prefill the whole conversation again. Taken out,
+    the second turn reads the first one's prompt from the cache."""
+    system = "You are a careful assistant who answers briefly. " * 12
+
+    def turn(cch, messages):
+        return claude.messages.create(model="tools.gguf", max_tokens=4, messages=messages, extra_body=GREEDY,
+                                      system=[{"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.90."
+                                                                       f"ab1; cc_entrypoint=cli; cch={cch};"},
+                                              {"type": "text", "text": system}])
+
+    first = [{"role": "user", "content": "hello there"}]
+    one = turn("3f2a1", first)
+    two = turn("9bc07", first + [{"role": "assistant", "content": one.content[0].text},
+                                 {"role": "user", "content": "and again"}])
+    assert one.usage.input_tokens > 100
+    assert two.usage.cache_read_input_tokens >= one.usage.input_tokens - 8  # all but the first turn's reply header

@@ -78,6 +78,10 @@ CASES = {
     "slots": ("false", ["--slots"], True),
     "slot_save_path": ("{tmp}/env-slots", ["--slot-save-path", "{tmp}/cli-slots"], "{tmp}/cli-slots"),
     "models_preset": ("{tmp}/env.ini", ["--models-preset", "{tmp}/cli.ini"], "{tmp}/cli.ini"),
+    "access_log": ("true", ["--no-access-log"], False),
+    "sse_ping_interval": ("2", ["--sse-ping-interval", "5.0"], 5.0),
+    "ssl_keyfile": ("{tmp}/env.key", ["--ssl-keyfile", "{tmp}/cli.key"], "{tmp}/cli.key"),
+    "ssl_certfile": ("{tmp}/env.crt", ["--ssl-cert-file", "{tmp}/cli.crt"], "{tmp}/cli.crt"),
 }
 # options whose default no flag can say: --no-mmproj is the switch's only flag (it says true)
 UNSAYABLE = {"no_mmproj"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import shutil
 import signal
 import subprocess
@@ -136,8 +137,26 @@ def test_ctrl_c_during_a_generation_ends_it_and_exits(gemma_path):
 
 
 def test_ctrl_c_shuts_down_cleanly(tiny_path):
-    proc, _ = spawn(tiny_path)
+    """Ctrl-C: exit 0, no traceback, and a last line that says so; with --access-log each
+    request was logged on its way."""
+    proc, base = spawn(tiny_path, "--access-log")
+    assert httpx.get(f"{base}/v1/models").status_code == 200
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0
-    assert "Traceback" not in out
+    assert "Traceback" not in out and out.rstrip().endswith("gguf-serve: stopped")
+    assert '"GET /v1/models HTTP/1.1" 200' in out
+
+
+def test_a_busy_port_stops_the_start_before_anything_loads(tiny_path):
+    """The port is taken: the start ends at once (before the model loads) with a line that
+    names the address and --port."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        p = subprocess.run(serve_command(tiny_path, "--port", str(port)), capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert p.returncode == 1
+    assert f"cannot listen on 127.0.0.1 port {port}" in p.stderr and "--port" in p.stderr, p.stderr[-2000:]
+    assert "loading" not in p.stdout

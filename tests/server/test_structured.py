@@ -138,6 +138,23 @@ def test_logprobs_on_chat_and_completions(client, tiny_path):
     assert all(len(d) <= 2 and max(d.values()) == pytest.approx(v) for d, v in zip(lp.top_logprobs, lp.token_logprobs))
 
 
+def test_a_token_that_is_part_of_a_character_reports_its_own_byte(client, tiny_path):
+    """A byte-level vocabulary's lone byte 0xC3 (the first byte of "é"): its text alone is the
+    replacement character, its `bytes` the byte itself (a client joining the tokens' bytes
+    rebuilds the text), not the replacement character's three."""
+    from gguf_serve.engine.tokenizer import load_tokenizer
+    from gguf_serve.gguf_io import GGUFReader
+
+    tok = load_tokenizer(GGUFReader(tiny_path))
+    c3 = tok.convert_tokens_to_ids("Ã")  # GPT-2's character for the byte 0xC3
+    bias = no_end(tiny_path)
+    r = client.chat.completions.create(model=tiny_path, messages=[{"role": "user", "content": "hi"}], max_tokens=3,
+                                       temperature=0, logprobs=True, top_logprobs=2, extra_body=NO_THINK,
+                                       logit_bias={**bias, str(c3): 100})
+    for t in r.choices[0].logprobs.content:
+        assert t.bytes == [0xC3] and t.token == "\ufffd"
+
+
 def test_bad_schemas_are_400(srv, tiny_path):
     for fmt in ({"type": "json_schema"}, {"type": "json_schema", "json_schema": {"name": "x", "schema": 3}},
                 {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "wat"}}}):

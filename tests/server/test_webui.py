@@ -199,6 +199,9 @@ def test_the_page_is_public_and_its_api_keeps_the_key(keyed, tiny_path):
     assert httpx.get(f"{keyed}/webui/missing.js").status_code == 404
     assert httpx.get(f"{keyed}/v1/models").status_code == 401
     assert httpx.get(f"{keyed}/metrics").status_code == 401
+    counted = scrape(keyed, headers={"Authorization": f"Bearer {KEY}"})  # the page's files under their own route
+    assert value(counted, "gguf_serve_requests_total", endpoint="/webui/{file}", status="200") == 3
+    assert value(counted, "gguf_serve_requests_total", endpoint="unmatched", status="200") == 0
     with server(tiny_path, "--no-webui") as b:
         assert httpx.head(f"{b}/").status_code == 404
         r = httpx.get(f"{b}/")
@@ -215,6 +218,10 @@ def test_the_page_loads_with_no_console_errors_and_lists_the_models(tab):
     assert p.evaluate("document.activeElement.id") == "input"  # ready to type at once
     assert p.is_visible("#empty") and p.is_hidden("#key-dialog")
     tab.shot("empty")
+    p.select_option("#model", GEMMA)  # a base model (no chat template): the page says what to expect
+    assert p.is_visible("#base-model") and "no chat template" in p.inner_text("#base-model")
+    p.select_option("#model", THINKING)
+    assert p.is_hidden("#base-model")
     assert tab.errors == []
 
 

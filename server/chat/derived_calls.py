@@ -1,0 +1,275 @@
+"""Tool calls read the way a model's own chat template writes them, for the templates the
+hand-written families (engine.chat_format) do not read: DeepSeek's, Kimi's, MiniMax's,
+Seed-OSS's, Command-R's and the others of their kind.
+
+The template is asked to render an assistant turn with probe calls (`probes`): one call,
+two calls, one call with two arguments, each name, key and value a string found nowhere
+else. Where the probes land gives the syntax (`derive`): what comes before each call's
+name, between the name and the arguments, after the arguments; what wraps the calls; and
+the arguments' form: a JSON object, or key/value pairs with their own markers (values as
+text, typed by the tool's schema). A reply is then read with that syntax (`Derived.parse`),
+whitespace between markers taken loosely. A template whose probes do not give a syntax that
+reads its own render back gets none (`derive` returns None)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+NAME_A, NAME_B = "probe_fn_alpha", "probe_fn_beta"
+KEY_A, KEY_B = "probe_key_one", "probe_key_two"
+VAL_A, VAL_B = "probe value one", "probe value two"
+TEXT = "probe reply text"  # an answer without calls: what follows it ends the turn
+
+PROBE_TOOLS = [{"type": "function", "function": {
+    "name": n, "description": "a probe", "parameters": {"type": "object", "properties": {
+        KEY_A: {"type": "string"}, KEY_B: {"type": "string"}}, "required": [KEY_A]}}} for n in (NAME_A, NAME_B)]
+
+
+CLOSERS = ">]})\"'"  # characters that end a marker rather than start one
+
+
+def _call(name: str, args: dict, i: int) -> dict:
+    return {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def probes() -> dict[str, list[dict]]:
+    """The assistant turns' tool_calls to render (arguments as mappings, as templates read them)."""
+    return {"one": [_call(NAME_A, {KEY_A: VAL_A}, 0)],
+            "two": [_call(NAME_A, {KEY_A: VAL_A}, 0), _call(NAME_B, {KEY_B: VAL_B}, 1)],
+            "pairs": [_call(NAME_A, {KEY_A: VAL_A, KEY_B: VAL_B}, 0)]}
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def reply_of(prompt: str, rendered: str) -> str:
+    """What a rendered conversation adds after the generation prompt of the one before it:
+    the assistant's turn (from the start of the marker it parts in, where the prompt ended
+    with another one, such as a `<think>` the reply does not have)."""
+    n = _common_prefix(prompt, rendered)
+    if n < len(prompt):  # they part inside the prompt's end: go back to a boundary
+        while n > 0 and not rendered[n - 1].isspace() and rendered[n - 1] not in ">]}":
+            n -= 1
+    return rendered[n:]
+
+
+def _common_suffix(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+        n += 1
+    return n
+
+
+def _loose(literal: str) -> str:
+    """A literal as a regex whose whitespace runs (and its ends) match any whitespace."""
+    parts = [re.escape(p) for p in re.split(r"\s+", literal.strip()) if p]
+    return r"\s*" + r"\s*".join(parts) + r"\s*" if parts else r"\s*"
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A template's call syntax. `args` is "json" (a JSON object after `name_end`) or "pairs"
+    (`pair_open` KEY `key_end` VALUE `pair_close`, repeated)."""
+
+    section_open: str
+    call_open: str
+    name_end: str
+    call_close: str
+    section_close: str
+    args: str
+    separator: str = ""  # between one call's close and the next one's open
+    pair_open: str = ""
+    key_end: str = ""
+    pair_close: str = ""
+
+    @property
+    def marker(self) -> str:
+        """What starts the calls in a reply: the first literal a model writes for them."""
+        return (self.section_open.strip() or self.call_open.strip())
+
+    def parse(self, text: str) -> tuple[str, list[tuple[str, dict]]] | None:
+        """(the content around the calls, [(name, arguments)]) of a reply, or None where it
+        holds no calls in this syntax (or calls that do not read)."""
+        start = None
+        if self.section_open.strip():
+            start = re.search(_loose(self.section_open) + _loose(self.call_open), text)
+        start = start or re.search(_loose(self.call_open), text)
+        if start is None:
+            return None
+        content, pos, calls = text[:start.start()], start.end(), []
+        wrap = self.section_open.strip()
+        if wrap and content.strip() and wrap.endswith(content.strip()):  # the wrapper's end, before a call
+            content = ""
+        call_open, name_end, call_close = (re.compile(_loose(x)) for x in (self.call_open, self.name_end,
+                                                                            self.call_close))
+        separator = re.compile(f"(?:{_loose(self.separator)})?")
+        while True:
+            end = name_end.search(text, pos)
+            if end is None:
+                return None
+            name = text[pos:end.start()].strip()
+            if not re.fullmatch(r"[\w.\-:/]+", name):
+                return None
+            pos = end.end()
+            if self.args == "json":
+                try:
+                    args, stop = json.JSONDecoder().raw_decode(text, pos)
+                except ValueError:
+                    return None
+                if not isinstance(args, dict):
+                    return None
+                pos = stop
+            else:
+                args, pos = self._pairs(text, pos)
+            close = call_close.match(text, pos)
+            if close is None:
+                return None
+            calls.append((name, args))
+            pos = close.end()
+            nxt = call_open.match(text, separator.match(text, pos).end())
+            if nxt is None:
+                break
+            pos = nxt.end()
+        close = re.compile(_loose(self.section_close)).match(text, pos) if self.section_close.strip() else None
+        if close is not None:
+            pos = close.end()
+        return content + text[pos:], calls
+
+    def _pairs(self, text: str, pos: int) -> tuple[dict, int]:
+        out = {}
+        pair_open, key_end = re.compile(_loose(self.pair_open)), re.compile(_attributes(self.key_end))
+        value_end = re.compile(re.escape(self.pair_close.strip()) if self.pair_close.strip() else r"\n")
+        while True:
+            start = pair_open.match(text, pos)
+            if start is None or not self.pair_open.strip():
+                return out, pos
+            key_at = key_end.search(text, start.end())
+            if key_at is None:
+                return out, pos
+            key = text[start.end():key_at.start()].strip()
+            stop = value_end.search(text, key_at.end())
+            if stop is None or not key:
+                return out, pos
+            value = text[key_at.end():stop.start()].strip("\n")
+            if value.startswith("<![CDATA[") and value.endswith("]]>"):  # MiniCPM's text with markup in it
+                value = value[len("<![CDATA["):-len("]]>")]
+            out[key] = value
+            pos = stop.end()
+            ws = re.compile(r"\s*").match(text, pos)
+            pos = ws.end() if pair_open.match(text, ws.end()) else pos
+
+
+def derive(replies: dict[str, str]) -> Derived | None:
+    """The syntax the rendered probe replies show (their text after the generation prompt,
+    keyed as `probes`), or None where they show none this reads."""
+    one, two, pairs = replies.get("one", ""), replies.get("two", ""), replies.get("pairs", "")
+    i_name = one.find(NAME_A)
+    i_key, i_val = one.find(KEY_A), one.find(VAL_A)
+    if min(i_name, i_key, i_val) < 0 or not i_name < i_key < i_val:
+        return None
+    # the arguments: a JSON object holding the probe's, or key/value pairs
+    args, a_start, a_end = "pairs", i_key, i_val + len(VAL_A)
+    for p in [m.start() for m in re.finditer(r"\{", one[i_name:i_key + 1])]:
+        try:
+            obj, stop = json.JSONDecoder().raw_decode(one, i_name + p)
+        except ValueError:
+            continue
+        if obj == {KEY_A: VAL_A}:
+            args, a_start, a_end = "json", i_name + p, stop
+            break
+    fields: dict = {}
+    if args == "pairs":
+        j_val, j_key_b = pairs.find(VAL_A), pairs.find(KEY_B)
+        if min(j_val, j_key_b) < 0 or j_key_b < j_val:
+            return None
+        between = pairs[j_val + len(VAL_A):j_key_b]  # pair_close + [separator] + pair_open
+        head = one[i_name + len(NAME_A):i_key]  # name_end + pair_open
+        pair_open = head[len(head) - _common_suffix(head, between):]
+        while pair_open and pair_open[0] in CLOSERS:  # what closes the name (or the last value) is not the pair's
+            pair_open = pair_open[1:]
+        if not pair_open.strip():
+            return None
+        tail = one[i_val + len(VAL_A):]  # pair_close + call_close + ...
+        closing = between[:len(between) - len(pair_open)]
+        pair_close = closing[:_common_prefix(closing, tail)]
+        fields = dict(pair_open=pair_open, key_end=one[i_key + len(KEY_A):i_val], pair_close=pair_close)
+        name_end = head[:len(head) - len(pair_open)]
+        a_end = i_val + len(VAL_A) + len(pair_close)
+    else:
+        name_end = one[i_name + len(NAME_A):a_start]
+    index = re.match(r":\d+", name_end)  # Kimi's NAME:INDEX: the index is the call's, not the syntax's
+    if index:
+        name_end = name_end[index.end():]
+    # the calls: what comes before each name, after each call's arguments, around them all
+    j_b = two.find(NAME_B)
+    j_end_a = two.find(one[a_start:a_end]) + (a_end - a_start) if one[a_start:a_end] in two else -1
+    if j_b < 0 or j_end_a < 0 or j_end_a > j_b:
+        return None
+    between = two[j_end_a:j_b]  # call_close + separator + call_open
+    before = one[:i_name]  # section_open + call_open
+    call_open = before[len(before) - _common_suffix(before, between):]
+    while call_open and call_open[0] in CLOSERS:  # the end of what wraps the calls
+        call_open = call_open[1:]
+    after = one[a_end:]  # call_close + section_close + the turn's end
+    closing = between[:len(between) - len(call_open)]  # call_close + separator
+    call_close = after[:_common_prefix(after, closing)]
+    if not call_open.strip() or not call_close.strip():
+        return None
+    text = replies.get("text", "")
+    turn_end = text[text.find(TEXT) + len(TEXT):] if TEXT in text else ""
+    rest = after[len(call_close):]
+    if turn_end.strip() and rest.endswith(turn_end):
+        section_close = rest[:len(rest) - len(turn_end)]
+    elif turn_end.strip() and turn_end.strip() in rest:
+        section_close = rest[:rest.find(turn_end.strip())]
+    else:  # the text probe shows no end of its own: all that follows the calls
+        section_close = rest
+    d = Derived(section_open=before[:len(before) - len(call_open)], call_open=call_open, name_end=name_end,
+                call_close=call_close, section_close=section_close.rstrip(), args=args,
+                separator=closing[len(call_close):], **fields)
+    got = d.parse(one)
+    return d if got is not None and got[1] == [(NAME_A, {KEY_A: VAL_A})] else None
+
+
+def attributed(literal: str) -> bool:
+    """Whether a key's end closes a tag that carries more attributes after the name
+    (DeepSeek's `" string="true">`, which says `"false"` for other values)."""
+    return literal.endswith(">") and " " in literal.strip()
+
+
+def _attributes(literal: str) -> str:
+    """A key's end as a regex: with attributes (`attributed`), any attributes."""
+    if attributed(literal):
+        return r"\s*" + re.escape(literal.lstrip()[0]) + r"[^>]*>\s*"
+    return _loose(literal)
+
+
+def marker_of(d: Derived) -> str:
+    """What a reply's calls start with, for the streamed splitter: the last mark of what wraps
+    them (after a reasoning block's close the template writes before it), else the first of a
+    call's opening; a lone bracket or brace is too common in text: then the whole wrapper."""
+    source = d.section_open.strip() or d.call_open.strip()
+    words = source.split()
+    mark = words[-1] if d.section_open.strip() else words[0]
+    return mark if len(mark) >= 4 else source
+
+
+async def probe_replies(render) -> dict[str, str]:
+    """The probes' replies as the template renders them: `render(messages, add_generation_prompt)`
+    (an awaitable; PROBE_TOOLS go with every render)."""
+    user = [{"role": "user", "content": "hi"}]
+    prompt = await render(user, True)
+    out = {"text": reply_of(prompt, await render(user + [{"role": "assistant", "content": TEXT}], False))}
+    for key, calls in probes().items():
+        try:
+            rendered = await render(user + [{"role": "assistant", "content": "", "tool_calls": calls}], False)
+        except Exception:  # a template that refuses two calls (Llama 3.x's): that probe is left out
+            continue
+        out[key] = reply_of(prompt, rendered)
+    return out

@@ -24,7 +24,7 @@ from .sampling import SAMPLER_CHAIN, SamplingParams, sampler_names
 from .templates import TemplateWorkers
 from .scheduler import Request, Scheduler, check_speculative, slots
 from .speculative import SpeculationError
-from .text import held_back
+from .text import END_OF_GENERATION_TEXTS, held_back
 from .tokenizer import encode, token_bytes
 from .vision import ImageError, goes_with
 
@@ -46,7 +46,7 @@ __all__ = [
     "template_has_switch", "template_renders_tools", "template_writes_xml", "writes_harmony",
     # generation: sampling, constraints, the scheduler, speculation, streamed text
     "GrammarError", "GrammarMask", "Request", "SAMPLER_CHAIN", "SamplingParams", "sampler_names", "Scheduler", "SpeculationError", "ThinkingBudget",
-    "check_speculative", "closed_objects", "held_back", "json_grammar", "schema_of",
+    "END_OF_GENERATION_TEXTS", "check_speculative", "closed_objects", "held_back", "json_grammar", "schema_of",
     # sequence slots: what they hold, saved to a file and taken back (llama-server's /slots)
     "slots",
     # embedding and reranking files

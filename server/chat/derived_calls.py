@@ -17,6 +17,10 @@ import json
 import re
 from dataclasses import dataclass
 
+from ...engine import END_OF_GENERATION_TEXTS, TemplateError
+
+PASSING = ("busy", "timeout", "memory")  # a render's failures that say nothing of the template's syntax
+
 NAME_A, NAME_B = "probe_fn_alpha", "probe_fn_beta"
 KEY_A, KEY_B = "probe_key_one", "probe_key_two"
 VAL_A, VAL_B = "probe value one", "probe value two"
@@ -84,6 +88,7 @@ class Derived:
     section_close: str
     args: str
     separator: str = ""  # between one call's close and the next one's open
+    ids: int = 0  # the form of call ids the template takes (ID_FORMS)
     pair_open: str = ""
     key_end: str = ""
     pair_close: str = ""
@@ -113,7 +118,7 @@ class Derived:
             end = name_end.search(text, pos)
             if end is None:
                 return None
-            name = text[pos:end.start()].strip()
+            name = re.sub(r":\d+$", "", text[pos:end.start()].strip())  # Kimi's NAME:INDEX
             if not re.fullmatch(r"[\w.\-:/]+", name):
                 return None
             pos = end.end()
@@ -221,8 +226,7 @@ def derive(replies: dict[str, str]) -> Derived | None:
     call_close = after[:_common_prefix(after, closing)]
     if not call_open.strip() or not call_close.strip():
         return None
-    text = replies.get("text", "")
-    turn_end = text[text.find(TEXT) + len(TEXT):] if TEXT in text else ""
+    turn_end = turn_end_of(replies)
     rest = after[len(call_close):]
     if turn_end.strip() and rest.endswith(turn_end):
         section_close = rest[:len(rest) - len(turn_end)]
@@ -232,7 +236,7 @@ def derive(replies: dict[str, str]) -> Derived | None:
         section_close = rest
     d = Derived(section_open=before[:len(before) - len(call_open)], call_open=call_open, name_end=name_end,
                 call_close=call_close, section_close=section_close.rstrip(), args=args,
-                separator=closing[len(call_close):], **fields)
+                separator=closing[len(call_close):], ids=int(replies.get("ids", "0")), **fields)
     got = d.parse(one)
     return d if got is not None and got[1] == [(NAME_A, {KEY_A: VAL_A})] else None
 
@@ -267,9 +271,52 @@ async def probe_replies(render) -> dict[str, str]:
     prompt = await render(user, True)
     out = {"text": reply_of(prompt, await render(user + [{"role": "assistant", "content": TEXT}], False))}
     for key, calls in probes().items():
-        try:
-            rendered = await render(user + [{"role": "assistant", "content": "", "tool_calls": calls}], False)
-        except Exception:  # a template that refuses two calls (Llama 3.x's): that probe is left out
-            continue
-        out[key] = reply_of(prompt, rendered)
+        for ids in ID_FORMS:  # the first form of call ids the template takes
+            marked = [{**c, "id": ids(c["function"]["name"], i)} for i, c in enumerate(calls)]
+            try:
+                rendered = await render(user + [{"role": "assistant", "content": "", "tool_calls": marked}], False)
+            except TemplateError as e:
+                if e.kind in PASSING:  # no worker free, or out of time: no answer about the template
+                    raise
+                continue  # a template that refuses these ids, or two calls (Llama 3.x's): the next
+            except Exception:
+                continue
+            out[key] = reply_of(prompt, rendered)
+            out.setdefault("ids", str(ID_FORMS.index(ids)))
+            break
     return out
+
+
+# call ids as templates expect them: OpenAI's, Kimi's `functions.NAME:INDEX` (its template
+# takes the name apart), Mistral's nine letters and digits
+ID_FORMS = (lambda name, i: f"call_{i}", lambda name, i: f"functions.{name}:{i}", lambda name, i: f"a1b2c3d4{i}")
+
+
+def turn_end_of(replies: dict[str, str]) -> str:
+    """What the template writes after an answer (the text probe's), to the end of its turn."""
+    text = replies.get("text", "")
+    return text[text.find(TEXT) + len(TEXT):] if TEXT in text else ""
+
+
+def without_turn_end(reply: str, replies: dict[str, str]) -> str:
+    """A probe reply as a model writes it: without the turn's end (its end-of-generation token:
+    what the text probe ends with, or the first of the usual ones)."""
+    end = turn_end_of(replies)
+    if end.strip() and reply.endswith(end):
+        return reply[:len(reply) - len(end)]
+    cuts = [i for e in END_OF_GENERATION_TEXTS if (i := reply.find(e)) >= 0]
+    return reply[:min(cuts)] if cuts else reply
+
+
+def with_ids(messages: list[dict], d: Derived) -> None:
+    """An earlier turn's call ids in the form the template takes (d.ids), each tool result's
+    reference with them."""
+    if d.ids == 0:
+        return
+    form, renamed, n = ID_FORMS[d.ids], {}, 0
+    for m in messages:
+        for c in m.get("tool_calls") or []:
+            renamed[c.get("id")] = c["id"] = form(c["function"]["name"], n)
+            n += 1
+        if m.get("tool_call_id") in renamed:
+            m["tool_call_id"] = renamed[m["tool_call_id"]]

@@ -17,7 +17,7 @@ from ..core.protocol import LlamaSamplers
 from ..models.worker import Job
 from . import harmony
 from .protocol import unsupported_fields
-from .derived_calls import Derived
+from .derived_calls import Derived, with_ids
 from .tool_grammar import derived_grammar, required_grammar
 from .tool_parse import DerivedFamily
 from .reasoning import ReasoningSplitter
@@ -238,6 +238,7 @@ def tools_for(req, lm, messages: list[dict], kwargs: dict,
         kwargs["tools"] = harmony.tools_for_template(req.tools)
     elif derived is not None:
         kwargs["tools"] = req.tools
+        with_ids(messages, derived)
     elif chat.renders_tools:
         kwargs["tools"] = req.tools
         for_template(messages, fmt.family, chat.renders_calls)

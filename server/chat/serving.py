@@ -23,7 +23,7 @@ from ..models.residency import Residency
 from ..models.presets import sampling_defaults
 from ..models.worker import Job
 from . import harmony
-from .derived_calls import PROBE_TOOLS, Derived, marker_of, probe_replies
+from .derived_calls import PASSING, PROBE_TOOLS, Derived, marker_of, probe_replies
 from .images import (MAX_REQUEST_PIXELS, Fetcher, ImagePart, bad_image, image_bytes, max_images,
                      no_vision_file)
 from .prepare import (Prepared, Split, constrain, origin_param, per_choice, refuse_parts, refuse_unsupported, render_chat,
@@ -88,7 +88,9 @@ class ChatServing:
                                                    tools=PROBE_TOOLS, add_generation_prompt=generation_prompt)
             try:
                 self._syntaxes[key] = syntax_for(chat.calls.family, chat.renders_tools, await probe_replies(render))
-            except TemplateError as e:  # a template that cannot render the probes keeps the fallback
+            except TemplateError as e:
+                if e.kind in PASSING:  # asked again on the next request
+                    return None
                 log.info("%s: its template does not render tool calls (%s): tools go in the system prompt",
                          entry.id, e)
                 self._syntaxes[key] = None

@@ -22,6 +22,7 @@ import time
 from contextlib import asynccontextmanager
 
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from ...engine import LOAD_STAGES, available_memory, is_file_error, is_transient, load_model, trim_heap
 from ..core.errors import Conflict, ModelLoadFailed, Unavailable, public
@@ -247,7 +248,8 @@ class Residency:
             bar.set_postfix_str(stage)
 
         try:
-            lm = load_model(entry.path, progress=progress, config=self.settings.engine_config(mmproj=entry.mmproj))
+            with logging_redirect_tqdm():  # the load's log lines above its bar, not on its line
+                lm = load_model(entry.path, progress=progress, config=self.settings.engine_config(mmproj=entry.mmproj))
         except Exception as e:
             raise self._failed(entry, e) from e
         finally:

@@ -195,8 +195,15 @@ async function generate() {
   setBusy(true);
   renderMessages();
   let saved = performance.now();
+  const model = currentModel();
+  const loading = model && model.status !== "loaded";  // its first request waits for the load
+  if (loading) notify(`Loading ${model.id}: the first answer waits for the model to load.`);
   try {
     for await (const chunk of api.chat(body, controller.signal)) {
+      if (loading && model.status !== "loaded") {
+        model.status = "loaded";
+        notify("");
+      }
       if (chunk.usage) message.usage = chunk.usage;
       const choice = chunk.choices?.[0];
       if (!choice) continue;
@@ -219,6 +226,7 @@ async function generate() {
     if (controller.signal.aborted) message.stopped = true;
     else fail(conversation, error, message);
   } finally {
+    if (loading) notify("");
     const end = performance.now();
     message.seconds = (end - started) / 1000;
     if (first !== null) message.firstSeconds = (first - started) / 1000;

@@ -146,6 +146,8 @@ def test_ctrl_c_shuts_down_cleanly(tiny_path):
     assert proc.returncode == 0
     assert "Traceback" not in out and out.rstrip().endswith("gguf-serve: stopped")
     assert '"GET /v1/models HTTP/1.1" 200' in out
+    # the load's log lines stand on lines of their own, not after its progress bar
+    assert not [line for line in out.replace("\r", "\n").splitlines() if "step/s" in line and " INFO " in line]
 
 
 def test_a_busy_port_stops_the_start_before_anything_loads(tiny_path):

@@ -38,7 +38,7 @@ CASES = {
     "quotes and a newline": [("get_weather", {"city": "He said \"hi\"\nthen left", "days": 2})],
 }
 # the templates whose every case reads back
-READ_BACK = {  # 49 of the 66 that mention tools (gpt-oss's harmony apart)
+READ_BACK = {  # 50 of the 66 that mention tools (gpt-oss's harmony apart)
     "Apertus-8B-Instruct", "Apriel-1.6-15b-Thinker-fixed", "Bielik-11B-v3.0-Instruct", "ByteDance-Seed-OSS",
     "Cohere2MoE", "CohereForAI-c4ai-command-r7b-12-2024-tool_use", "GLM-4.6", "GLM-4.7-Flash", "LFM2.5-Instruct",
     "MiMo-VL", "MiniMax-M1", "MiniMax-M2", "Mistral-Small-3.2-24B-Instruct-2506",
@@ -49,7 +49,7 @@ READ_BACK = {  # 49 of the 66 that mention tools (gpt-oss's harmony apart)
     "deepseek-ai-DeepSeek-V4", "deepseek-ai-DeepSeek-V4-Flash-0731", "google-gemma-4-31B-it",
     "google-gemma-4-31B-it-interleaved", "ibm-granite-granite-4.0", "ibm-granite-granite-4.1",
     "inclusionai-ling-3.0-flash", "meetkai-functionary-medium-v3.1", "meta-llama-Llama-3.1-8B-Instruct",
-    "meta-llama-Llama-3.2-3B-Instruct", "meta-llama-Llama-3.3-70B-Instruct",
+    "meta-llama-Llama-3.2-3B-Instruct", "meta-llama-Llama-3.3-70B-Instruct", "moonshotai-Kimi-K2",
     "mistralai-Ministral-3-14B-Reasoning-2512", "mistralai-Mistral-Nemo-Instruct-2407", "openbmb-MiniCPM5-1B",
     "poolside-Laguna-S-2.1", "poolside-Laguna-XS-2.1", "poolside-Laguna-XS.2", "tencent-Hy3", "unsloth-Apriel-1.5",
     "unsloth-mistral-Devstral-Small-2507", "upstage-Solar-Open-100B",
@@ -97,6 +97,8 @@ def reply(template: str, calls: list[tuple[str, dict]], family) -> str:
     messages = user + [{"role": "assistant", "content": "", "tool_calls": template_tool_calls(wire, 1)}]
     if not isinstance(family, DerivedFamily):
         for_template(messages, family, ChatFormat.of(template, TOK, {}).renders_calls)
+    else:
+        derived_calls.with_ids(messages, family.syntax)
     text = derived_calls.reply_of(render(template, user, True), render(template, messages, False))
     ends = [i for e in END_OF_GENERATION_TEXTS if (i := text.find(e)) >= 0]
     return text[:min(ends)] if ends else text  # a reply ends before its end-of-generation token

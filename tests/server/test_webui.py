@@ -212,7 +212,7 @@ def test_the_page_is_public_and_its_api_keeps_the_key(keyed, tiny_path):
 # ---------------------------------------------------------------------------- the page
 
 
-def test_the_page_loads_with_no_console_errors_and_lists_the_models(tab):
+def test_the_page_loads_with_no_console_errors_and_lists_the_models(tab, base):
     p = tab.page
     assert p.eval_on_selector_all("#model option", "os => os.map(o => o.value)") == [GEMMA, THINKING, TOOLS, VISION]
     assert p.evaluate("document.activeElement.id") == "input"  # ready to type at once
@@ -222,6 +222,17 @@ def test_the_page_loads_with_no_console_errors_and_lists_the_models(tab):
     assert p.is_visible("#base-model") and "no chat template" in p.inner_text("#base-model")
     p.select_option("#model", THINKING)
     assert p.is_hidden("#base-model")
+    # the first request to a model not loaded says that it waits for the load, until the answer comes
+    assert httpx.post(f"{base}/models/unload", json={"model": THINKING}).status_code == 200
+    tab.reload()
+    p.select_option("#model", THINKING)
+    p.evaluate("""() => { window.notices = []; new MutationObserver(() => {
+        const n = document.getElementById('notice'); if (n && n.textContent) window.notices.push(n.textContent);
+    }).observe(document.body, {childList: true, subtree: true, characterData: true}); }""")
+    tab.settings(max_tokens=4)
+    tab.send("hi")
+    assert any(n.startswith(f"Loading {THINKING}") for n in p.evaluate("window.notices"))
+    assert p.is_hidden("#notice")
     assert tab.errors == []
 
 

@@ -572,3 +572,21 @@ def test_an_invalid_key_shows_the_error_and_the_right_one_is_kept(browser, keyed
         assert tab.unexpected_errors() == []
     finally:
         tab.close()
+
+
+def test_the_settings_selects_show_their_whole_choice(browser, base):
+    """At a laptop's 1280 px and narrower, each settings select is wide enough for its chosen
+    option's text and its arrow (the reasoning one was clipped at 1280 px)."""
+    for width in (1280, 1100, 390):
+        tab = Tab(browser, base, width=width)
+        try:
+            tab.page.click("#toggle-settings")
+            for select in ("#reasoning", "#tool-choice"):
+                shown, needed = tab.page.evaluate("""(id) => {
+                    const s = document.querySelector(id), c = document.createElement('canvas').getContext('2d');
+                    c.font = getComputedStyle(s).font;
+                    return [s.getBoundingClientRect().width, c.measureText(s.options[s.selectedIndex].text).width];
+                }""", select)
+                assert shown >= needed + 32, (width, select, shown, needed)  # the arrow and the padding
+        finally:
+            tab.close()

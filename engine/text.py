@@ -37,6 +37,9 @@ class Step:
     accepted_tokens: int = 0
     stop_sequence: str | None = None  # the stop string that ended it, where one did
     slot: int | None = None  # the KV cache slot the choice runs in (llama-server's id_slot)
+    # a request that asked for it (Request.progress): while its prompt is processed, steps
+    # without a token give (prompt tokens processed, of them from the prefix cache)
+    progress: tuple[int, int] | None = None
 
 
 class Detokenizer:

@@ -86,6 +86,8 @@ class Scheduler:
             for c in choices:
                 c.cached = reused
             self.running.append(Running(req, choices, reused, rope_plan(self.lm, req)))
+            if req.progress:
+                req.emit(Step(None, "", None, len(req.prompt_ids), 0, progress=(reused, reused)))
 
     def _decode_rows(self) -> list[Row]:
         """Each decoding sequence's next token (after what a rollback left to feed again),
@@ -155,6 +157,9 @@ class Scheduler:
         for row in rows:
             if row.purpose is not Purpose.DECODE:
                 row.run.fed += len(row.tokens)
+                if row.run.req.progress:
+                    row.run.req.emit(Step(None, "", None, len(row.run.prompt), 0,
+                                          progress=(row.run.fed, row.run.choices[0].cached)))
             if row.purpose is Purpose.PREFILL:
                 self.prefix.checkpoint(row.slot, row.run.fed, len(row.run.prompt))
                 continue

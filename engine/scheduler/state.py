@@ -34,6 +34,7 @@ class Request:
     done: bool = False
     # the prompt's images by content key (engine.vision.PromptImage; their tokens are media tokens)
     media: dict = field(default_factory=dict)
+    progress: bool = False  # emit a progress Step as the prompt is admitted and after each chunk
 
 
 class ChoiceText:

@@ -180,6 +180,7 @@ class _CompletionFields(OpenAIRequest):
 
 class CompletionRequest(SamplingExtensions, _CompletionFields):  # OpenAI's fields, then the extensions
     _grammar: Optional[str] = PrivateAttr(default=None)  # llguidance's grammar for the reply (llama-server's)
+    _progress: bool = PrivateAttr(default=False)  # llama-server's streamed /completion asked for prompt_progress
 
 
 class CompletionLogprobs(BaseModel):

@@ -56,14 +56,16 @@ class ChatServing:
         self._warned_no_switch: set[str] = set()
         self._syntaxes: dict[tuple, Derived | None] = {}  # per loaded model: its template's derived call syntax
 
-    async def _prepared(self, model: str | None, keep_alive: float | None, prepare) -> Prepared:
+    async def _prepared(self, model: str | None, keep_alive: float | None, prepare, progress: bool = False) -> Prepared:
         """Hold the model, run `prepare(entry)` (a coroutine giving a Prepared) and queue
-        its job; the hold ends with the job (or here, if anything fails first)."""
+        its job (`progress`: its prompt's processing reported as it goes); the hold ends with
+        the job (or here, if anything fails first)."""
         entry = await self.residency.hold(model, keep_alive)
         try:
             refuse_kind(entry, "generate")
             prep = await prepare(entry)
-            job = Job(prep.prompt_ids, prep.params, asyncio.get_running_loop(), asyncio.Queue(), media=prep.media)
+            job = Job(prep.prompt_ids, prep.params, asyncio.get_running_loop(), asyncio.Queue(), media=prep.media,
+                      progress=progress)
             job.done_callbacks.append(lambda: self.residency.release(entry))
             entry.worker.submit(job)  # Overloaded (429) when the queue is full
             prep.job = job
@@ -143,7 +145,8 @@ class ChatServing:
     async def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
         """The request's prompt and settings, its job queued on the model's worker."""
         refuse_unsupported(req)
-        return await self._prepared(req.model, req.keep_alive, lambda entry: self._prepare_chat(entry, req))
+        return await self._prepared(req.model, req.keep_alive, lambda entry: self._prepare_chat(entry, req),
+                                    progress=bool(req.stream and req.return_progress))
 
     async def through_chat(self, to_chat, req, renamed: dict[str, str], use=None):
         """`use` (default: prepare_chat) on the chat request `to_chat(req)` makes from another
@@ -349,6 +352,11 @@ class ChatServing:
                     break
                 if isinstance(step, Exception):
                     raise step
+                if step.progress is not None:  # llama-server's prompt_progress
+                    done, cache = step.progress
+                    yield Piece(index=0, progress={"total": step.prompt_tokens, "cache": cache, "processed": done,
+                                                   "time_ms": (time.perf_counter() - tally.started) * 1e3})
+                    continue
                 i, splitter = step.index, splitters[step.index]
                 tally.cached_tokens = step.cached_tokens
                 if step.slot is not None and i == 0:
@@ -401,10 +409,12 @@ class ChatServing:
         cid, created, tally = new_id("chatcmpl"), now(), Tally()
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
-        def chunk(choices, usage=None, timings=None) -> str:
+        def chunk(choices, usage=None, timings=None, progress=None) -> str:
             c = ChatCompletionChunk(id=cid, created=created, model=req.model, choices=choices, usage=usage,
                                     system_fingerprint=SYSTEM_FINGERPRINT, timings=timings)
             data = c.model_dump(exclude_none=True)
+            if progress is not None:  # llama-server's return_progress
+                data["prompt_progress"] = progress
             for ch in data["choices"]:  # OpenAI's chunks say these are null until they are not
                 ch.setdefault("logprobs", None)
                 ch.setdefault("finish_reason", None)
@@ -414,6 +424,9 @@ class ChatServing:
         for i in range(len(prep.params)):
             yield chunk([ChunkChoice(index=i, delta=Delta(role="assistant", content=""))])
         async for p in self.pieces(prep, tally):
+            if p.progress is not None:
+                yield chunk([], progress=p.progress)
+                continue
             delta = Delta(content=p.content or None, reasoning_content=p.reasoning or None)
             lp = chat_logprobs(tok, p.logprobs) if req.logprobs and p.logprobs else None
             if p.content or p.reasoning:
@@ -461,7 +474,8 @@ class ChatServing:
         else:
             prompt = req.prompt
         return await self._prepared(req.model, req.keep_alive,
-                                    lambda entry: self._prepare_completion(entry, req, prompt))
+                                    lambda entry: self._prepare_completion(entry, req, prompt),
+                                    progress=bool(req.stream and req.return_progress) or req._progress)
 
     async def _prepare_completion(self, entry, req: CompletionRequest, prompt: str | list[int]) -> Prepared:
         if isinstance(prompt, list):
@@ -490,15 +504,20 @@ class ChatServing:
         cid, created, tally = new_id("cmpl"), now(), Tally()
         tok, offsets = prep.tokenizer, [0] * len(prep.params)
 
-        def chunk(choices, usage=None) -> str:
+        def chunk(choices, usage=None, progress=None) -> str:
             data = Completion(id=cid, created=created, model=req.model, choices=choices, usage=usage,
                               system_fingerprint=SYSTEM_FINGERPRINT).model_dump(exclude_none=True)
+            if progress is not None:  # llama-server's return_progress
+                data["prompt_progress"] = progress
             for ch in data["choices"]:  # OpenAI's chunks say these are null until they are not
                 ch.setdefault("logprobs", None)
                 ch.setdefault("finish_reason", None)
             return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
         async for p in self.pieces(prep, tally):
+            if p.progress is not None:
+                yield chunk([], progress=p.progress)
+                continue
             lp = None
             if req.logprobs is not None:
                 lp = completion_logprobs(tok, p.logprobs, offsets[p.index])

@@ -27,6 +27,7 @@ class Piece:
     tool_deltas: list = field(default_factory=list)  # the calls as OpenAI stream deltas, as they form
     stop_sequence: str | None = None  # with finish_reason "stop": the stop string that ended it, if one did
     tokens: list = field(default_factory=list)  # the ids of the tokens since the last piece (not an end token)
+    progress: dict | None = None  # llama-server's prompt_progress (total, cache, processed, time_ms), no text
 
 
 @dataclass

@@ -140,6 +140,7 @@ class SamplingExtensions(LlamaSamplers):
     repetition_penalty: RepetitionPenalty = None
     ignore_eos: Optional[bool] = None  # keep generating past end-of-generation tokens (benchmarks)
     speculative: Speculative = None
+    return_progress: Optional[bool] = None  # llama-server's: a stream's chunks give prompt_progress while it is read
 
 
 # ----------------------------------------------------------------- errors

@@ -32,6 +32,7 @@ class LlamaCompletionRequest(LlamaSamplers, OpenAIRequest):
     return_tokens: bool = False
     stream: bool = False
     cache_prompt: bool = True  # the prefix cache is always on
+    return_progress: bool = False  # with `stream`: prompt_progress chunks while the prompt is processed
 
 
 class LlamaInfillRequest(LlamaCompletionRequest):

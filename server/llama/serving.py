@@ -59,6 +59,7 @@ def completion_request(req: LlamaCompletionRequest, prompt) -> CompletionRequest
                   logprobs=req.n_probs or None,
                   **{k: getattr(req, k) for k in LLAMA_SAMPLERS})
     out = built(CompletionRequest, **fields)
+    out._progress = bool(req.stream and req.return_progress)
     if req.grammar:
         out._grammar = gbnf_grammar(req.grammar)
     elif req.json_schema is not None:
@@ -108,6 +109,10 @@ class LlamaServing:
         text, tokens, probs, finish, word = [], [], [], None, None
         tok = prep.tokenizer
         async for p in self.chat.pieces(prep, tally):
+            if p.progress is not None:  # return_progress: how far the prompt's processing is
+                yield {"index": 0, "content": "", "tokens": [], "stop": False, "id_slot": tally.slot,
+                       "tokens_predicted": 0, "tokens_evaluated": p.progress["total"], "prompt_progress": p.progress}
+                continue
             finish, word = p.finish_reason or finish, p.stop_sequence or word
             ids = p.tokens
             tokens += ids

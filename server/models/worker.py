@@ -34,6 +34,7 @@ class Job:
     cancel: threading.Event = field(default_factory=threading.Event)
     done_callbacks: list = field(default_factory=list)  # called on the worker's thread once it has ended
     media: dict = field(default_factory=dict)  # the prompt's images by content key (engine.vision.PromptImage)
+    progress: bool = False  # the prompt's processing reported as it goes (llama-server's return_progress)
 
     def emit(self, item) -> None:
         if self.out.qsize() >= MAX_UNREAD and not self.cancel.is_set():  # (a racy read: a bound, not a count)
@@ -46,7 +47,7 @@ class Job:
                 f()
 
     def request(self) -> Request:
-        return Request(self.prompt_ids, self.params, self.emit, self.cancel, media=self.media)
+        return Request(self.prompt_ids, self.params, self.emit, self.cancel, media=self.media, progress=self.progress)
 
 
 WAKE = object()  # put on a worker's queue to have it look at its controls

@@ -190,3 +190,34 @@ def test_samplers_choose_the_chain_and_t_max_predict_ms_ends_at_a_newline(base, 
     chat = post(base, "/v1/chat/completions", messages=[{"role": "user", "content": "hi"}], max_tokens=200,
                 logit_bias=lines, t_max_predict_ms=1)
     assert chat["choices"][0]["finish_reason"] == "length" and chat["usage"]["completion_tokens"] < 200
+
+
+def test_return_progress_streams_the_prompts_processing(base, fim_path):
+    """llama-server's `return_progress`: a stream's first chunks say how far the prompt's
+    processing is (total, cache, processed, time_ms), processed rising to the total before
+    the first token; on /completion and on the OpenAI chat stream alike; a second identical
+    request reports the cached part."""
+    bias = no_end(fim_path)
+    prompt = "zebras graze at noon " * 120  # longer than a step's batch: processed in several chunks
+
+    def progress(path, body):
+        with httpx.stream("POST", f"{base}{path}", json=body, timeout=120) as r:
+            chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+        shown = [c["prompt_progress"] for c in chunks if "prompt_progress" in c]
+        kinds = "".join("p" if "prompt_progress" in c else "a" for c in chunks[1 if "chat" in path else 0:])
+        assert kinds.startswith("p") and "p" not in kinds.lstrip("p"), kinds  # all of it before the answer
+        return shown
+
+    shown = progress("/completion", {"prompt": prompt, "n_predict": 2, "stream": True, "return_progress": True,
+                                     "logit_bias": bias})
+    processed = [p["processed"] for p in shown]
+    assert len(shown) >= 3 and processed == sorted(processed) and processed[-1] == shown[0]["total"] > 512
+    assert shown[0]["processed"] == shown[0]["cache"] < 8 and all(p["time_ms"] >= 0 for p in shown)  # a fresh prompt
+    again = progress("/completion", {"prompt": prompt, "n_predict": 2, "stream": True, "return_progress": True,
+                                     "logit_bias": bias})
+    assert again[0]["cache"] >= again[0]["total"] - 2  # all but the last token from the prefix cache
+    chat = progress("/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}], "max_tokens": 2,
+                                             "stream": True, "return_progress": True, "logit_bias": bias})
+    assert chat and chat[-1]["processed"] == chat[-1]["total"]
+    plain = httpx.post(f"{base}/completion", json={"prompt": prompt, "n_predict": 2, "logit_bias": bias}).json()
+    assert "prompt_progress" not in plain  # not streamed: no progress

@@ -126,13 +126,33 @@ def _literal(node):
     return ast.literal_eval(node)
 
 
+def _newlines_escaped(text: str) -> str:
+    """Python source with the line breaks inside its quoted strings written as escapes (LFM2's
+    template writes a string's newline as it is, which a Python string cannot hold)."""
+    out, quote, i = [], None, 0
+    while i < len(text):
+        c = text[i]
+        if quote is not None and c == "\\" and i + 1 < len(text):
+            out.append(text[i:i + 2])
+            i += 2
+            continue
+        if c in "'\"" and quote in (None, c):
+            quote = None if quote else c
+        out.append({"\n": "\\n", "\r": "\\r"}.get(c, c) if quote else c)
+        i += 1
+    return "".join(out)
+
+
 def parse_pythonic(body: str) -> list[ToolCall] | None:
     """LFM2's calls: a Python list of calls with keyword arguments (`[f(a=1), g(b="x")]`, or
     one call bare); None unless all of it is calls."""
     try:
         tree = ast.parse(body.strip(), mode="eval").body
     except (SyntaxError, ValueError):
-        return None
+        try:
+            tree = ast.parse(_newlines_escaped(body.strip()), mode="eval").body
+        except (SyntaxError, ValueError):
+            return None
     calls = []
     for node in tree.elts if isinstance(tree, ast.List) else [tree]:
         if not isinstance(node, ast.Call) or node.args or any(k.arg is None for k in node.keywords):

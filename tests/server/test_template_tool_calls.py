@@ -38,9 +38,10 @@ CASES = {
     "quotes and a newline": [("get_weather", {"city": "He said \"hi\"\nthen left", "days": 2})],
 }
 # the templates whose every case reads back
-READ_BACK = {  # 50 of the 66 that mention tools (gpt-oss's harmony apart)
+READ_BACK = {  # 51 of the 56 that write calls, of the 66 that mention tools (gpt-oss's harmony apart)
     "Apertus-8B-Instruct", "Apriel-1.6-15b-Thinker-fixed", "Bielik-11B-v3.0-Instruct", "ByteDance-Seed-OSS",
-    "Cohere2MoE", "CohereForAI-c4ai-command-r7b-12-2024-tool_use", "GLM-4.6", "GLM-4.7-Flash", "LFM2.5-Instruct",
+    "Cohere2MoE", "CohereForAI-c4ai-command-r7b-12-2024-tool_use", "GLM-4.6", "GLM-4.7-Flash", "LFM2.5-8B-A1B",
+    "LFM2.5-Instruct",
     "MiMo-VL", "MiniMax-M1", "MiniMax-M2", "Mistral-Small-3.2-24B-Instruct-2506",
     "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "NVIDIA-Nemotron-Nano-v2", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "Qwen-QwQ-32B", "Qwen-Qwen2.5-7B-Instruct", "Qwen-Qwen3-0.6B",
@@ -227,3 +228,13 @@ def test_a_template_of_its_own_kind_gets_its_calls_forced_and_read_on_a_real_ser
         prompt = httpx.post(f"{base}/apply-template", json={"model": tiny_path, "messages": history,
                                                              "tools": [WEATHER]}).json()["prompt"]
         assert '<calls><invoke name="get_weather"><arg name="city">' in prompt and "<|tool|>sunny" in prompt
+
+
+def test_a_pythonic_call_with_a_newline_in_a_string_reads():
+    """LFM2's template writes a string's newline as it is (`[f(a='x<newline>y')]`), which
+    Python's own syntax refuses: the reader takes it as the escape it stands for."""
+    from gguf_serve.server.chat.tool_parse import parse_pythonic
+
+    (call,) = parse_pythonic("[get_weather(city='He said \"hi\"\nthen left', days=2)]")
+    assert json.loads(call.arguments) == {"city": 'He said "hi"\nthen left', "days": 2}
+    assert parse_pythonic("[get_weather(city='unclosed\n)]") is None

@@ -384,7 +384,7 @@ class KVCache:
             old = reuse.layers[i] if reuse is not None else None
             if lc.kind == "linear":
                 a, b = self.conv[i][slot], self.state[i][slot]
-            elif lc.window and self.n_cells[i] < self.n_ctx:
+            elif self._lossy(i):
                 cells = self._ring_cells(i, max(0, end - lc.window + 1), end)
                 a, b = self.k[i][slot][:, cells], self.v[i][slot][:, cells]
             else:
@@ -438,8 +438,7 @@ class KVCache:
             got = layers[i] if i < len(layers) else None
             if lc.kind == "shared":
                 continue
-            ring = lc.kind == "linear" or (lc.window and self.n_cells[i] < self.n_ctx)
-            cells = min(n, lc.window - 1) if ring else n
+            cells = min(n, lc.window - 1) if self._lossy(i) else n
             like = ((self.conv[i][slot], self.state[i][slot]) if lc.kind == "linear" else
                     (self.k[i][slot, :, :cells], self.v[i][slot, :, :cells]))
             if (not isinstance(got, (list, tuple)) or len(got) != 2 or any(
@@ -449,17 +448,22 @@ class KVCache:
         self._drop_checkpoints(slot, after=-1)
         self.lost[slot] = 0
         for i, lc in enumerate(self.layers):
-            if lc.kind == "attention" and not (lc.window and self.n_cells[i] < self.n_ctx):
+            if lc.kind == "attention" and not self._lossy(i):
                 self.k[i][slot, :, :n].copy_(layers[i][0])
                 self.v[i][slot, :, :n].copy_(layers[i][1])
-        lossy = [tuple(layers[i]) if lc.kind == "linear" or (lc.window and self.n_cells[i] < self.n_ctx) else None
-                 for i, lc in enumerate(self.layers)]
-        self._write_back(Checkpoint(slot, n, lossy), slot)
+        self._write_back(Checkpoint(slot, n, [tuple(layers[i]) if self._lossy(i) else None
+                                              for i in range(len(self.layers))]), slot)
         self.lengths[slot] = n
 
     def checkpoints(self, slot: int) -> list[int]:
         """The positions `slot` has checkpoints at, ascending."""
         return sorted(p for (s, p) in self._checkpoints if s == slot)
+
+    def _lossy(self, layer: int) -> bool:
+        """Whether a layer loses what a sequence held as it goes on (a checkpoint keeps it): a
+        recurrent one, or a sliding ring shorter than the context."""
+        lc = self.layers[layer]
+        return lc.kind == "linear" or bool(lc.kind == "attention" and lc.window and self.n_cells[layer] < self.n_ctx)
 
     def _ring_cells(self, layer: int, lo: int, hi: int) -> torch.Tensor:
         return torch.arange(lo, hi, device=self.device) % self.n_cells[layer]

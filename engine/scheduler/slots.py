@@ -90,6 +90,8 @@ def restore(sched, slot: int, state: SlotState) -> None:
     if len(state.tokens) >= sched.cache.n_ctx:
         raise SlotError(f"the saved state holds {len(state.tokens)} tokens; this model's context is "
                         f"{sched.cache.n_ctx}")
+    if any(t >= sched.lm.model.vocab_size for t in state.tokens):
+        raise SlotError("Invalid tokens in slot save file")
     erase(sched, slot)
     if not state.tokens:
         return

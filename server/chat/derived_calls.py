@@ -195,9 +195,7 @@ def derive(replies: dict[str, str]) -> Derived | None:
             return None
         between = pairs[j_val + len(VAL_A):j_key_b]  # pair_close + [separator] + pair_open
         head = one[i_name + len(NAME_A):i_key]  # name_end + pair_open
-        pair_open = head[len(head) - _common_suffix(head, between):]
-        while pair_open and pair_open[0] in CLOSERS:  # what closes the name (or the last value) is not the pair's
-            pair_open = pair_open[1:]
+        pair_open = _opening(head[len(head) - _common_suffix(head, between):])  # the name's close is not the pair's
         if not pair_open.strip():
             return None
         tail = one[i_val + len(VAL_A):]  # pair_close + call_close + ...
@@ -218,9 +216,7 @@ def derive(replies: dict[str, str]) -> Derived | None:
         return None
     between = two[j_end_a:j_b]  # call_close + separator + call_open
     before = one[:i_name]  # section_open + call_open
-    call_open = before[len(before) - _common_suffix(before, between):]
-    while call_open and call_open[0] in CLOSERS:  # the end of what wraps the calls
-        call_open = call_open[1:]
+    call_open = _opening(before[len(before) - _common_suffix(before, between):])  # the wrapper's close is not it
     after = one[a_end:]  # call_close + section_close + the turn's end
     closing = between[:len(between) - len(call_open)]  # call_close + separator
     call_close = after[:_common_prefix(after, closing)]
@@ -239,6 +235,12 @@ def derive(replies: dict[str, str]) -> Derived | None:
                 separator=closing[len(call_close):], ids=int(replies.get("ids", "0")), **fields)
     got = d.parse(one)
     return d if got is not None and got[1] == [(NAME_A, {KEY_A: VAL_A})] else None
+
+
+def _opening(text: str) -> str:
+    """A marker shared by two places, from where it opens: the characters before it that close
+    what came first (a tag's `>`, a bracket) belong to that, not to the marker."""
+    return text.lstrip(CLOSERS)
 
 
 def attributed(literal: str) -> bool:

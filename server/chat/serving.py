@@ -39,6 +39,19 @@ log = logging.getLogger("gguf_serve.server")
 # that set no max_tokens: it rarely ends a turn, and would write the server's whole --max-tokens
 BASE_MODEL_MAX_TOKENS = 256
 
+
+def sse_chunk(reply, progress: dict | None = None) -> str:
+    """A chat completion or completion chunk as its `data:` line: OpenAI's chunks say
+    `logprobs` and `finish_reason` are null until they are not; `progress` is llama-server's
+    prompt_progress (return_progress)."""
+    data = reply.model_dump(exclude_none=True)
+    if progress is not None:
+        data["prompt_progress"] = progress
+    for ch in data["choices"]:
+        ch.setdefault("logprobs", None)
+        ch.setdefault("finish_reason", None)
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
 MEASURE_PIECE = 1 << 16  # characters tokenized at a time while a long prompt is measured
 
 
@@ -410,15 +423,8 @@ class ChatServing:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
         def chunk(choices, usage=None, timings=None, progress=None) -> str:
-            c = ChatCompletionChunk(id=cid, created=created, model=req.model, choices=choices, usage=usage,
-                                    system_fingerprint=SYSTEM_FINGERPRINT, timings=timings)
-            data = c.model_dump(exclude_none=True)
-            if progress is not None:  # llama-server's return_progress
-                data["prompt_progress"] = progress
-            for ch in data["choices"]:  # OpenAI's chunks say these are null until they are not
-                ch.setdefault("logprobs", None)
-                ch.setdefault("finish_reason", None)
-            return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+            return sse_chunk(ChatCompletionChunk(id=cid, created=created, model=req.model, choices=choices, usage=usage,
+                                                 system_fingerprint=SYSTEM_FINGERPRINT, timings=timings), progress)
 
         tok = prep.tokenizer
         for i in range(len(prep.params)):
@@ -505,14 +511,8 @@ class ChatServing:
         tok, offsets = prep.tokenizer, [0] * len(prep.params)
 
         def chunk(choices, usage=None, progress=None) -> str:
-            data = Completion(id=cid, created=created, model=req.model, choices=choices, usage=usage,
-                              system_fingerprint=SYSTEM_FINGERPRINT).model_dump(exclude_none=True)
-            if progress is not None:  # llama-server's return_progress
-                data["prompt_progress"] = progress
-            for ch in data["choices"]:  # OpenAI's chunks say these are null until they are not
-                ch.setdefault("logprobs", None)
-                ch.setdefault("finish_reason", None)
-            return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+            return sse_chunk(Completion(id=cid, created=created, model=req.model, choices=choices, usage=usage,
+                                        system_fingerprint=SYSTEM_FINGERPRINT), progress)
 
         async for p in self.pieces(prep, tally):
             if p.progress is not None:

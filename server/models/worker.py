@@ -53,6 +53,15 @@ class Job:
 WAKE = object()  # put on a worker's queue to have it look at its controls
 
 
+def settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future, result=None,
+           error: BaseException | None = None) -> None:
+    """From the worker's thread: `future`'s result (or `error`) set on its event loop."""
+    def done():
+        if not future.done():
+            future.set_exception(error) if error is not None else future.set_result(result)
+    loop.call_soon_threadsafe(done)
+
+
 @dataclass(eq=False)
 class Control:
     """A call to run on a worker's thread between two steps (a slot action): `fn(scheduler)`'s
@@ -63,10 +72,7 @@ class Control:
     future: asyncio.Future
 
     def settle(self, result=None, error: BaseException | None = None) -> None:
-        def done():
-            if not self.future.done():
-                self.future.set_exception(error) if error is not None else self.future.set_result(result)
-        self.loop.call_soon_threadsafe(done)
+        settle(self.loop, self.future, result, error)
 
 
 class _Queued:
@@ -249,10 +255,7 @@ class EmbedJob:
     done_callbacks: list = field(default_factory=list)
 
     def finish(self, result=None, error: Exception | None = None) -> None:
-        def settle():
-            if not self.future.done():
-                self.future.set_exception(error) if error is not None else self.future.set_result(result)
-        self.loop.call_soon_threadsafe(settle)
+        settle(self.loop, self.future, result, error)
         for f in self.done_callbacks:
             f()
 

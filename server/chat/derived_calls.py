@@ -76,6 +76,14 @@ def _loose(literal: str) -> str:
     return r"\s*" + r"\s*".join(parts) + r"\s*" if parts else r"\s*"
 
 
+def _numbered(literal: str) -> str:
+    """A name's end as a regex, loose as `_loose`, whose numbers are each call's own (Kimi K3's
+    `" index="1"`, which the next call writes as 2)."""
+    pieces = (r"\d+" if p.isdigit() else r"\s*" if p.isspace() else re.escape(p)
+              for p in re.split(r"(\d+|\s+)", literal.strip()) if p)
+    return r"\s*" + "".join(pieces) + r"\s*"
+
+
 @dataclass(frozen=True)
 class Derived:
     """A template's call syntax. `args` is "json" (a JSON object after `name_end`) or "pairs"
@@ -89,6 +97,7 @@ class Derived:
     args: str
     separator: str = ""  # between one call's close and the next one's open
     ids: int = 0  # the form of call ids the template takes (ID_FORMS)
+    one_call: bool = False  # the template writes one call a turn (GigaChat 3's), drops the others
     pair_open: str = ""
     key_end: str = ""
     pair_close: str = ""
@@ -111,8 +120,8 @@ class Derived:
         wrap = self.section_open.strip()
         if wrap and content.strip() and wrap.endswith(content.strip()):  # the wrapper's end, before a call
             content = ""
-        call_open, name_end, call_close = (re.compile(_loose(x)) for x in (self.call_open, self.name_end,
-                                                                            self.call_close))
+        call_open, call_close = re.compile(_loose(self.call_open)), re.compile(_loose(self.call_close))
+        name_end = re.compile(_numbered(self.name_end))
         separator = re.compile(f"(?:{_loose(self.separator)})?")
         while True:
             end = name_end.search(text, pos)
@@ -210,19 +219,23 @@ def derive(replies: dict[str, str]) -> Derived | None:
     if index:
         name_end = name_end[index.end():]
     # the calls: what comes before each name, after each call's arguments, around them all
-    j_b = two.find(NAME_B)
-    j_end_a = two.find(one[a_start:a_end]) + (a_end - a_start) if one[a_start:a_end] in two else -1
-    if j_b < 0 or j_end_a < 0 or j_end_a > j_b:
-        return None
-    between = two[j_end_a:j_b]  # call_close + separator + call_open
     before = one[:i_name]  # section_open + call_open
-    call_open = _opening(before[len(before) - _common_suffix(before, between):])  # the wrapper's close is not it
     after = one[a_end:]  # call_close + section_close + the turn's end
-    closing = between[:len(between) - len(call_open)]  # call_close + separator
+    turn_end = turn_end_of(replies)
+    one_call = two == one  # a template that writes the first call only: no second to part the pieces by
+    if one_call:
+        call_open, closing = before, after[:len(after) - len(turn_end)] if turn_end and after.endswith(turn_end) else after
+    else:
+        j_b = two.find(NAME_B)
+        j_end_a = two.find(one[a_start:a_end]) + (a_end - a_start) if one[a_start:a_end] in two else -1
+        if j_b < 0 or j_end_a < 0 or j_end_a > j_b:
+            return None
+        between = two[j_end_a:j_b]  # call_close + separator + call_open
+        call_open = _opening(before[len(before) - _common_suffix(before, between):])  # the wrapper's close is not it
+        closing = between[:len(between) - len(call_open)]  # call_close + separator
     call_close = after[:_common_prefix(after, closing)]
     if not call_open.strip() or not call_close.strip():
         return None
-    turn_end = turn_end_of(replies)
     rest = after[len(call_close):]
     if turn_end.strip() and rest.endswith(turn_end):
         section_close = rest[:len(rest) - len(turn_end)]
@@ -232,7 +245,7 @@ def derive(replies: dict[str, str]) -> Derived | None:
         section_close = rest
     d = Derived(section_open=before[:len(before) - len(call_open)], call_open=call_open, name_end=name_end,
                 call_close=call_close, section_close=section_close.rstrip(), args=args,
-                separator=closing[len(call_close):], ids=int(replies.get("ids", "0")), **fields)
+                separator=closing[len(call_close):], ids=int(replies.get("ids", "0")), one_call=one_call, **fields)
     got = d.parse(one)
     return d if got is not None and got[1] == [(NAME_A, {KEY_A: VAL_A})] else None
 

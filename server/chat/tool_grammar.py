@@ -6,6 +6,7 @@ list or v11 form, Llama's JSON; arguments constrained by each tool's JSON schema
 from __future__ import annotations
 
 import json
+import re
 
 from ...engine import GEMMA4, LFM2, LLAMA3, MISTRAL, TOOL_CLOSE, TOOL_OPEN, CallFormat, closed_objects
 from .derived_calls import Derived, attributed, marker_of
@@ -157,6 +158,11 @@ def _pieces(*parts: str) -> str:
     return " ".join(p for p in parts if p and p != '""')
 
 
+def _numbered_lark(literal: str) -> str:
+    """A name's end whose numbers are the call's own (derived_calls._numbered): any number."""
+    return _pieces(*(r"/[0-9]+/" if p.isdigit() else _lark_str(p) for p in re.split(r"(\d+)", literal) if p))
+
+
 def derived_grammar(tools: list[dict], name: str | None, d: Derived, parallel: bool = True) -> str:
     """A forced reply in a template's own syntax (server.chat.derived_calls): the wrapper from
     the calls' marker on, each call's pieces around its name, its arguments as the tool's JSON
@@ -167,11 +173,11 @@ def derived_grammar(tools: list[dict], name: str | None, d: Derived, parallel: b
     chosen = chosen_functions(tools, name)
     mark = marker_of(d)
     opener = d.section_open[d.section_open.find(mark):] if d.section_open.strip() and mark in d.section_open else ""
-    more = f" ({_pieces(_lark_str(d.separator), 'call')})*" if parallel and name is None else ""
+    more = f" ({_pieces(_lark_str(d.separator), 'call')})*" if parallel and name is None and not d.one_call else ""
     rules = [_pieces("start:", _lark_str(opener), f"call{more}", _lark_str(d.section_close if d.section_close.strip() else "")),
              "call: " + " | ".join(f"c{k}" for k in range(len(chosen)))]
     for k, f in enumerate(chosen):
-        lead = _lark_str(d.call_open + f["name"] + d.name_end)
+        lead = _pieces(_lark_str(d.call_open + f["name"]), _numbered_lark(d.name_end))
         if d.args == "json":
             rules += [f"c{k}: {lead} a{k} {_lark_str(d.call_close)}",
                       f"a{k}: %json {json.dumps(_with_ws(_parameters(f)))}"]

@@ -3,55 +3,65 @@ tokenizer and chat template, generation. Built on gguf_io; knows nothing of HTTP
 
 This module is the engine's public face: the server (and any library caller) imports
 these names from `gguf_serve.engine`, never from its submodules, so the engine's
-insides can move without the server changing."""
+insides can move without the server changing.
 
-from .loader import LOAD_STAGES, LoadedModel, available_memory, load_model, trim_heap
-from .chat import prompt_ids, render
-from .chat_format import (BRACKET_THINK, CHANNEL_THOUGHT, GEMMA4, HERMES, LFM2, LLAMA3, MISTRAL, THINK_CLOSE, THINK_OPEN,
-                          TOOL_CLOSE, TOOL_OPEN, CallFormat, ChatFormat, Family, call_format, family_of,
-                          reasoning_markers, template_has_switch, template_renders_tools, template_writes_xml,
-                          writes_harmony)
-from .config import EngineConfig
-from .options import CacheType, DeviceChoice, KernelChoice, PoolingChoice, PrefillDtype, SpecChoice, VisionDtype
-from .embed import EmbeddingError, embed, embed_tokens, rank
-from .errors import (CacheError, DraftMismatch, FileError, KernelError, MissingMetadata, TemplateError,
-                     TokenizerError, UnsupportedArchitecture, VisionFileError, WeightError, is_file_error, is_transient)
-from .fetch import (ModelRef, best_companion, cached_gguf_models, companion_kind, download, is_model_file, model_id,
-                    parse)
-from .grammar import GrammarError, GrammarMask, ThinkingBudget, closed_objects, json_grammar, schema_of
-from .infill import FIM_NAMES, InfillError, can_infill, infill_ids
-from .sampling import SAMPLER_CHAIN, SamplingParams, sampler_names
-from .templates import TemplateWorkers
-from .scheduler import Request, Scheduler, check_speculative, slots
-from .speculative import SpeculationError
-from .text import END_OF_GENERATION_TEXTS, held_back
-from .tokenizer import encode, token_bytes
-from .vision import ImageError, goes_with
+Each name is imported from its submodule when first asked for (PEP 562's module
+`__getattr__`): the command line's `--help` and option checks read the settings' choices
+(engine.options, engine.config, torch-free) without loading torch and the model code, which
+the first use of any other name brings."""
 
-__all__ = [
+from __future__ import annotations
+
+from importlib import import_module
+
+_PUBLIC = (  # (the submodule that defines them, the public names)
     # loading a model and the memory it takes
-    "LOAD_STAGES", "LoadedModel", "EngineConfig", "available_memory", "load_model", "trim_heap",
+    ("loader", "LOAD_STAGES LoadedModel available_memory load_model trim_heap"),
+    ("config", "EngineConfig"),
     # the engine's option choices, as types
-    "CacheType", "DeviceChoice", "KernelChoice", "PoolingChoice", "PrefillDtype", "SpecChoice", "VisionDtype",
+    ("options", "CacheType DeviceChoice KernelChoice PoolingChoice PrefillDtype SpecChoice VisionDtype"),
     # model files: Hub IDs, files and the vision files that go with them
-    "ModelRef", "best_companion", "cached_gguf_models", "companion_kind", "download", "goes_with", "is_model_file",
-    "model_id", "parse",
+    ("fetch", "ModelRef best_companion cached_gguf_models companion_kind download is_model_file model_id parse"),
+    ("vision", "goes_with"),
     # prompts: tokenizing, the chat template, images
-    "ImageError", "TemplateError", "TemplateWorkers", "encode", "prompt_ids", "render", "token_bytes",
+    ("vision", "ImageError"),
+    ("errors", "TemplateError"),
+    ("templates", "TemplateWorkers"),
+    ("tokenizer", "encode token_bytes"),
+    ("chat", "prompt_ids render"),
     # fill-in-the-middle prompts (llama-server's /infill)
-    "FIM_NAMES", "InfillError", "can_infill", "infill_ids",
+    ("infill", "FIM_NAMES InfillError can_infill infill_ids"),
     # a model's chat format (LoadedModel.chat_format): reasoning markers, tool-call families, harmony
-    "BRACKET_THINK", "CHANNEL_THOUGHT", "CallFormat", "ChatFormat", "Family", "GEMMA4", "HERMES", "LFM2", "LLAMA3",
-    "MISTRAL", "THINK_CLOSE", "THINK_OPEN", "TOOL_CLOSE", "TOOL_OPEN", "call_format", "family_of", "reasoning_markers",
-    "template_has_switch", "template_renders_tools", "template_writes_xml", "writes_harmony",
+    ("chat_format", "BRACKET_THINK CHANNEL_THOUGHT CallFormat ChatFormat Family GEMMA4 HERMES LFM2 LLAMA3 MISTRAL "
+                    "THINK_CLOSE THINK_OPEN TOOL_CLOSE TOOL_OPEN call_format family_of reasoning_markers "
+                    "template_has_switch template_renders_tools template_writes_xml writes_harmony"),
     # generation: sampling, constraints, the scheduler, speculation, streamed text
-    "GrammarError", "GrammarMask", "Request", "SAMPLER_CHAIN", "SamplingParams", "sampler_names", "Scheduler", "SpeculationError", "ThinkingBudget",
-    "END_OF_GENERATION_TEXTS", "check_speculative", "closed_objects", "held_back", "json_grammar", "schema_of",
+    ("grammar", "GrammarError GrammarMask ThinkingBudget closed_objects json_grammar schema_of"),
+    ("scheduler", "Request Scheduler check_speculative"),
+    ("options", "SAMPLER_CHAIN sampler_names"),
+    ("sampling", "SamplingParams"),
+    ("speculative", "SpeculationError"),
+    ("text", "END_OF_GENERATION_TEXTS held_back"),
     # sequence slots: what they hold, saved to a file and taken back (llama-server's /slots)
-    "slots",
+    ("scheduler", "slots"),
     # embedding and reranking files
-    "EmbeddingError", "embed", "embed_tokens", "rank",
+    ("embed", "EmbeddingError embed embed_tokens rank"),
     # errors (engine.errors): the file's own fault, or one that may pass
-    "CacheError", "DraftMismatch", "FileError", "KernelError", "MissingMetadata", "TokenizerError",
-    "UnsupportedArchitecture", "VisionFileError", "WeightError", "is_file_error", "is_transient",
-]
+    ("errors", "CacheError DraftMismatch FileError KernelError MissingMetadata TokenizerError "
+               "UnsupportedArchitecture VisionFileError WeightError is_file_error is_transient"),
+)
+_SOURCE = {name: module for module, names in _PUBLIC for name in names.split()}
+__all__ = list(_SOURCE)
+
+
+def __getattr__(name: str):
+    module = _SOURCE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value  # asked once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields, replace
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import torch
+if TYPE_CHECKING:  # the annotation only: the settings read this module without loading torch
+    import torch
 
 from .options import CACHE_TYPES, ENV, KERNEL_CHOICES, POOLING_CHOICES, PREFILL_DTYPES, SPEC_CHOICES, VISION_DTYPES
 

@@ -1,6 +1,6 @@
 """How a KV cache row is stored: the row types llama-server's --cache-type-k/-v name, built from gguf_io's type
-table (a quantized row is a run of that type's blocks). A leaf module: the cache, its kernels and the settings'
-choices read it; it imports only torch and the type table."""
+table (a quantized row is a run of that type's blocks). A leaf module: the cache and its kernels read it; it imports only torch, the type table and
+the names the settings choose from (engine.options)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ..gguf_io import TYPE_INFO, GGMLType
+from .options import CACHE_TYPES
 
 
 @dataclass(frozen=True)
@@ -42,13 +43,9 @@ def _row_type(t: GGMLType, dtype: torch.dtype) -> KVType:
     return KVType(t.name.lower(), int(t), dtype, info.block_size, info.type_size)
 
 
-KV_TYPES = {t.name: t for t in (
-    _row_type(GGMLType.F32, torch.float32), _row_type(GGMLType.F16, torch.float16),
-    _row_type(GGMLType.BF16, torch.bfloat16), _row_type(GGMLType.Q8_0, torch.uint8),
-    _row_type(GGMLType.Q4_0, torch.uint8), _row_type(GGMLType.Q4_1, torch.uint8),
-    _row_type(GGMLType.Q5_0, torch.uint8), _row_type(GGMLType.Q5_1, torch.uint8),
-    _row_type(GGMLType.IQ4_NL, torch.uint8))}
-_BY_DTYPE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+_FLOAT_ROWS = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}  # the others: bytes of blocks
+KV_TYPES = {name: _row_type(GGMLType[name.upper()], _FLOAT_ROWS.get(name, torch.uint8)) for name in CACHE_TYPES}
+_BY_DTYPE = {dtype: name for name, dtype in _FLOAT_ROWS.items()}
 
 
 def kv_types(dtype: torch.dtype, k: str | None = None, v: str | None = None) -> tuple[KVType, KVType]:

@@ -8,6 +8,8 @@ from typing import Callable
 
 import torch
 
+from .options import SAMPLER_OFF, sampler_names
+
 # (token ids generated so far, logits) -> logits; must not modify its input in place
 LogitsProcessor = Callable[[list[int], torch.Tensor], torch.Tensor]
 
@@ -71,22 +73,6 @@ class SamplingParams:
 
 MIN_TEMPERATURE = 1e-30
 
-# llama.cpp's sampler names (common/sampling.cpp) and what each is off at; "infill" and
-# "adaptive_p" are taken and have no sampler here. The chain's order is this one
-# (SAMPLER_CHAIN), whatever order a request lists them in.
-SAMPLER_CHAIN = ("penalties", "dry", "top_n_sigma", "typ_p", "temperature", "xtc", "top_k", "top_p", "min_p")
-SAMPLER_OFF = {"penalties": {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0},
-               "dry": {"dry_multiplier": 0.0}, "top_n_sigma": {"top_n_sigma": -1.0}, "top_k": {"top_k": 0},
-               "typ_p": {"typical_p": 1.0}, "top_p": {"top_p": 1.0}, "min_p": {"min_p": 0.0},
-               "xtc": {"xtc_probability": 0.0}, "temperature": {"temperature": 1.0, "dynatemp_range": 0.0},
-               "infill": {}, "adaptive_p": {}}
-SAMPLER_LETTERS = dict(zip("edskypmxtia", ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p",
-                                           "xtc", "temperature", "infill", "adaptive_p")))
-SAMPLER_ALIASES = {**{n: n for n in SAMPLER_OFF}, **{n.replace("_", "-"): n for n in SAMPLER_OFF},
-                   **{n.replace("_", ""): n for n in SAMPLER_OFF}, "nucleus": "top_p", "temp": "temperature",
-                   "typ": "typ_p", "typical_p": "typ_p", "typical": "typ_p"}
-
-
 # a file's recommended sampling (llama.cpp's general.sampling.* keys, which its servers take
 # as defaults) as SamplingParams fields
 FILE_KEYS = {"sequence": ("samplers", str), "top_k": ("top_k", int), "top_p": ("top_p", float),
@@ -108,21 +94,6 @@ def file_sampling(metadata: dict) -> dict:
             out[name] = sampler_names(value) if name == "samplers" else kind(value)
         except (TypeError, ValueError):
             continue
-    return out
-
-
-def sampler_names(value: list[str] | str) -> list[str]:
-    """llama.cpp's `samplers` as canonical names: a list of names (or its ';'-joined string,
-    as the file key general.sampling.sequence holds them), or a string of letters ("kpt")."""
-    if isinstance(value, str):
-        value = value.split(";") if ";" in value or value in SAMPLER_ALIASES else list(value)
-    out = []
-    for v in value:
-        name = SAMPLER_ALIASES.get(v) or (SAMPLER_LETTERS.get(v) if len(v) == 1 else None)
-        if name is None:
-            raise ValueError(f"unknown sampler {v!r}; known: {', '.join(SAMPLER_OFF)} (or their letters "
-                             f"{''.join(SAMPLER_LETTERS)})")
-        out.append(name)
     return out
 
 

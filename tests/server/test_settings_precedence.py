@@ -8,6 +8,9 @@ no environment for a configuration passed: once `GGUF_SERVE_SPEC=off` turned an 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from gguf_serve.engine.config import EngineConfig
@@ -144,3 +147,14 @@ def test_without_flags_every_option_is_the_environments(everything_set):
         assert getattr(settings, option) != fields[option].get_default(call_default_factory=True), option
     assert (settings.spec, settings.cpu_repack, settings.device) == ("off", False, "cpu")
     assert EngineConfig.resolve(settings.engine_config()).spec == "off"
+
+
+def test_help_and_option_errors_come_without_loading_torch():
+    """`gguf-serve --help` and a bad option answer at once: the settings' choices come from
+    the engine's torch-free modules (engine.options, engine.config), not the model code."""
+    code = ("import sys\nfrom gguf_serve.server import cli\n"
+            "try:\n    cli.parse_settings(['--ctx-size', 'many'])\nexcept SystemExit:\n    pass\n"
+            "cli.serve_parser().format_help()\nprint(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "--ctx-size" in out.stderr, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

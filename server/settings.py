@@ -161,8 +161,8 @@ class ServerSettings(BaseSettings):
     access_log: bool = Field(default=False, description=(
         "log each request (client, method, path, status), as uvicorn's access log"))
     sse_ping_interval: float = Field(default=5.0, ge=0, description=(
-        "seconds a server-sent event stream may stay silent (a long prompt's prefill, a queue) before it gets a "
-        "comment line that clients skip and proxies see as traffic (0: never)"))
+        "seconds a stream may stay silent (a long prompt's prefill, a queue) before it gets a line that clients "
+        "skip and proxies see as traffic: an SSE comment, an empty chunk in Ollama's NDJSON (0: never)"))
     slots: bool = Field(default=True, description=(
         "GET /slots: what each sequence slot holds, as llama-server lists it (--no-slots: a 501)"))
     slot_save_path: Optional[str] = Field(default=None, description=(

@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import threading
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
@@ -24,9 +24,11 @@ log = logging.getLogger("gguf_serve.server")
 PING = ": ping\n\n"
 
 
-async def with_pings(lines: AsyncIterator[str], interval: float) -> AsyncIterator[str]:
-    """`lines`, and PING whenever `interval` seconds pass without one. The next line is
-    awaited in a task of its own, so that a ping does not cancel it."""
+async def with_pings(lines: AsyncIterator[str], interval: float, ping: Callable[[], str] = lambda: PING
+                     ) -> AsyncIterator[str]:
+    """`lines`, and a `ping()` line (an SSE comment, PING, unless said) whenever `interval`
+    seconds pass without one. The next line is awaited in a task of its own, so that a
+    ping does not cancel it."""
     it = lines.__aiter__()
     pending: asyncio.Future | None = None
     try:
@@ -35,7 +37,7 @@ async def with_pings(lines: AsyncIterator[str], interval: float) -> AsyncIterato
                 pending = asyncio.ensure_future(it.__anext__())
             done, _ = await asyncio.wait({pending}, timeout=interval)
             if not done:
-                yield PING
+                yield ping()
                 continue
             line, pending = pending, None
             try:
@@ -55,17 +57,20 @@ async def with_pings(lines: AsyncIterator[str], interval: float) -> AsyncIterato
 class CancellingStream(StreamingResponse):
     """A streamed reply that cancels its generation however it ends: also when the
     client hangs up before the first line is sent (the body's own `finally` never runs
-    for a generator that was never started). Server-sent events get pings while silent."""
+    for a generator that was never started). While silent, server-sent events get comment
+    pings, other streams the `ping` line given (Ollama's NDJSON: an empty chunk)."""
 
-    def __init__(self, content, cancel: threading.Event, **kwargs):
+    def __init__(self, content, cancel: threading.Event, ping: Callable[[], str] | None = None, **kwargs):
         super().__init__(content, **kwargs)
-        self.cancel = cancel
+        self.cancel, self.ping = cancel, ping
 
     async def __call__(self, scope, receive, send):
         settings = getattr(getattr(scope.get("app"), "state", None), "settings", None)
         interval = getattr(settings, "sse_ping_interval", 0) or 0
-        if interval > 0 and (self.media_type or "").startswith("text/event-stream"):
-            self.body_iterator = with_pings(self.body_iterator, interval)
+        if (self.media_type or "").startswith("text/event-stream"):
+            self.ping = self.ping or (lambda: PING)
+        if interval > 0 and self.ping is not None:
+            self.body_iterator = with_pings(self.body_iterator, interval, self.ping)
         try:
             await super().__call__(scope, receive, send)
         finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -15,7 +16,7 @@ from ..core.openapi import API_ERRORS, WHY, errors
 from ..core.streaming import CancellingStream, folded
 from .protocol import (OllamaChatRequest, OllamaEmbeddingsRequest, OllamaEmbedRequest, OllamaError,
                        OllamaGenerateRequest, OllamaModelRequest)
-from .serving import VERSION, OllamaServing
+from .serving import VERSION, OllamaServing, empty_chunk
 
 router = APIRouter(tags=["Ollama"])
 NDJSON = "application/x-ndjson"
@@ -32,13 +33,15 @@ def ollama(request: Request) -> OllamaServing:
     return request.app.state.ollama
 
 
-async def _answer(request: Request, prep, out, stream: bool):
+async def _answer(request: Request, prep, out, stream: bool, empty: Callable[[], dict] | None = None):
     """The NDJSON lines of `out` (the reply's chunks), or the chunks folded into one reply;
-    `out` a dict: a reply made at once (a load, a pull)."""
+    `out` a dict: a reply made at once (a load, a pull). A stream silent for
+    --sse-ping-interval gets an `empty()` chunk, which Ollama's clients add as nothing."""
     if isinstance(out, dict):
         return CancellingStream(_once(out), threading.Event(), media_type=NDJSON) if stream else out
     if stream:
-        return CancellingStream(_ndjson(out), prep.job.cancel, media_type=NDJSON)
+        ping = (lambda: json.dumps(empty()) + "\n") if empty is not None else None
+        return CancellingStream(_ndjson(out), prep.job.cancel, ping=ping, media_type=NDJSON)
     return await folded(request, _fold(out))
 
 
@@ -97,12 +100,13 @@ async def show(req: OllamaModelRequest, request: Request):
 
 @router.post("/api/chat", responses=STREAMED)
 async def chat(req: OllamaChatRequest, request: Request):
-    return await _answer(request, *await ollama(request).chat(req), req.stream)
+    return await _answer(request, *await ollama(request).chat(req), req.stream, lambda: empty_chunk(req.model, "chat"))
 
 
 @router.post("/api/generate", responses=STREAMED)
 async def generate(req: OllamaGenerateRequest, request: Request):
-    return await _answer(request, *await ollama(request).generate(req), req.stream)
+    return await _answer(request, *await ollama(request).generate(req), req.stream,
+                         lambda: empty_chunk(req.model, "generate"))
 
 
 @router.post("/api/embed", responses={**MODEL, 413: errors(413, envelope=OllamaError)[413]})

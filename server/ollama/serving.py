@@ -322,6 +322,12 @@ def _arguments(text: str):
         return text
 
 
+def empty_chunk(model: str, kind: str) -> dict:
+    """A chunk that adds nothing (a silent stream's keep-alive): no content, not done."""
+    part = {"message": {"role": "assistant", "content": ""}} if kind == "chat" else {"response": ""}
+    return {"model": model, "created_at": iso(), **part, "done": False}
+
+
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 

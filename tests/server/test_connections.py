@@ -143,7 +143,8 @@ def test_an_unread_stream_stops_generating(tiny_path):
 def test_a_silent_stream_gets_pings_and_clients_read_through_them(tiny_path):
     """With one sequence slot, a streamed request waits while another generates 240 tokens:
     its stream, silent meanwhile, carries `: ping` comment lines every 0.05 s, and the openai
-    SDK reads through them to the reply it gets without them."""
+    SDK reads through them to the reply it gets without them; Ollama's NDJSON stream carries
+    empty chunks, which its client reads through likewise."""
     import openai
 
     bias = no_end(tiny_path)
@@ -170,3 +171,19 @@ def test_a_silent_stream_gets_pings_and_clients_read_through_them(tiny_path):
         text = behind_a_long_request(lambda: "".join(
             c.choices[0].text for c in client.completions.create(**body, stream=True) if c.choices))
         assert text == client.completions.create(**body).choices[0].text
+        # Ollama's NDJSON: empty chunks keep it alive, and its client adds them as nothing
+        import ollama
+
+        gen = {"model": tiny_path, "prompt": "hi", "raw": True, "options": {"temperature": 0, "num_predict": 4}}
+
+        def ndjson():
+            with httpx.stream("POST", f"{base}/api/generate", json=gen, timeout=120) as r:
+                return [json.loads(line) for line in r.iter_lines() if line]
+
+        chunks = behind_a_long_request(ndjson)
+        assert {**chunks[0], "created_at": ""} == {"model": "tiny-qwen3.gguf", "created_at": "", "response": "",
+                                                   "done": False}, chunks  # sent while the other generates
+        assert chunks[-1]["done"] is True
+        streamed = behind_a_long_request(lambda: "".join(
+            c.response for c in ollama.Client(host=base).generate(**gen, stream=True)))
+        assert streamed == ollama.Client(host=base).generate(**gen).response != ""

@@ -25,6 +25,8 @@ NAME_A, NAME_B = "probe_fn_alpha", "probe_fn_beta"
 KEY_A, KEY_B = "probe_key_one", "probe_key_two"
 VAL_A, VAL_B = "probe value one", "probe value two"
 TEXT = "probe reply text"  # an answer without calls: what follows it ends the turn
+KEY_SLOT = "\x00key\x00"  # in a value's close that names its key (MiniMax M3's `</city>`): the key
+NAME_SLOT = "\x00name\x00"  # in what follows a call's name, where it writes the name again
 
 PROBE_TOOLS = [{"type": "function", "function": {
     "name": n, "description": "a probe", "parameters": {"type": "object", "properties": {
@@ -78,10 +80,17 @@ def _loose(literal: str) -> str:
 
 def _numbered(literal: str) -> str:
     """A name's end as a regex, loose as `_loose`, whose numbers are each call's own (Kimi K3's
-    `" index="1"`, which the next call writes as 2)."""
-    pieces = (r"\d+" if p.isdigit() else r"\s*" if p.isspace() else re.escape(p)
-              for p in re.split(r"(\d+|\s+)", literal.strip()) if p)
+    `" index="1"`, which the next call writes as 2) and whose NAME_SLOT is the name again."""
+    pieces = (r"\d+" if p.isdigit() else r"\s*" if p.isspace() else r"[\w.\-:/]+" if p == NAME_SLOT else re.escape(p)
+              for p in re.split(f"(\\d+|\\s+|{NAME_SLOT})", literal.strip()) if p)
     return r"\s*" + "".join(pieces) + r"\s*"
+
+
+def _whole(literal: str) -> str:
+    """The shared start of two texts, without a special token's part at its end (`<|eo` of
+    `<|eom|>` and `<|eot|>`): a marker is whole or not there."""
+    cut = literal.rfind("<|")
+    return literal[:cut] if cut >= 0 and "|>" not in literal[cut:] else literal
 
 
 @dataclass(frozen=True)
@@ -156,9 +165,15 @@ class Derived:
         return content + text[pos:], calls
 
     def _pairs(self, text: str, pos: int) -> tuple[dict, int]:
-        out = {}
+        pairs, pos = self._pair_list(text, pos)
+        return dict(pairs), pos
+
+    def _pair_list(self, text: str, pos: int) -> tuple[list[tuple[str, object]], int]:
+        """The key/value pairs from `pos` on, and where they end. A value that is pairs itself
+        (MiniMax M3 writes an object's members as tags, an array's as `item` tags) is read
+        as an object, or a list where every key is `item`."""
+        out = []
         pair_open, key_end = re.compile(_loose(self.pair_open)), re.compile(_attributes(self.key_end))
-        value_end = re.compile(re.escape(self.pair_close.strip()) if self.pair_close.strip() else r"\n")
         while True:
             start = pair_open.match(text, pos)
             if start is None or not self.pair_open.strip():
@@ -167,16 +182,43 @@ class Derived:
             if key_at is None:
                 return out, pos
             key = text[start.end():key_at.start()].strip()
-            stop = value_end.search(text, key_at.end())
+            close = self.pair_close.strip().replace(KEY_SLOT, key)
+            opening = self.pair_open.strip() + key + self.key_end.strip() if KEY_SLOT in self.pair_close else None
+            stop = _closing(text, key_at.end(), close, opening)
             if stop is None or not key:
                 return out, pos
-            value = text[key_at.end():stop.start()].strip("\n")
+            value: object = text[key_at.end():stop[0]].strip("\n")
             if value.startswith("<![CDATA[") and value.endswith("]]>"):  # MiniCPM's text with markup in it
                 value = value[len("<![CDATA["):-len("]]>")]
-            out[key] = value
-            pos = stop.end()
+            elif KEY_SLOT in self.pair_close and pair_open.match(value):
+                members, end = self._pair_list(value, 0)
+                if members and not value[end:].strip():
+                    value = ([v for _, v in members] if {k for k, _ in members} == {"item"}
+                             else dict(members))
+            out.append((key, value))
+            pos = stop[1]
             ws = re.compile(r"\s*").match(text, pos)
             pos = ws.end() if pair_open.match(text, ws.end()) else pos
+
+
+def _closing(text: str, pos: int, close: str, opening: str | None) -> tuple[int, int] | None:
+    """(start, end) of a value's close from `pos`: the first, or where the close names its key
+    (a tag's: `opening` is the tag's own), the one that matches it, past nested tags of its name."""
+    if not close:
+        m = re.compile(r"\n").search(text, pos)
+        return (m.start(), m.end()) if m else None
+    if opening is None:
+        i = text.find(close, pos)
+        return (i, i + len(close)) if i >= 0 else None
+    depth = 0
+    for m in re.finditer(re.escape(close) + "|" + re.escape(opening), text[pos:]):
+        if m.group() == opening:
+            depth += 1
+        elif depth == 0:
+            return pos + m.start(), pos + m.end()
+        else:
+            depth -= 1
+    return None
 
 
 def derive(replies: dict[str, str]) -> Derived | None:
@@ -210,11 +252,13 @@ def derive(replies: dict[str, str]) -> Derived | None:
         tail = one[i_val + len(VAL_A):]  # pair_close + call_close + ...
         closing = between[:len(between) - len(pair_open)]
         pair_close = closing[:_common_prefix(closing, tail)]
-        fields = dict(pair_open=pair_open, key_end=one[i_key + len(KEY_A):i_val], pair_close=pair_close)
+        fields = dict(pair_open=pair_open, key_end=one[i_key + len(KEY_A):i_val],
+                      pair_close=pair_close.replace(KEY_A, KEY_SLOT))
         name_end = head[:len(head) - len(pair_open)]
         a_end = i_val + len(VAL_A) + len(pair_close)
     else:
         name_end = one[i_name + len(NAME_A):a_start]
+    name_end = name_end.replace(NAME_A, NAME_SLOT)  # a name written twice (muse-glimmer's `to=` and `<invoke>`)
     index = re.match(r":\d+", name_end)  # Kimi's NAME:INDEX: the index is the call's, not the syntax's
     if index:
         name_end = name_end[index.end():]
@@ -233,7 +277,7 @@ def derive(replies: dict[str, str]) -> Derived | None:
         between = two[j_end_a:j_b]  # call_close + separator + call_open
         call_open = _opening(before[len(before) - _common_suffix(before, between):])  # the wrapper's close is not it
         closing = between[:len(between) - len(call_open)]  # call_close + separator
-    call_close = after[:_common_prefix(after, closing)]
+    call_close = _whole(after[:_common_prefix(after, closing)])
     if not call_open.strip() or not call_close.strip():
         return None
     rest = after[len(call_close):]
@@ -251,9 +295,13 @@ def derive(replies: dict[str, str]) -> Derived | None:
 
 
 def _opening(text: str) -> str:
-    """A marker shared by two places, from where it opens: the characters before it that close
-    what came first (a tag's `>`, a bracket) belong to that, not to the marker."""
-    return text.lstrip(CLOSERS)
+    """A marker shared by two places, from where it opens: the character before it that closes
+    what came first (a tag's `>`, a bracket), or the end of a special token (`|>` of
+    `<|tool_calls_section_begin|>`), belongs to that, not to the marker."""
+    end = text.find("|>")
+    if end >= 0 and "<|" not in text[:end]:
+        return text[end + 2:]
+    return text[1:] if text[:1] in CLOSERS else text
 
 
 def attributed(literal: str) -> bool:

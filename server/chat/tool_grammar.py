@@ -9,7 +9,7 @@ import json
 import re
 
 from ...engine import GEMMA4, LFM2, LLAMA3, MISTRAL, TOOL_CLOSE, TOOL_OPEN, CallFormat, closed_objects
-from .derived_calls import Derived, attributed, marker_of
+from .derived_calls import KEY_SLOT, NAME_SLOT, Derived, attributed, marker_of
 from .tools import functions
 
 
@@ -31,14 +31,16 @@ def _is_text(schema: dict) -> bool:
     return schema.get("type") == "string"
 
 
-def _xml_value(rule: str, schema: dict) -> str:
-    """The lark rule of one XML parameter's value: raw text for strings, else JSON."""
+def _xml_value(rule: str, schema: dict, close: str = "<") -> str:
+    """The lark rule of one XML parameter's value: raw text for strings (without `<`, a line
+    break or the first character of what closes it: MiniMax M3's `]<]minimax[>[`), else JSON."""
     values = schema.get("enum", [schema["const"]] if "const" in schema else None)
     if values is not None and _is_text(schema):
         return f"{rule}: " + " | ".join(_lark_str(v) for v in values)
     if _is_text(schema):
         most = schema.get("maxLength")
-        return f"{rule}: /[^<\\n]{{{schema.get('minLength', 1)},{most if most is not None else 200}}}/"
+        stops = "".join(sorted({"<", close.strip()[:1] or "<"})).replace("\\", "\\\\").replace("]", "\\]")
+        return f"{rule}: /[^{stops}\\n]{{{schema.get('minLength', 1)},{most if most is not None else 200}}}/"
     return f"{rule}: %json {json.dumps({**schema, 'x-guidance': {'whitespace_pattern': CALL_WHITESPACE}})}"
 
 
@@ -177,7 +179,7 @@ def derived_grammar(tools: list[dict], name: str | None, d: Derived, parallel: b
     rules = [_pieces("start:", _lark_str(opener), f"call{more}", _lark_str(d.section_close if d.section_close.strip() else "")),
              "call: " + " | ".join(f"c{k}" for k in range(len(chosen)))]
     for k, f in enumerate(chosen):
-        lead = _pieces(_lark_str(d.call_open + f["name"]), _numbered_lark(d.name_end))
+        lead = _pieces(_lark_str(d.call_open + f["name"]), _numbered_lark(d.name_end.replace(NAME_SLOT, f["name"])))
         if d.args == "json":
             rules += [f"c{k}: {lead} a{k} {_lark_str(d.call_close)}",
                       f"a{k}: %json {json.dumps(_with_ws(_parameters(f)))}"]
@@ -187,10 +189,10 @@ def derived_grammar(tools: list[dict], name: str | None, d: Derived, parallel: b
         parts = []
         for j, (p, schema) in enumerate((params.get("properties") or {}).items()):
             value = f"v{k}_{j}"
-            rules.append(_xml_value(value, schema if isinstance(schema, dict) else {}))
+            rules.append(_xml_value(value, schema if isinstance(schema, dict) else {}, d.pair_close))
             key = (f"{_lark_str(d.pair_open + p + d.key_end.lstrip()[0])} /[^>\\n]*>/" if attributed(d.key_end)
                    else _lark_str(d.pair_open + p + d.key_end))  # a tag with more attributes: any of them
-            part = _pieces(key, value, _lark_str(d.pair_close))
+            part = _pieces(key, value, _lark_str(d.pair_close.replace(KEY_SLOT, p)))
             parts.append(part if p in required else f"({part})?")
         rules.append(_pieces(f"c{k}:", lead, *parts, _lark_str(d.call_close)))
     return LLMatcher.grammar_from_lark("\n".join(rules) + "\n")

@@ -52,8 +52,16 @@ def _tool_name(written: str, names: set) -> str:
     return bare if bare in names else written
 
 
-def _typed(value: str, schema: dict | None):
-    kind = (schema or {}).get("type")
+def _typed(value, schema: dict | None):
+    """A value written as text, typed by its schema; an object or list read from tags
+    (derived_calls: MiniMax M3's), each member typed by its own."""
+    schema = schema if isinstance(schema, dict) else {}
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        return {k: _typed(v, props.get(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v, schema.get("items")) for v in value]
+    kind = schema.get("type")
     if kind == "string":
         return value
     try:

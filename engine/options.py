@@ -13,7 +13,7 @@ from typing import Literal
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")  # the server's; the engine also takes any torch device ("cuda:1")
 SPEC_MODES = ("off", "ngram", "mtp", "draft")  # the drafters a setting or a request may name
 SPEC_CHOICES = ("auto", *SPEC_MODES)  # auto: the best drafter the model has
-KERNEL_CHOICES = ("reference", "hub", "cpu")
+KERNEL_CHOICES = ("reference", "hub", "cpu", "triton")
 PREFILL_DTYPES = ("float32", "bfloat16")
 VISION_DTYPES = ("float32", "bfloat16")
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")  # KV cache rows (engine.kv_rows)

@@ -73,7 +73,8 @@ class ServerSettings(BaseSettings):
         "model's section, [*], and the file's own recommended sampling (its general.sampling.* keys)"))
     threads: Optional[int] = Field(default=None, ge=1, description="CPU threads for the kernels (default: torch's)")
     kernels: Optional[KernelChoice] = Field(default=None, description=(
-        "force a kernel implementation (default: the native one where it runs, else the portable reference)"))
+        "force a kernel implementation (default: the native CPU kernels on a CPU, our Triton kernels on CUDA, "
+        "else the portable reference)"))
     cpu_isa: Optional[str] = Field(default=None, description=(
         "force a CPU code path: scalar, avx2, avx512 (x86-64) or scalar, neon (AArch64); default: the best this CPU "
         "runs"))

@@ -17,6 +17,9 @@ os.environ.setdefault("GGUF_SERVE_CACHE_TYPE_V", "f32")
 # and float32 vision towers (bfloat16 products are the default on CPUs with AVX512-BF16);
 # engine/test_vision.py checks the bfloat16 ones against them
 os.environ.setdefault("GGUF_SERVE_VISION_DTYPE", "float32")
+# our Triton kernels run through Triton's interpreter on these CPU machines (read when
+# engine.kernels.triton_ops is first imported: before any test imports the engine)
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from helpers import write_small_model
 

@@ -9,9 +9,10 @@ A model's kernel settings are one `KernelSettings`, built at load from plain val
 (load_model passes its EngineConfig's: the kernels know nothing of the engine's
 configuration object) and handed to its packed weights, its dense ops and its thread
 policy; two models in one process keep their own. Selection order: the implementation
-the settings force (`kernels`: `reference`, `hub`, `cpu`; GGUF_SERVE_KERNELS through
-EngineConfig), then the native CPU kernels for CPU weights of a type they take, then on
-MPS the hub kernel when it loads, then the reference. One log line per settings object
+the settings force (`kernels`: `reference`, `hub`, `cpu`, `triton`; GGUF_SERVE_KERNELS
+through EngineConfig), then the native CPU kernels for CPU weights of a type they take,
+on CUDA our Triton kernels (kernels.triton_ops) for a type they take, on MPS the hub
+kernel when it loads, then the reference. One log line per settings object
 says which was chosen and why. The process's are only what is the process's: the
 loaded library and the CPU's ISA levels (kernels.cpu), the hub kernel once loaded.
 """
@@ -25,7 +26,7 @@ import torch
 
 from ...gguf_io import GGMLType
 from ..options import ENV, KERNEL_CHOICES
-from . import cpu, hub_kernel
+from . import cpu, hub_kernel, triton_ops
 from .cpu_ops import CpuOps
 from .interface import REFERENCE, KernelOps
 from .ops import TORCH_OPS
@@ -81,15 +82,27 @@ class KernelSettings:
                     raise RuntimeError("kernels=hub, but the hub kernel could not be loaded (see the log)")
             elif forced == "cpu" and self.cpu is not None:
                 ops = self._native()
+            elif forced == "triton":
+                if not triton_ops.AVAILABLE:
+                    raise RuntimeError("kernels=triton, but the triton package is not installed (pip install triton)")
+                if not triton_ops.usable_on(dev):
+                    raise RuntimeError(f"kernels=triton runs on CUDA devices; on {dev} only under Triton's "
+                                       "interpreter (TRITON_INTERPRET=1 at start: slow, for tests)")
+                ops = triton_ops.TRITON if triton_ops.supports(ggml_type) else REFERENCE
+                if ops is REFERENCE:
+                    why = "no Triton kernel for this type"
             else:
                 raise ValueError(f"kernels={forced!r} ({ENV_OVERRIDE}): no such kernel implementation here; "
-                                 f"known: reference, hub{', cpu' if self.cpu is not None else ''}")
+                                 f"known: reference, hub{', cpu' if self.cpu is not None else ''}, triton")
         elif dev == "cpu" and self.cpu is not None and cpu.supports(ggml_type):
             ops, why = self._native(), "native kernel available"
+        elif dev == "cuda" and triton_ops.usable_on(dev) and triton_ops.supports(ggml_type):
+            ops, why = triton_ops.TRITON, "our Triton kernels"
         elif dev == "mps" and (hub := hub_ops()) is not None:
             ops, why = hub, "ggml Metal kernels from the hub"
         else:
             ops, why = REFERENCE, "hub kernel unavailable on mps" if dev == "mps" else \
+                "triton is not installed" if dev == "cuda" and not triton_ops.AVAILABLE else \
                 "no native kernel for this device and type"
         log.info("kernels for %s %s: %s (%s)", dev, ggml_type.name, ops.name, why)
         return ops

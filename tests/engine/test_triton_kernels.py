@@ -1,0 +1,107 @@
+"""Our Triton kernels (engine.kernels.triton_ops), run through Triton's interpreter on the
+CPU (tests/conftest.py sets TRITON_INTERPRET=1): every type's decoding equals gguf_io's
+bit for bit, products equal the reference's to float32 rounding at every row count, and
+a tiny model's logits through the Triton path equal the reference path's."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from gguf_serve.engine import EngineConfig, kernels, load_model
+from gguf_serve.engine.kernels import reference, triton_ops
+from gguf_serve.gguf_io import TYPE_INFO, GGMLType
+
+from oracles import prompt_logits
+from tiny_models import random_model, spec, write_gguf
+
+pytestmark = pytest.mark.skipif(not triton_ops.AVAILABLE, reason="the triton package is not installed "
+                                "(the test extra installs it)")
+
+
+def random_blocks(t: GGMLType, rows: int, cols: int, seed: int = 0) -> torch.Tensor:
+    """Random blocks of type `t` whose scales are finite float16 (or, MXFP4, exponents near 1)."""
+    rng = np.random.default_rng(seed)
+    info = TYPE_INFO[t]
+    n = cols // info.block_size
+    b = rng.integers(0, 256, size=(rows, n, info.type_size), dtype=np.uint8)
+
+    def half_at(off: int) -> None:
+        values = rng.uniform(-0.05, 0.05, size=(rows, n)).astype(np.float16)
+        b[:, :, off:off + 2] = values.view(np.uint8).reshape(rows, n, 2)
+
+    if t == GGMLType.MXFP4:
+        b[:, :, 0] = rng.integers(110, 130, size=(rows, n))
+    elif t == GGMLType.Q6_K:
+        half_at(208)
+    else:
+        half_at(0)
+        if t in (GGMLType.Q4_1, GGMLType.Q5_1, GGMLType.Q4_K, GGMLType.Q5_K):
+            half_at(2)
+    return torch.from_numpy(b.reshape(rows, n * info.type_size).copy())
+
+
+@pytest.mark.parametrize("t", triton_ops.TYPES, ids=lambda t: t.name)
+def test_each_types_blocks_decode_as_gguf_io_and_multiply_as_the_reference(t):
+    rows, cols = 24, 2 * 256
+    w = random_blocks(t, rows, cols)
+    expected = reference.dequantize(w, t, rows, cols, torch.float32)
+    assert torch.equal(triton_ops.dequantize(w, t, rows, cols, torch.float32), expected)
+    ids = torch.tensor([[3, 0], [23, 3]])
+    assert torch.equal(triton_ops.get_rows(w, ids, t, cols, torch.float32), expected[ids])
+    for m in (1, 3, 17):  # a decode step's rows, and more than one 16-row tile
+        x = torch.randn(m, cols, generator=torch.Generator().manual_seed(m))
+        y = x @ expected.T  # float32 sums in another order: equal to their rounding
+        torch.testing.assert_close(triton_ops.mul_mat(w, x, t, rows), y, rtol=1e-5, atol=1e-5 * float(y.abs().max()))
+
+
+def test_float_weights_and_experts():
+    """F16 and BF16 weights multiply as torch does; mul_mat_id runs each selected expert's rows."""
+    x = torch.randn(3, 64)
+    for t, dtype in ((GGMLType.F16, torch.float16), (GGMLType.BF16, torch.bfloat16)):
+        dense = torch.randn(8, 64).to(dtype)
+        packed = dense.view(torch.uint8).reshape(8, 128)
+        torch.testing.assert_close(triton_ops.mul_mat(packed, x, t, 8), x @ dense.float().T)
+        assert torch.equal(triton_ops.get_rows(packed, torch.tensor([7, 1]), t, 64, torch.float32),
+                           dense.float()[[7, 1]])
+    experts = torch.stack([random_blocks(GGMLType.Q4_K, 16, 256, seed=e) for e in range(4)])
+    x = torch.randn(5, 256)
+    ids = torch.tensor([[0, 3], [3, 2], [1, 0], [2, 2], [3, 1]])
+    got = triton_ops.mul_mat_id(experts, x, ids, GGMLType.Q4_K, 16)
+    expected = reference.mul_mat_id(experts, x, ids, GGMLType.Q4_K, 16)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def k_mix_path(tmp_path_factory):
+    s = spec("llama")
+    path = tmp_path_factory.mktemp("triton") / "tiny-k.gguf"
+    write_gguf(s, random_model(s), path, "K")  # Q4_K, Q5_K, Q6_K matrices, a Q8_0 embedding
+    return str(path)
+
+
+def test_a_models_logits_through_the_triton_path_equal_the_reference_paths(k_mix_path, caplog):
+    ids = [1, 5, 9, 200, 17]
+    ref = load_model(k_mix_path, config=EngineConfig(kernels="reference", device="cpu"))
+    with caplog.at_level(logging.INFO, logger="gguf_serve.kernels"):
+        lm = load_model(k_mix_path, config=EngineConfig(kernels="triton", device="cpu"))
+    chosen = [r.getMessage() for r in caplog.records if r.getMessage().startswith("kernels for cpu")]
+    assert chosen and all(m.endswith("triton (forced by the kernels setting)") for m in chosen), chosen
+    torch.testing.assert_close(prompt_logits(lm, ids), prompt_logits(ref, ids), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(prompt_logits(lm, ids * 4), prompt_logits(ref, ids * 4), rtol=1e-4, atol=1e-4)
+
+
+def test_the_selection_takes_triton_only_where_asked_or_on_cuda(monkeypatch):
+    """A CPU never gets the Triton kernels unless they are forced; a type they do not decode
+    falls back to the reference; without the package, forcing them says what to install."""
+    default = kernels.settings()
+    assert default.select("cpu", GGMLType.Q4_K).name != "triton"
+    forced = kernels.settings("triton")
+    assert forced.select("cpu", GGMLType.Q4_K) is triton_ops.TRITON
+    assert forced.select("cpu", GGMLType.Q2_K) is kernels.REFERENCE
+    monkeypatch.setattr(triton_ops, "AVAILABLE", False)
+    with pytest.raises(RuntimeError, match="pip install triton"):
+        kernels.settings("triton").select("cpu", GGMLType.Q4_K)

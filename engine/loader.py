@@ -267,7 +267,8 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
         reader.metadata.pop(key, None)
     _return_freed_memory()  # the tokenizer build's transient Python objects (~35 MB for Gemma's 262k vocabulary)
     threads = ThreadPolicy.decide(dev, settings)
-    log.info("loaded %s (%s) on %s in %s; %s", path, arch.name, dev, dtype, threads.describe())
+    log.info("loaded %s (%s) on %s in %s; %s; kernels: %s", path, arch.name, dev, dtype, threads.describe(),
+             settings.describe())
     lm = LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads, cfg,
                      chat_format=ChatFormat.of(template, tokenizer, reader.metadata),
                      sampling=file_sampling(reader.metadata))

@@ -107,6 +107,14 @@ class KernelSettings:
         log.info("kernels for %s %s: %s (%s)", dev, ggml_type.name, ops.name, why)
         return ops
 
+    def describe(self) -> str:
+        """The implementations chosen so far and the types each serves ("triton for Q4_K, Q6_K")."""
+        by: dict[str, list[str]] = {}
+        for key, ops in self._chosen.items():
+            if isinstance(key, tuple):
+                by.setdefault(ops.name, []).append(key[1].name)
+        return "; ".join(f"{name} for {', '.join(sorted(types))}" for name, types in by.items()) or "none yet"
+
     def ops_for(self, device: torch.device | str):
         """The dense ops (kernels.ops) for a device: the native CPU ones with these settings
         where the native kernels are in use, else the torch implementation."""

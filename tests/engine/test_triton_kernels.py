@@ -86,10 +86,12 @@ def k_mix_path(tmp_path_factory):
 def test_a_models_logits_through_the_triton_path_equal_the_reference_paths(k_mix_path, caplog):
     ids = [1, 5, 9, 200, 17]
     ref = load_model(k_mix_path, config=EngineConfig(kernels="reference", device="cpu"))
-    with caplog.at_level(logging.INFO, logger="gguf_serve.kernels"):
+    with caplog.at_level(logging.INFO):
         lm = load_model(k_mix_path, config=EngineConfig(kernels="triton", device="cpu"))
     chosen = [r.getMessage() for r in caplog.records if r.getMessage().startswith("kernels for cpu")]
     assert chosen and all(m.endswith("triton (forced by the kernels setting)") for m in chosen), chosen
+    loaded = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("loaded "))
+    assert loaded.endswith("kernels: triton for Q4_K, Q5_K, Q6_K, Q8_0"), loaded  # the load line says which
     torch.testing.assert_close(prompt_logits(lm, ids), prompt_logits(ref, ids), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(prompt_logits(lm, ids * 4), prompt_logits(ref, ids * 4), rtol=1e-4, atol=1e-4)
 

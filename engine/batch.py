@@ -64,6 +64,7 @@ class Batch:
     media_spans: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # slot -> image positions [lo, hi)
     mrope: torch.Tensor | None = None  # (T, 3) multi-section rotary positions (time, row, column), with images
     both_ways: bool = False  # each sequence's tokens see each other both ways (an encoder: EmbeddingGemma)
+    lora: dict[int, tuple[tuple[int, float], ...]] = field(default_factory=dict)  # slot -> ((adapter id, scale), ...)
 
     @property
     def n_tokens(self) -> int:
@@ -166,5 +167,6 @@ class Batch:
             sub_rows = [r - lo for r in rows if lo <= r < hi]
             out.append(Batch(self.tokens[lo:hi], self.slots[lo:hi], self.positions[lo:hi], tuple(seqs),
                              torch.tensor(sub_rows, dtype=torch.long, device=self.tokens.device),
-                             keep_hidden=self.keep_hidden, mrope=None if self.mrope is None else self.mrope[lo:hi]))
+                             keep_hidden=self.keep_hidden, mrope=None if self.mrope is None else self.mrope[lo:hi],
+                             lora=self.lora))
         return out

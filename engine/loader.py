@@ -26,6 +26,7 @@ from .config import MAX_BATCH, EngineConfig  # noqa: F401 (MAX_BATCH: callers kn
 from .fetch import download, parse
 from .generate import generate
 from .kv_rows import kv_types
+from .lora import Adapter, attach, detach, read_adapter
 from .models import Architecture, Model, TextParams, architecture_for
 from .modules import Weights
 from .sampling import file_sampling
@@ -85,6 +86,22 @@ class LoadedModel:
     vision: Any = None  # engine.vision.VisionModel: the vision file images go through (--mmproj)
     chat_format: ChatFormat = ChatFormat()  # its template's and vocabulary's chat format, read once at load
     sampling: dict = field(default_factory=dict)  # the sampling the file recommends (SamplingParams fields)
+    linears: dict = field(default_factory=dict, repr=False)  # its matrices by tensor name (what adapters attach to)
+    adapters: dict[int, Adapter] = field(default_factory=dict)  # LoRA adapters loaded for it, by id
+
+    def load_adapter(self, path: str) -> Adapter:
+        """A LoRA adapter file read, checked against this model and attached (engine.lora);
+        requests name it by its id (Batch.lora)."""
+        adapter = read_adapter(path, self.gguf, max(self.adapters, default=-1) + 1, self.device)
+        attach(self.linears, adapter)
+        self.adapters[adapter.id] = adapter
+        log.info("LoRA adapter %d: %s (%d matrices, alpha %g, %.1f MB)", adapter.id, path, len(adapter.pairs),
+                 adapter.alpha, adapter.nbytes / 1e6)
+        return adapter
+
+    def unload_adapter(self, adapter_id: int) -> None:
+        detach(self.linears, adapter_id)
+        self.adapters.pop(adapter_id, None)
 
     @property
     def kernels(self) -> kernels.KernelSettings:
@@ -271,7 +288,7 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
              settings.describe())
     lm = LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads, cfg,
                      chat_format=ChatFormat.of(template, tokenizer, reader.metadata),
-                     sampling=file_sampling(reader.metadata))
+                     sampling=file_sampling(reader.metadata), linears=weights.linears)
     if lm.sampling:
         log.info("%s recommends sampling %s (a request's own settings and the command line's come first)", path,
                  ", ".join(f"{k}={v}" for k, v in lm.sampling.items()))

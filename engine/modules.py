@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..gguf_io import GGMLType, GGUFReader, TensorInfo
+from . import lora as lora_rows
 from .kernels import REFERENCE, KernelSettings, cpu
 from .kernels.reference import as_tensor
 from .errors import WeightError
@@ -29,6 +30,7 @@ class GgufLinear:
         self.in_features, self.out_features = in_features, out_features
         self.bias = bias
         self.kernels = settings.select(packed.device, self.ggml_type)
+        self.lora: dict | None = None  # LoRA adapters on it (engine.lora.attach): id -> (A, B, alpha / rank)
         self.native = None  # what the native CPU kernels read: (bytes, type code), the file's or repacked
         self.repacked = False
         if products is not None and self.ggml_type in (GGMLType.F16, GGMLType.BF16):
@@ -47,7 +49,8 @@ class GgufLinear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         y = self._call(x)
-        return y if self.bias is None else y + self.bias
+        y = y if self.bias is None else y + self.bias
+        return y if self.lora is None else lora_rows.add(y, x, self.lora)
 
     def __repr__(self) -> str:
         return f"GgufLinear({self.name}, {self.in_features} -> {self.out_features}, {self.ggml_type.name})"
@@ -62,14 +65,17 @@ class DenseLinear:
         few-row products)."""
         self.name, self.weight, self.bias = name, weight, bias
         self.out_features, self.in_features = weight.shape
+        self.lora: dict | None = None  # as GgufLinear's
         self._native = None
         if native is not None and weight.device.type == "cpu" and weight.dtype is torch.float32:
             self._native = cpu.LinearF32(native, weight)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self._native is not None and (y := self._native(x)) is not None:
-            return y if self.bias is None else y.add_(self.bias)
-        return torch.nn.functional.linear(x, self.weight.to(x.dtype), self.bias)
+            y = y if self.bias is None else y.add_(self.bias)
+        else:
+            y = torch.nn.functional.linear(x, self.weight.to(x.dtype), self.bias)
+        return y if self.lora is None else lora_rows.add(y, x, self.lora)
 
 
 class LinearGroup:
@@ -94,7 +100,13 @@ class LinearGroup:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.native is not None and x.shape[0] <= self._max_rows and x.dtype is torch.float32:
             y = self.native(x)
-            return y if self.bias is None else y.add_(self.bias)
+            y = y if self.bias is None else y.add_(self.bias)
+            start = 0
+            for m, n in zip(self.linears, self.sizes):  # the members' adapters, each on its own columns
+                if m.lora is not None:
+                    y[:, start:start + n] = lora_rows.add(y[:, start:start + n], x, m.lora)
+                start += n
+            return y
         return torch.cat([m(x) for m in self.linears], dim=-1)
 
 
@@ -214,6 +226,7 @@ class Weights:
         self.native = settings.cpu if device.type == "cpu" else None
         self._views: dict[str, torch.Tensor] = {}
         self._copied: list[TensorInfo] = []  # tensors repacked into the kernels' own copies
+        self.linears: dict[str, GgufLinear | DenseLinear] = {}  # every matrix built, by tensor name (for adapters)
 
     def has(self, name: str) -> bool:
         return name in self.reader.tensors
@@ -267,12 +280,14 @@ class Weights:
         b = self.vector(bias, out_features).to(self.dtype) if bias is not None and self.has(bias) else None
         if info.ggml_type == GGMLType.F32:
             w = as_tensor(info.array()).reshape(out_features, in_features)  # zero-copy on CPU
-            return DenseLinear(name, w.to(self.device, self.dtype), b, native=self.native)
+            self.linears[name] = DenseLinear(name, w.to(self.device, self.dtype), b, native=self.native)
+            return self.linears[name]
         packed = self.packed(name).reshape(out_features, -1)
         linear = GgufLinear(name, packed, info.ggml_type, in_features, out_features, b, products=self.products,
                             settings=self.settings)
         if linear.repacked:  # the kernels read their own copy: release_copies() unmaps the file's
             self._copied.append(info)
+        self.linears[name] = linear
         return linear
 
     def release_copies(self) -> None:

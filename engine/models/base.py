@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 
+from .. import lora
 from ..batch import Batch
 from ..cache import KVCache, LayerCache
 from ..modules import GgufEmbedding, Weights
@@ -60,6 +61,10 @@ class Model:
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def _forward(self, batch: Batch, cache: KVCache) -> torch.Tensor:
+        with lora.rows(batch):  # the batch's rows that use LoRA adapters, for the matrices that have them
+            return self._compute(batch, cache)
+
+    def _compute(self, batch: Batch, cache: KVCache) -> torch.Tensor:
         cache.begin(batch)
         if batch.media is None:
             x = self.embed(batch.tokens)

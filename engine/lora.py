@@ -1,0 +1,146 @@
+"""LoRA adapters: llama.cpp's GGUF adapter files (convert_lora_to_gguf.py: `general.type`
+adapter, `adapter.type` lora, `adapter.lora.alpha`, tensors `<base tensor>.lora_a` (rank,
+in) and `.lora_b` (out, rank)), applied per row of a batch.
+
+An adapter is read and checked against its base model (architecture, every pair's shape
+and rank), its pairs kept in float32, and attached to the model's matrices by name
+(`attach`): a matrix then holds {adapter id: (A, B, alpha / rank)}. A forward pass says
+which rows use which adapters at what scale (`Batch.lora`: slot -> ((adapter id, scale),
+...)); while it runs (`rows`), each matrix with adapters adds, to the rows that use one,
+scale * alpha / rank * (x A^T) B^T, as llama.cpp's build_lora_mm does. The base product is
+computed once for the whole batch: requests with different adapters, or none, share the
+batch."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..gguf_io import GGUFReader
+from .errors import FileError
+
+# while a forward runs: adapter id -> (the rows that use it, their scales times alpha / rank
+# are applied per matrix), for the batch's tokens
+_ROWS: contextvars.ContextVar[dict[int, tuple[torch.Tensor, torch.Tensor]] | None] = contextvars.ContextVar(
+    "lora_rows", default=None)
+
+
+class AdapterError(FileError):
+    """An adapter file that is not a LoRA adapter for this model (its words say why)."""
+
+
+@dataclass
+class Adapter:
+    """A LoRA adapter read from its file: per base tensor name, (A (rank, in), B (out, rank))."""
+
+    id: int
+    path: str
+    alpha: float
+    pairs: dict[str, tuple[torch.Tensor, torch.Tensor]]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.numel() * a.element_size() + b.numel() * b.element_size() for a, b in self.pairs.values())
+
+    def factor(self, name: str) -> float:
+        """alpha / rank for one pair (1 where the file gives no alpha), as llama.cpp's get_scale."""
+        rank = self.pairs[name][1].shape[1]
+        return self.alpha / rank if self.alpha else 1.0
+
+
+def read_adapter(path: str, base: GGUFReader, adapter_id: int, device: torch.device | str = "cpu") -> Adapter:
+    """The adapter in `path`, checked against the base model's file; AdapterError naming
+    what does not fit."""
+    try:
+        r = GGUFReader(path)
+    except (OSError, ValueError) as e:
+        raise AdapterError(f"{path}: not a readable GGUF file ({e})") from None
+    kind = (r.metadata.get("general.type"), r.metadata.get("adapter.type"))
+    if kind != ("adapter", "lora"):
+        raise AdapterError(f"{path}: not a LoRA adapter (general.type {kind[0]!r}, adapter.type {kind[1]!r})")
+    arch, base_arch = r.metadata.get("general.architecture"), base.metadata.get("general.architecture")
+    if arch != base_arch:
+        raise AdapterError(f"{path}: an adapter for {arch!r}, and the model is {base_arch!r}")
+    names = {n[:-len(".lora_a")] for n in r.tensors if n.endswith(".lora_a")}
+    names |= {n[:-len(".lora_b")] for n in r.tensors if n.endswith(".lora_b")}
+    pairs = {}
+    for name in sorted(names):
+        a, b = r.tensors.get(name + ".lora_a"), r.tensors.get(name + ".lora_b")
+        if a is None or b is None:
+            raise AdapterError(f"{path}: {name} has only one of lora_a and lora_b")
+        w = base.tensors.get(name)
+        if w is None:
+            raise AdapterError(f"{path}: the model has no tensor {name} (an adapter for another model?)")
+        out_features, in_features = tuple(w.shape)[:2] if len(w.shape) == 2 else (None, None)
+        if (len(a.shape), len(b.shape)) != (2, 2) or a.shape[1] != in_features or b.shape[0] != out_features \
+                or a.shape[0] != b.shape[1]:
+            raise AdapterError(f"{path}: {name}'s lora_a {tuple(a.shape)} and lora_b {tuple(b.shape)} do not fit "
+                               f"the model's {tuple(w.shape)} (an adapter for another model?)")
+        pairs[name] = tuple(torch.from_numpy(np.ascontiguousarray(t.dequantize(), dtype=np.float32)
+                                             .reshape(t.shape)).to(device) for t in (a, b))
+    if not pairs:
+        raise AdapterError(f"{path}: holds no lora_a / lora_b tensors")
+    alpha = float(r.metadata.get("adapter.lora.alpha") or 0.0)
+    return Adapter(adapter_id, path, alpha, pairs)
+
+
+def attach(linears: dict, adapter: Adapter) -> None:
+    """The adapter's pairs onto the model's matrices (`linears`: tensor name -> matrix);
+    AdapterError for a pair on a tensor that is not one of them (an embedding, experts)."""
+    missing = sorted(set(adapter.pairs) - set(linears))
+    if missing:
+        raise AdapterError(f"{adapter.path}: adapters on {', '.join(missing[:3])} are not supported (only on the "
+                           "attention and feed-forward matrices)")
+    for name, (a, b) in adapter.pairs.items():
+        m = linears[name]
+        m.lora = {**(m.lora or {}), adapter.id: (a, b, adapter.factor(name))}
+
+
+def detach(linears: dict, adapter_id: int) -> None:
+    for m in linears.values():
+        if m.lora and adapter_id in m.lora:
+            m.lora = {k: v for k, v in m.lora.items() if k != adapter_id} or None
+
+
+@contextlib.contextmanager
+def rows(batch):
+    """While a forward of `batch` runs: which of its tokens use which adapters, at what scale."""
+    chosen = getattr(batch, "lora", None)
+    if not chosen:
+        yield
+        return
+    by_id: dict[int, list[tuple[int, int, float]]] = {}
+    for s in batch.seqs:
+        for adapter_id, scale in chosen.get(s.slot, ()):
+            if scale:
+                by_id.setdefault(adapter_id, []).append((s.start, s.n, scale))
+    table = {}
+    for adapter_id, spans in by_id.items():
+        idx = torch.cat([torch.arange(start, start + n) for start, n, _ in spans])
+        scales = torch.cat([torch.full((n,), scale) for _, n, scale in spans])
+        table[adapter_id] = (idx.to(batch.tokens.device), scales.to(batch.tokens.device))
+    token = _ROWS.set(table or None)
+    try:
+        yield
+    finally:
+        _ROWS.reset(token)
+
+
+def add(y: torch.Tensor, x: torch.Tensor, lora: dict) -> torch.Tensor:
+    """y (the base product of x) plus each active adapter's product for its rows."""
+    table = _ROWS.get()
+    if not table:
+        return y
+    for adapter_id, (a, b, factor) in lora.items():
+        got = table.get(adapter_id)
+        if got is None:
+            continue
+        idx, scales = got
+        xs = x.index_select(0, idx).to(a.dtype)
+        delta = (xs @ a.T) @ b.T * (scales * factor).unsqueeze(1)
+        y = y.index_add(0, idx, delta.to(y.dtype))
+    return y

@@ -1,0 +1,121 @@
+"""LoRA adapters (engine.lora) as users have them: peft's adapter on a tiny llama, written
+by llama.cpp's convert_lora_to_gguf.py. Our logits with the adapter, at scale 1 and 0.5,
+equal llama.cpp's with the same files (llama-cpp-python); requests with different adapters
+and one without share a forward and each gets what it gets alone; files that do not fit
+are refused with the reason."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from gguf_serve.engine import load_model
+from gguf_serve.engine.batch import Batch
+from gguf_serve.engine.lora import AdapterError
+
+from oracles import llama_cpp_logits, prompt_logits
+from tiny_lora import lora_adapter
+from tiny_models import random_model, spec, write_gguf
+
+IDS = [1, 5, 9, 200, 17, 33]
+
+LLAMA_CPP_LORA = """
+import sys, json, llama_cpp, numpy as np
+m = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, n_threads=1, logits_all=True, verbose=False,
+                    lora_path=sys.argv[3], lora_scale=float(sys.argv[4]))
+ids = json.loads(sys.argv[2])
+m.eval(ids)
+print(json.dumps(np.asarray(m.scores[:len(ids)]).tolist()))
+"""
+
+
+def llama_cpp_lora_logits(base: str, adapter: str, scale: float, ids: list[int]) -> torch.Tensor:
+    p = subprocess.run([sys.executable, "-c", LLAMA_CPP_LORA, base, json.dumps(ids), adapter, str(scale)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return torch.tensor(json.loads(p.stdout))
+
+
+@pytest.fixture(scope="module", params=[("F32", "f32"), ("Q8_0", "f32"), ("F32", "q8_0")], ids=lambda p: "-".join(p))
+def files(request, tmp_path_factory):
+    """(base file, two adapters, (the base's type, the adapters'))."""
+    mix, outtype = request.param
+    folder = tmp_path_factory.mktemp(f"lora-{mix}-{outtype}")
+    s = spec("llama")
+    dense = write_gguf(s, random_model(s), folder / "base.gguf", mix)
+    first, _ = lora_adapter(dense, folder / "a", outtype, seed=1)
+    second, _ = lora_adapter(dense, folder / "b", outtype, rank=8, alpha=4.0, seed=2, targets=("q_proj", "v_proj"))
+    return str(folder / "base.gguf"), first, second, request.param
+
+
+def with_adapters(lm, ids: list[int], chosen: tuple[tuple[int, float], ...]) -> torch.Tensor:
+    slot = lm.cache.allocate()
+    try:
+        batch = Batch.of([(slot, ids, 0)], want="all")
+        batch.lora = {slot: chosen}
+        return lm.forward(batch)
+    finally:
+        lm.cache.free(slot)
+
+
+def test_logits_with_an_adapter_equal_llama_cpps_at_each_scale(files):
+    base, first, _, (mix, outtype) = files
+    lm = load_model(base, device="cpu")
+    adapter = lm.load_adapter(first)
+    plain = prompt_logits(lm, IDS)
+    # the base type's own distance from llama.cpp (Q8_0: both quantize the activations, each its
+    # own way), which the adapter may not widen; a Q8_0 adapter's products llama.cpp takes with
+    # its input quantized to 8 bits, ours in float32 (1.4e-2 apart here at scale 1)
+    floor = float((plain - llama_cpp_logits(base, IDS)).abs().max() / plain.abs().max())
+    tolerance = max(3e-3, 1.5 * floor) if outtype == "f32" else 2e-2
+    assert mix != "F32" or floor < 3e-3
+    for scale in (1.0, 0.5):
+        theirs = llama_cpp_lora_logits(base, first, scale, IDS)
+        ours = with_adapters(lm, IDS, ((adapter.id, scale),))
+        assert float((ours - theirs).abs().max() / theirs.abs().max()) < tolerance, scale
+        assert mix != "F32" or torch.equal(ours.argmax(-1), theirs.argmax(-1))  # Q8_0 on random weights: near ties
+        assert float((ours - plain).abs().max()) > 0.1  # the adapter changes the logits
+    torch.testing.assert_close(with_adapters(lm, IDS, ((adapter.id, 0.0),)), plain)
+
+
+def test_requests_with_different_adapters_share_a_forward(files):
+    """Three sequences in one batch (the first adapter, the second at 0.5 with the first at
+    0.25, none): each sequence's logits are those of its forward alone."""
+    base, first, second, _ = files
+    lm = load_model(base, device="cpu", n_seq=4)
+    a, b = lm.load_adapter(first), lm.load_adapter(second)
+    prompts = [IDS, [7, 8, 9, 10], [3, 200, 4]]
+    chosen = [((a.id, 1.0),), ((b.id, 0.5), (a.id, 0.25)), ()]
+    alone = [with_adapters(lm, p, c) for p, c in zip(prompts, chosen)]
+    slots = [lm.cache.allocate() for _ in prompts]
+    batch = Batch.of([(s, p, 0) for s, p in zip(slots, prompts)], want="all")
+    batch.lora = dict(zip(slots, chosen))
+    together = lm.forward(batch).split([len(p) for p in prompts])
+    for got, expected in zip(together, alone):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(alone[2], with_adapters(lm, prompts[2], ((a.id, 1.0),)), atol=1e-2)
+    lm.unload_adapter(a.id)
+    torch.testing.assert_close(with_adapters(lm, IDS, ((a.id, 1.0),)), prompt_logits(lm, IDS))
+
+
+def test_an_adapter_that_does_not_fit_is_refused_with_the_reason(files, tmp_path):
+    base, first, _, _ = files
+    wider = spec("llama")
+    wider.config.intermediate_size *= 2  # the same architecture, another size
+    wider_base = tmp_path / "wider.gguf"
+    write_gguf(wider, random_model(wider), wider_base, "F32")
+    with pytest.raises(AdapterError, match=r"blk.0.ffn_down.weight's lora_a \(4, 512\) and lora_b \(256, 4\) do not fit"):
+        load_model(str(wider_base), device="cpu").load_adapter(first)
+    other = spec("qwen3")
+    other_base = tmp_path / "other.gguf"
+    write_gguf(other, random_model(other), other_base, "F32")
+    lm = load_model(str(other_base), device="cpu")
+    with pytest.raises(AdapterError, match="an adapter for 'llama', and the model is 'qwen3'"):
+        lm.load_adapter(first)
+    with pytest.raises(AdapterError, match="not a LoRA adapter"):
+        lm.load_adapter(base)  # a model file
+    assert lm.adapters == {}

@@ -34,10 +34,11 @@ def prompt_for(lm, prompt, **template_kwargs) -> tuple[list[int], dict]:
     return [int(i) for i in prompt], {}
 
 
-def generate(lm, prompt, params: SamplingParams | None = None,
-             cancel: threading.Event | None = None, **template_kwargs) -> Iterator[Step]:
+def generate(lm, prompt, params: SamplingParams | None = None, cancel: threading.Event | None = None,
+             lora: tuple[tuple[int, float], ...] = (), **template_kwargs) -> Iterator[Step]:
     """Stream a completion of `prompt`: token ids, a text, or chat messages (which may
-    hold images, see prompt_for). This is the scheduler (engine.scheduler) with one
-    request: one sequence slot of the model's KV cache is held for the generation."""
+    hold images, see prompt_for), with the LoRA adapters `lora` ((adapter id, scale), ...)
+    of those loaded (LoadedModel.load_adapter). This is the scheduler (engine.scheduler)
+    with one request: one sequence slot of the model's KV cache is held for the generation."""
     ids, media = prompt_for(lm, prompt, **template_kwargs)
-    return run_one(lm, ids, params or SamplingParams(), cancel, media=media)
+    return run_one(lm, ids, params or SamplingParams(), cancel, media=media, lora=tuple(lora))

@@ -34,6 +34,10 @@ def start(app: FastAPI, settings: ServerSettings, catalog: Catalog, residency: R
             alias = settings.alias[i] if i < len(settings.alias) else None
             try:
                 added = catalog.add(spec, alias, mmproj=settings.mmproj if i == 0 else None)
+                if i == 0 and settings.adapters():
+                    if isinstance(added, list):
+                        raise ValueError("--lora goes with a model file, not a directory")
+                    catalog.attach_adapters(added, settings.adapters())
                 if not isinstance(added, list):  # a directory's models load on first request
                     residency.ensure_loaded(added)
             except Exception as e:  # this model only

@@ -100,6 +100,14 @@ class ServerSettings(BaseSettings):
     mmproj: Optional[str] = Field(default=None, description=(
         "the vision file (a local mmproj .gguf or <repo>:<file>.gguf) of the first model named; default: the one "
         "beside each model (its directory, or its Hub repository, as llama-server's -hf finds it)"))
+    lora: list[str] = Field(default_factory=list, description=(
+        "a LoRA adapter (a GGUF file from llama.cpp's convert_lora_to_gguf.py) for the first model named, as "
+        "FILE or FILE:SCALE (default scale 1); repeat it or separate by commas; each is also served as the model "
+        "<model>+<adapter file name>, and requests choose by its id in `lora` (GET /lora-adapters)"))
+    lora_scaled: list[str] = Field(default_factory=list, description="FILE:SCALE adapters (llama-server's; as --lora)")
+    lora_init_without_apply: bool = Field(default=False, description=(
+        "load the adapters at scale 0: a request applies them by its `lora` field, its model name, or after a "
+        "POST /lora-adapters"))
     vision_dtype: Optional[VisionDtype] = Field(default=None, description=(
         "the dtype a vision file's F16/BF16 matrices multiply in on CPU (default: bfloat16 where the CPU computes "
         "it natively, AVX512-BF16 or AMX: several times faster; else float32)"))
@@ -194,6 +202,17 @@ class ServerSettings(BaseSettings):
     def api_keys(self) -> list[str]:
         """The keys a request may carry (--api-key's comma-separated, --api-key-file's lines)."""
         return [k.strip() for k in (self.api_key or "").split(",") if k.strip()]
+
+    def adapters(self) -> list[tuple[str, float]]:
+        """The adapters --lora and --lora-scaled name, as (file, scale) in the order given."""
+        out = []
+        for item in [x for v in (*self.lora, *self.lora_scaled) for x in v.split(",") if x.strip()]:
+            path, _, scale = item.strip().rpartition(":")
+            try:
+                out.append((path, float(scale)) if path else (item.strip(), 1.0))
+            except ValueError:  # a path with a colon in it, and no scale
+                out.append((item.strip(), 1.0))
+        return [(p, 0.0 if self.lora_init_without_apply else s) for p, s in out]
 
     def engine_config(self, mmproj: str | None = None) -> EngineConfig:
         """The engine's settings for a model this server loads (`mmproj`: its vision file)."""

@@ -79,7 +79,7 @@ class Scheduler:
             for c in choices:
                 c.drafting = self.speculation.drafting(c.params, req)
             prompts_in = [c.slot for r in self.running for c in r.choices if not r.prefilling]
-            choices[0].slot, reused = self.prefix.prefill_slot(req.prompt_ids, prompts_in)
+            choices[0].slot, reused = self.prefix.prefill_slot(req.prompt_ids, prompts_in, req.lora)
             for c in choices[1:]:
                 c.slot = self.prefix.take_slot()
             self.prefix_hit_tokens += reused
@@ -135,6 +135,7 @@ class Scheduler:
             self._fail(_runs(rows), e)
             raise
         batch.keep_hidden = self.speculation.keeps_hidden(rows)
+        batch.lora = {row.slot: row.run.req.lora for row in rows if row.run.req.lora}
         start = 0
         for row in rows:
             row.logits = slice(start, start + row.n_logits)
@@ -295,10 +296,10 @@ def _runs(rows: list[Row]) -> list[Running]:
 
 
 def run_one(lm, prompt_ids: list[int], params: SamplingParams, cancel: threading.Event | None = None,
-            media: dict | None = None):
+            media: dict | None = None, lora: tuple[tuple[int, float], ...] = ()):
     """A scheduler with one request, its Steps as they come (generate()'s loop)."""
     out: deque = deque()
-    req = Request(list(prompt_ids), [params], out.append, cancel or threading.Event(), media=media or {})
+    req = Request(list(prompt_ids), [params], out.append, cancel or threading.Event(), media=media or {}, lora=lora)
     sched = Scheduler(lm, prefix_cache=False)
     try:
         sched.add(req)

@@ -49,6 +49,7 @@ class PrefixCache:
         self.cache, self.enabled, self.follower = cache, enabled, follower
         self.checkpoints = enabled and cache.checkpoint_budget > 0  # state checkpoints while prefilling
         self.held: dict[int, list[int]] = {}  # slot → the token ids whose state it holds
+        self.keys: dict[int, tuple] = {}  # slot → the LoRA adapters (and scales) that state was computed with
         self.idle: OrderedDict[int, None] = OrderedDict()  # finished slots kept for reuse, least recent first
 
     @property
@@ -56,24 +57,31 @@ class PrefixCache:
         """Slots a new sequence can take: free ones and finished ones kept for reuse."""
         return self.cache.free_slots + len(self.idle)
 
-    def usable(self, slot: int, prompt: list[int]) -> int:
+    def usable(self, slot: int, prompt: list[int], key: tuple = ()) -> int:
         """How much of `prompt` the slot's state can stand for, exactly (one prompt
-        token is always left to feed: its logits start the completion)."""
+        token is always left to feed: its logits start the completion); nothing where it
+        was computed under other adapters than `key`'s."""
         held = self.held.get(slot)
-        if not held:
+        if not held or self.keys.get(slot, ()) != key:
             return 0
         n = shared_prefix(held, prompt)
         if n and prompt[n] < 0:  # never into an image: from its first token
             n -= media_of(prompt[n])[1]
         return self.cache.restart_point(slot, n) if n else 0
 
-    def prefill_slot(self, prompt: list[int], running: Iterable[int | None]) -> tuple[int, int]:
+    def prefill_slot(self, prompt: list[int], running: Iterable[int | None], key: tuple = ()) -> tuple[int, int]:
         """A slot for a new prompt and how many of its tokens it already holds (reused from
-        a kept slot, or copied from a kept one or one of the `running` sequences')."""
+        a kept slot, or copied from a kept one or one of the `running` sequences', computed
+        under the same adapters: `key`)."""
+        slot, n = self._prefill_slot(prompt, running, key)
+        self.keys[slot] = key
+        return slot, n
+
+    def _prefill_slot(self, prompt: list[int], running: Iterable[int | None], key: tuple) -> tuple[int, int]:
         best, best_n = None, 0
         if self.enabled:
             for slot in list(self.idle) + list(running):
-                n = self.usable(slot, prompt)
+                n = self.usable(slot, prompt, key)
                 if n > best_n:
                     best, best_n = slot, n
         if best is not None and best in self.idle and (2 * best_n >= len(self.held[best])
@@ -98,6 +106,7 @@ class PrefixCache:
             self.release(victim)
         slot = self.cache.allocate()
         self.held[slot] = []
+        self.keys[slot] = ()
         if self.follower is not None:
             self.follower.fresh(slot)
         return slot
@@ -106,6 +115,7 @@ class PrefixCache:
         """`dst` (just taken) gets `src`'s first n tokens."""
         self.cache.copy_prefix(src, dst, n)
         self.held[dst] = self.held[src][:n]
+        self.keys[dst] = self.keys.get(src, ())
 
     def record(self, slot: int, tokens: list[int], pos: int) -> None:
         """A forward wrote `tokens` into the slot from `pos` on."""
@@ -142,6 +152,7 @@ class PrefixCache:
         if self.follower is not None:
             self.follower.released(slot)
         self.held.pop(slot, None)
+        self.keys.pop(slot, None)
         self.cache.free(slot)
 
     def clear(self) -> None:

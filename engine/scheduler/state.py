@@ -35,6 +35,7 @@ class Request:
     # the prompt's images by content key (engine.vision.PromptImage; their tokens are media tokens)
     media: dict = field(default_factory=dict)
     progress: bool = False  # emit a progress Step as the prompt is admitted and after each chunk
+    lora: tuple[tuple[int, float], ...] = ()  # the LoRA adapters (LoadedModel.adapters ids) and scales it runs with
 
 
 class ChoiceText:

@@ -63,9 +63,15 @@ class AdminServing:
                      error=e.error, vision=e.vision, **(e.info or {}))
 
     def models(self) -> ModelList:
-        """Every model, the generative ones first (a client that picks the first one chats)."""
+        """Every model, the generative ones first (a client that picks the first one chats),
+        each LoRA adapter after its model as `<model>+<adapter>`."""
         entries = sorted(self.catalog.entries.values(), key=lambda e: (e.info or {}).get("kind", "chat") != "chat")
-        return ModelList(data=[self.describe(e) for e in entries])
+        data = []
+        for e in entries:
+            data.append(self.describe(e))
+            data += [self.describe(e).model_copy(update={"id": name}) for name, (base, _) in
+                     self.catalog.adapter_names.items() if base == e.id]
+        return ModelList(data=data)
 
     def model(self, model_id: str) -> Model:
         return self.describe(self.catalog.get(model_id))

@@ -69,16 +69,18 @@ class ChatServing:
         self._warned_no_switch: set[str] = set()
         self._syntaxes: dict[tuple, Derived | None] = {}  # per loaded model: its template's derived call syntax
 
-    async def _prepared(self, model: str | None, keep_alive: float | None, prepare, progress: bool = False) -> Prepared:
+    async def _prepared(self, model: str | None, keep_alive: float | None, prepare, progress: bool = False,
+                        lora: list | None = None) -> Prepared:
         """Hold the model, run `prepare(entry)` (a coroutine giving a Prepared) and queue
-        its job (`progress`: its prompt's processing reported as it goes); the hold ends with
-        the job (or here, if anything fails first)."""
+        its job (`progress`: its prompt's processing reported as it goes; `lora`: the
+        request's adapters); the hold ends with the job (or here, if anything fails first)."""
         entry = await self.residency.hold(model, keep_alive)
         try:
             refuse_kind(entry, "generate")
+            chosen = self.adapters_for(entry, model, lora)
             prep = await prepare(entry)
             job = Job(prep.prompt_ids, prep.params, asyncio.get_running_loop(), asyncio.Queue(), media=prep.media,
-                      progress=progress)
+                      progress=progress, lora=chosen)
             job.done_callbacks.append(lambda: self.residency.release(entry))
             entry.worker.submit(job)  # Overloaded (429) when the queue is full
             prep.job = job
@@ -86,6 +88,22 @@ class ChatServing:
         except BaseException:
             self.residency.release(entry)
             raise
+
+    def adapters_for(self, entry, model: str | None, lora: list | None) -> tuple[tuple[int, float], ...]:
+        """The LoRA adapters a request runs with: its `lora` list (the others off), else the
+        one its model name means (`<model>+<adapter>`, at scale 1), else the model's scales
+        (--lora, POST /lora-adapters)."""
+        loaded = entry.lm.adapters
+        if lora is not None:
+            unknown = [c.id for c in lora if c.id not in loaded]
+            if unknown:
+                raise BadRequest(f"no LoRA adapter {unknown[0]} on {entry.id}: it has "
+                                 f"{', '.join(map(str, loaded)) or 'none'} (GET /lora-adapters)", param="lora")
+            return tuple((c.id, c.scale) for c in lora if c.scale)
+        named = self.residency.catalog.adapter_named(model)
+        if named is not None:
+            return ((named, 1.0),)
+        return tuple((i, s) for i, s in entry.lora_scales.items() if s and i in loaded)
 
     async def _derived_syntax(self, entry) -> Derived | None:
         """The call syntax the model's template shows when it renders probe calls
@@ -159,7 +177,7 @@ class ChatServing:
         """The request's prompt and settings, its job queued on the model's worker."""
         refuse_unsupported(req)
         return await self._prepared(req.model, req.keep_alive, lambda entry: self._prepare_chat(entry, req),
-                                    progress=bool(req.stream and req.return_progress))
+                                    progress=bool(req.stream and req.return_progress), lora=req.lora)
 
     async def through_chat(self, to_chat, req, renamed: dict[str, str], use=None):
         """`use` (default: prepare_chat) on the chat request `to_chat(req)` makes from another
@@ -481,7 +499,7 @@ class ChatServing:
             prompt = req.prompt
         return await self._prepared(req.model, req.keep_alive,
                                     lambda entry: self._prepare_completion(entry, req, prompt),
-                                    progress=bool(req.stream and req.return_progress) or req._progress)
+                                    progress=bool(req.stream and req.return_progress) or req._progress, lora=req.lora)
 
     async def _prepare_completion(self, entry, req: CompletionRequest, prompt: str | list[int]) -> Prepared:
         if isinstance(prompt, list):

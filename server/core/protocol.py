@@ -102,6 +102,20 @@ RepetitionPenalty = Optional[Annotated[float, Field(ge=0.01, le=100.0)]]
 Speculative = Optional[SpecChoice]
 
 
+class LoraChoice(BaseModel):
+    """An adapter a request runs with: its id (GET /lora-adapters) and scale."""
+
+    id: int = Field(ge=0)
+    scale: float
+
+
+class LoraChoices(BaseModel):
+    """llama-server's `lora` (every generating API here): the LoRA adapters a request runs
+    with at these scales, the others off; none given: the model's (--lora, /lora-adapters)."""
+
+    lora: Optional[list[LoraChoice]] = None
+
+
 class LlamaSamplers(BaseModel):
     """llama.cpp's samplers, in its names (each off at its default): on every generating
     API here (SamplingExtensions) and llama-server's /completion."""
@@ -129,7 +143,7 @@ class LlamaSamplers(BaseModel):
         return None if v is None else sampler_names(v)
 
 
-class SamplingExtensions(LlamaSamplers):
+class SamplingExtensions(LlamaSamplers, LoraChoices):
     """--- gguf-serve extensions (vLLM / llama.cpp server conventions) ---
     The sampling fields that chat completions, completions and Responses requests take
     beyond OpenAI's. A request class lists it first among its bases, so that these

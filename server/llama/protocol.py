@@ -8,10 +8,10 @@ from typing import Any, Optional, Union
 
 from pydantic import Field
 
-from ..core.protocol import LlamaSamplers, OpenAIRequest
+from ..core.protocol import LlamaSamplers, LoraChoices, OpenAIRequest
 
 
-class LlamaCompletionRequest(LlamaSamplers, OpenAIRequest):
+class LlamaCompletionRequest(LlamaSamplers, LoraChoices, OpenAIRequest):
     model: Optional[str] = None
     prompt: Union[str, list[Union[int, str]]] = ""
     n_predict: int = -1  # -1: until the end of generation (or the server's --n-predict)

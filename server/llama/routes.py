@@ -1,6 +1,6 @@
 """llama-server's own endpoints: POST /completion (and /completions' llama-server form is
-OpenAI's), /infill, /apply-template, GET /props, GET /slots and POST /slots/ID; streams as
-llama-server's `data:` lines."""
+OpenAI's), /infill, /apply-template, GET /props, GET /slots and POST /slots/ID, GET and POST
+/lora-adapters; streams as llama-server's `data:` lines."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from fastapi import APIRouter, Body, Request
 
 from ..chat.protocol import ChatCompletionRequest
 from ..core.openapi import API_ERRORS, WHY, errors
+from ..core.protocol import LoraChoice
 from ..core.streaming import CancellingStream, folded
 from .protocol import LlamaCompletionRequest, LlamaInfillRequest
 from .serving import LlamaServing, sse
@@ -76,3 +77,17 @@ async def slot_action(id_slot: int, action: str, request: Request, model: Option
     `restore` (a saved state back into the slot, for the next prompt that starts with it) or
     `erase`. A slot that is generating is a 400; without --slot-save-path a 501."""
     return await llama(request).slots.act(id_slot, action, body, model)
+
+
+@router.get("/lora-adapters", responses=errors(400, 401, 403, 404))
+async def lora_adapters(request: Request, model: Optional[str] = None):
+    """The model's LoRA adapters (--lora): id, path and the scale a request that names none
+    runs with (llama-server's list)."""
+    return llama(request).adapters(model)
+
+
+@router.post("/lora-adapters", responses=errors(400, 401, 403, 404))
+async def set_lora_adapters(choices: list[LoraChoice], request: Request, model: Optional[str] = None):
+    """The scales requests that name no adapters run with: those listed, the others 0
+    (llama-server's); the list back."""
+    return llama(request).set_adapters(choices, model)

@@ -56,7 +56,7 @@ def completion_request(req: LlamaCompletionRequest, prompt) -> CompletionRequest
                   repetition_penalty=req.repeat_penalty, presence_penalty=req.presence_penalty,
                   frequency_penalty=req.frequency_penalty, logit_bias=logit_bias(req.logit_bias),
                   ignore_eos=req.ignore_eos, keep_alive=req.keep_alive,
-                  logprobs=req.n_probs or None,
+                  logprobs=req.n_probs or None, lora=req.lora,
                   **{k: getattr(req, k) for k in LLAMA_SAMPLERS})
     out = built(CompletionRequest, **fields)
     out._progress = bool(req.stream and req.return_progress)
@@ -74,6 +74,19 @@ class LlamaServing:
         self.chat, self.catalog, self.residency = chat, catalog, residency
         self.slots = SlotActions(chat, catalog, residency)
 
+    def adapters(self, model: str | None) -> list[dict]:
+        entry = self.catalog.named(model)
+        return [{"id": i, "path": path, "scale": entry.lora_scales.get(i, 0.0)} for i, path in enumerate(entry.adapters)]
+
+    def set_adapters(self, choices: list, model: str | None) -> list[dict]:
+        entry = self.catalog.named(model)
+        unknown = [c.id for c in choices if not 0 <= c.id < len(entry.adapters)]
+        if unknown:
+            raise BadRequest(f"no LoRA adapter {unknown[0]} on {entry.id}: it has "
+                             f"{', '.join(map(str, range(len(entry.adapters)))) or 'none'}", param="id")
+        entry.lora_scales = {i: 0.0 for i in range(len(entry.adapters))} | {c.id: c.scale for c in choices}
+        return self.adapters(model)
+
     async def _ids(self, req: LlamaCompletionRequest, entry) -> list[int] | str:
         """A mixed prompt (strings and token ids) as ids; a string as it is."""
         if isinstance(req.prompt, str):
@@ -85,7 +98,7 @@ class LlamaServing:
 
     async def completion(self, req: LlamaCompletionRequest, infill: bool = False):
         """The job's prep and its chunks (llama-server's partial and final objects)."""
-        req.model = self.catalog.named(req.model).id
+        self.catalog.answering(req)
         async with self.residency.holding(req.model, req.keep_alive) as entry:
             if infill:
                 assert isinstance(req, LlamaInfillRequest)

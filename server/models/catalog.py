@@ -52,6 +52,8 @@ class Entry:
     last_used: float = 0.0  # when its last request ended (monotonic)
     keep_alive: float | None = None  # seconds to stay loaded once idle, as the last request asked
     memory: int = 0  # bytes it took when last loaded (files + caches)
+    adapters: list[str] = field(default_factory=list)  # its LoRA adapter files (--lora): adapter id = index
+    lora_scales: dict[int, float] = field(default_factory=dict)  # the scales a request naming none runs with
 
     @property
     def vision(self) -> bool:
@@ -85,6 +87,7 @@ class Catalog:
         self.settings = settings
         self.entries: OrderedDict[str, Entry] = OrderedDict()
         self.aliases: dict[str, str] = {}
+        self.adapter_names: dict[str, tuple[str, int]] = {}  # `<model>+<adapter>` -> (model id, adapter id)
         self.fallback: str | None = None  # the one model named at startup (see `named`)
         self._reach: tuple[bool, float] | None = None  # (the Hub answers, when probed)
 
@@ -252,12 +255,30 @@ class Catalog:
             "kind": "embedding" if self.settings.pooling else FILE_KINDS.get(d["pooling_type"] or 0, "chat"),
         }
 
+    def attach_adapters(self, entry: Entry, adapters: list[tuple[str, float]]) -> None:
+        """The model's LoRA adapters (file, scale), loaded with it; each also listed as
+        `<model id>+<file name without .gguf>`, which means that adapter alone at scale 1."""
+        for path, scale in adapters:
+            if not os.path.isfile(path):
+                raise ModelNotFound(path, "no such LoRA adapter file (--lora)")
+            adapter_id = len(entry.adapters)
+            entry.adapters.append(os.path.abspath(path))
+            entry.lora_scales[adapter_id] = scale
+            name = f"{entry.id}+{os.path.basename(path).removesuffix('.gguf')}"
+            self.adapter_names[name if name not in self.adapter_names else f"{name}-{adapter_id}"] = (entry.id, adapter_id)
+
+    def adapter_named(self, model_id: str | None) -> int | None:
+        """The adapter id a model name means (`<model>+<adapter>`), or None."""
+        got = self.adapter_names.get(model_id or "")
+        return None if got is None else got[1]
+
     def get(self, model_id: str) -> Entry:
         """The entry of an id or alias, also as Ollama's clients write names: with `:latest`
         after it, or `hf.co/` before a Hub id."""
         entry = None
         for name in (model_id, *_ollama_forms(model_id)):
-            entry = self.entries.get(name) or self.entries.get(self.aliases.get(name, ""))
+            entry = self.entries.get(name) or self.entries.get(self.aliases.get(name, "")) \
+                or self.entries.get(self.adapter_names.get(name, ("",))[0])
             if entry is not None:
                 break
         if entry is None and model_id == "default" and DEFAULT_MODEL_ID in self.entries:
@@ -306,5 +327,6 @@ class Catalog:
 
     def answering(self, req, kind: str | None = None) -> None:
         """Make a request's `model` the id of the model that answers it (named; `kind`: the
-        endpoint's), so that its reply names that model."""
-        req.model = self.named(req.model, kind).id
+        endpoint's), so that its reply names that model (an adapter's name, `<model>+<adapter>`, stays)."""
+        entry = self.named(req.model, kind)
+        req.model = req.model if self.adapter_named(req.model) is not None else entry.id

@@ -250,6 +250,8 @@ class Residency:
         try:
             with logging_redirect_tqdm():  # the load's log lines above its bar, not on its line
                 lm = load_model(entry.path, progress=progress, config=self.settings.engine_config(mmproj=entry.mmproj))
+                for path in entry.adapters:  # ids in the order given: what requests and /lora-adapters name
+                    lm.load_adapter(path)
         except Exception as e:
             raise self._failed(entry, e) from e
         finally:
@@ -282,6 +284,7 @@ class Residency:
     def _footprint(self, entry: Entry, lm) -> int:
         """The bytes a loaded model holds: its files' (mapped) and its caches'."""
         size = self._files_bytes(entry) + lm.cache.nbytes + lm.cache.checkpoint_budget
+        size += sum(a.nbytes for a in lm.adapters.values())
         draft = getattr(lm, "draft", None)
         if draft is not None:
             size += os.path.getsize(draft.gguf.path) + draft.cache.nbytes

@@ -35,6 +35,7 @@ class Job:
     done_callbacks: list = field(default_factory=list)  # called on the worker's thread once it has ended
     media: dict = field(default_factory=dict)  # the prompt's images by content key (engine.vision.PromptImage)
     progress: bool = False  # the prompt's processing reported as it goes (llama-server's return_progress)
+    lora: tuple = ()  # ((adapter id, scale), ...) it runs with (engine.lora)
 
     def emit(self, item) -> None:
         if self.out.qsize() >= MAX_UNREAD and not self.cancel.is_set():  # (a racy read: a bound, not a count)
@@ -47,7 +48,8 @@ class Job:
                 f()
 
     def request(self) -> Request:
-        return Request(self.prompt_ids, self.params, self.emit, self.cancel, media=self.media, progress=self.progress)
+        return Request(self.prompt_ids, self.params, self.emit, self.cancel, media=self.media, progress=self.progress,
+                       lora=self.lora)
 
 
 WAKE = object()  # put on a worker's queue to have it look at its controls

@@ -261,7 +261,13 @@ class OllamaServing(OverChat):
     # ------------------------------------------------------------- the models
 
     def tags(self) -> dict:
-        return {"models": [self._listed(e) for e in self.catalog.entries.values() if e.error is None]}
+        """Every model that can be served, each LoRA adapter after its model (`<model>+<adapter>`)."""
+        out = []
+        for e in self.catalog.entries.values():
+            if e.error is None:
+                out.append(self._listed(e))
+                out += [self._listed(e, name) for name, (base, _) in self.catalog.adapter_names.items() if base == e.id]
+        return {"models": out}
 
     def ps(self) -> dict:
         out = []
@@ -301,10 +307,11 @@ class OllamaServing(OverChat):
         """A served model is unloaded (its file stays: this server deletes nothing)."""
         self.residency.unload(self.catalog.get(self.resolve(name)))
 
-    def _listed(self, e) -> dict:
-        name = e.id if ":" in e.id else f"{e.id}:latest"
+    def _listed(self, e, served: str | None = None) -> dict:
+        served = served or e.id
+        name = served if ":" in served else f"{served}:latest"
         return {"name": name, "model": name, "modified_at": iso(_mtime(e)), "size": (e.info or {}).get("size_bytes", 0),
-                "digest": hashlib.sha256(e.id.encode()).hexdigest(), "details": self._details(e)}
+                "digest": hashlib.sha256(served.encode()).hexdigest(), "details": self._details(e)}
 
     @staticmethod
     def _details(e) -> dict:

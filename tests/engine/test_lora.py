@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from gguf_serve.engine import load_model
+from gguf_serve.engine import EngineConfig, Request, SamplingParams, Scheduler, load_model
 from gguf_serve.engine.batch import Batch
 from gguf_serve.engine.lora import AdapterError
 
@@ -119,3 +119,35 @@ def test_an_adapter_that_does_not_fit_is_refused_with_the_reason(files, tmp_path
     with pytest.raises(AdapterError, match="not a LoRA adapter"):
         lm.load_adapter(base)  # a model file
     assert lm.adapters == {}
+
+
+def test_the_scheduler_runs_each_request_under_its_adapters_and_keeps_their_prefixes_apart(files):
+    """Requests with different adapters stream side by side, each with the tokens it gets
+    alone; a prompt computed under one adapter set is never reused under another."""
+    base, first, second, _ = files
+    # float32 prompts at every length (AMX CPUs take 17 rows and up in bfloat16): a batch of
+    # three prompts then computes each as it is computed alone
+    lm = load_model(base, config=EngineConfig(device="cpu", n_seq=4, prefill_dtype="float32"))
+    a, b = lm.load_adapter(first), lm.load_adapter(second)
+    greedy = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    sets = [((a.id, 1.0),), ((b.id, 1.0),), ()]
+    alone = [[s.token_id for s in lm.generate(IDS, greedy, lora=c) if s.token_id is not None] for c in sets]
+    assert len({tuple(t) for t in alone}) == 3  # each set its own continuation
+    sched = Scheduler(lm)
+    outs = [[] for _ in sets]
+    for out, chosen in zip(outs, sets):
+        sched.add(Request(list(IDS), [greedy], out.append, lora=chosen))
+    while sched.busy:
+        sched.step()
+    for out, expected in zip(outs, alone):
+        assert [s.token_id for s in out if s is not None and s.token_id is not None] == expected
+
+    def cached(chosen) -> int:
+        out = []
+        sched.add(Request(IDS + [40, 41], [greedy], out.append, lora=chosen))
+        while sched.busy:
+            sched.step()
+        return next(s.cached_tokens for s in out if s is not None)
+    assert cached(((a.id, 1.0),)) == len(IDS)  # the same adapter: its prompt reused
+    assert cached(((a.id, 0.5),)) == 0  # another scale: computed again
+    sched.close()

@@ -48,6 +48,9 @@ CASES = {
     "draft_model": ("env-draft.gguf", ["--draft-model", "cli-draft.gguf"], "cli-draft.gguf"),
     "mmproj": ("env-mmproj.gguf", ["--mmproj", "cli-mmproj.gguf"], "cli-mmproj.gguf"),
     "vision_dtype": ("bfloat16", ["--vision-dtype", "float32"], "float32"),
+    "lora": ('["env.gguf"]', ["--lora", "cli.gguf:0.5"], ["cli.gguf:0.5"]),
+    "lora_scaled": ('["env.gguf:2"]', ["--lora-scaled", "cli.gguf:0.25"], ["cli.gguf:0.25"]),
+    "lora_init_without_apply": ("true", ["--no-lora-init-without-apply"], False),
     "cache": ("{tmp}/env-cache", ["--cache", "{tmp}/cli-cache"], "{tmp}/cli-cache"),
     "image_urls": ("true", ["--no-image-urls"], False),
     "image_url_timeout": ("3", ["--image-url-timeout", "10"], 10.0),
@@ -158,3 +161,12 @@ def test_help_and_option_errors_come_without_loading_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "--ctx-size" in out.stderr, out.stderr
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_lora_options_read_as_llama_servers():
+    """--lora FILE[:SCALE] and --lora-scaled FILE:SCALE, repeated or comma-separated, in order;
+    --lora-init-without-apply loads them at scale 0."""
+    settings = cli.parse_settings(["m.gguf", "--lora", "a.gguf,b.gguf:0.5", "--lora-scaled", "c:\\x.gguf:2"])
+    assert settings.adapters() == [("a.gguf", 1.0), ("b.gguf", 0.5), ("c:\\x.gguf", 2.0)]
+    settings = cli.parse_settings(["m.gguf", "--lora", "a.gguf", "--lora-init-without-apply"])
+    assert settings.adapters() == [("a.gguf", 0.0)]

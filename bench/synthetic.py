@@ -383,6 +383,27 @@ WRITERS = {"qwen3-4b": write_qwen3, "qwen3-embedding-0.6b": write_qwen3_embeddin
            "gemma4-26b-a4b-10l": lambda path: write_gemma4(path, GEMMA4_26B_A4B_10L)}
 
 
+def write_qwen3_lora(path: str, s: dict = QWEN3_4B, rank: int = 16, seed: int = 0) -> None:
+    """A LoRA adapter for the Qwen3-4B shape as convert_lora_to_gguf.py writes one (its
+    default F16 tensors): every attention and feed-forward matrix, rank `rank`, alpha 2 x rank."""
+    rng = np.random.default_rng(seed)
+    h, hd = s["hidden"], s["head_dim"]
+    shapes = {"attn_q": (s["heads"] * hd, h), "attn_k": (s["kv_heads"] * hd, h), "attn_v": (s["kv_heads"] * hd, h),
+              "attn_output": (h, s["heads"] * hd), "ffn_gate": (s["ffn"], h), "ffn_up": (s["ffn"], h),
+              "ffn_down": (h, s["ffn"])}
+    with GGUFWriter(path) as w:
+        w.add("general.architecture", "qwen3")
+        w.add("general.type", "adapter")
+        w.add("adapter.type", "lora")
+        w.add("adapter.lora.alpha", float(2 * rank))
+        for i in range(s["layers"]):
+            for name, (out, cols) in shapes.items():
+                a = rng.normal(0, 1 / np.sqrt(cols), (rank, cols)).astype(np.float16)
+                b = rng.normal(0, 0.01, (out, rank)).astype(np.float16)
+                w.add_tensor(f"blk.{i}.{name}.weight.lora_a", a, ggml_type=GGMLType.F16, shape=a.shape)
+                w.add_tensor(f"blk.{i}.{name}.weight.lora_b", b, ggml_type=GGMLType.F16, shape=b.shape)
+
+
 def write(path: str) -> None:  # the name earlier scripts import: the Qwen3-4B shape
     write_qwen3(path)
 

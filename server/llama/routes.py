@@ -86,7 +86,7 @@ async def lora_adapters(request: Request, model: Optional[str] = None):
     return llama(request).adapters(model)
 
 
-@router.post("/lora-adapters", responses=errors(400, 401, 403, 404))
+@router.post("/lora-adapters", responses=errors(400, 401, 403, 404, 408))
 async def set_lora_adapters(choices: list[LoraChoice], request: Request, model: Optional[str] = None):
     """The scales requests that name no adapters run with: those listed, the others 0
     (llama-server's); the list back."""

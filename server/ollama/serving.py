@@ -322,11 +322,14 @@ class OllamaServing(OverChat):
                 "quantization_level": info.get("quantization", "")}
 
 
-def _arguments(text: str):
+def _arguments(text: str) -> dict:
+    """A call's arguments as Ollama's clients type them: an object (a call cut short by the
+    token limit, whose arguments do not read, gives an empty one)."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except ValueError:
-        return text
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def empty_chunk(model: str, kind: str) -> dict:

@@ -90,6 +90,8 @@ ROUTE_STATUSES = {
     ("post", "/apply-template"): MODEL,
     ("get", "/props"): {200, 400, 401, 403, 404},
     ("get", "/slots"): {200, 400, 401, 403, 404, 501, 503},
+    ("get", "/lora-adapters"): {200, 400, 401, 403, 404},
+    ("post", "/lora-adapters"): {200, 400, 401, 403, 404, 408},
     ("post", "/slots/{id_slot}"): MODEL | {429, 501},
 }
 

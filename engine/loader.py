@@ -93,7 +93,7 @@ class LoadedModel:
         """A LoRA adapter file read, checked against this model and attached (engine.lora);
         requests name it by its id (Batch.lora)."""
         adapter = read_adapter(path, self.gguf, max(self.adapters, default=-1) + 1, self.device)
-        attach(self.linears, adapter)
+        attach(self.linears, adapter, self.kernels.cpu if self.device.type == "cpu" else None)
         self.adapters[adapter.id] = adapter
         log.info("LoRA adapter %d: %s (%d matrices, alpha %g, %.1f MB)", adapter.id, path, len(adapter.pairs),
                  adapter.alpha, adapter.nbytes / 1e6)

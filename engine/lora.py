@@ -3,8 +3,9 @@ adapter, `adapter.type` lora, `adapter.lora.alpha`, tensors `<base tensor>.lora_
 in) and `.lora_b` (out, rank)), applied per row of a batch.
 
 An adapter is read and checked against its base model (architecture, every pair's shape
-and rank), its pairs kept in float32, and attached to the model's matrices by name
-(`attach`): a matrix then holds {adapter id: (A, B, alpha / rank)}. A forward pass says
+and rank), its pairs kept in float32 (A with alpha / rank folded in, B transposed), and
+attached to the model's matrices by name (`attach`): a matrix then holds {adapter id: (A,
+B^T, A's product on the native kernels' threads)}. A forward pass says
 which rows use which adapters at what scale (`Batch.lora`: slot -> ((adapter id, scale),
 ...)); while it runs (`rows`), each matrix with adapters adds, to the rows that use one,
 scale * alpha / rank * (x A^T) B^T, as llama.cpp's build_lora_mm does. The base product is
@@ -22,11 +23,11 @@ import torch
 
 from ..gguf_io import GGUFReader
 from .errors import FileError
+from .kernels import cpu
 
-# while a forward runs: adapter id -> (the rows that use it, their scales times alpha / rank
-# are applied per matrix), for the batch's tokens
-_ROWS: contextvars.ContextVar[dict[int, tuple[torch.Tensor, torch.Tensor]] | None] = contextvars.ContextVar(
-    "lora_rows", default=None)
+# while a forward runs: adapter id -> (the batch's rows that use it, their scales, whether that
+# is every row, the one scale they share or None)
+_ROWS: contextvars.ContextVar[dict[int, tuple] | None] = contextvars.ContextVar("lora_rows", default=None)
 
 
 class AdapterError(FileError):
@@ -35,7 +36,8 @@ class AdapterError(FileError):
 
 @dataclass
 class Adapter:
-    """A LoRA adapter read from its file: per base tensor name, (A (rank, in), B (out, rank))."""
+    """A LoRA adapter read from its file: per base tensor name, (A (rank, in) times alpha /
+    rank, as llama.cpp's get_scale (1 where the file gives no alpha), B^T (rank, out))."""
 
     id: int
     path: str
@@ -45,11 +47,6 @@ class Adapter:
     @property
     def nbytes(self) -> int:
         return sum(a.numel() * a.element_size() + b.numel() * b.element_size() for a, b in self.pairs.values())
-
-    def factor(self, name: str) -> float:
-        """alpha / rank for one pair (1 where the file gives no alpha), as llama.cpp's get_scale."""
-        rank = self.pairs[name][1].shape[1]
-        return self.alpha / rank if self.alpha else 1.0
 
 
 def read_adapter(path: str, base: GGUFReader, adapter_id: int, device: torch.device | str = "cpu") -> Adapter:
@@ -65,6 +62,7 @@ def read_adapter(path: str, base: GGUFReader, adapter_id: int, device: torch.dev
     arch, base_arch = r.metadata.get("general.architecture"), base.metadata.get("general.architecture")
     if arch != base_arch:
         raise AdapterError(f"{path}: an adapter for {arch!r}, and the model is {base_arch!r}")
+    alpha = float(r.metadata.get("adapter.lora.alpha") or 0.0)
     names = {n[:-len(".lora_a")] for n in r.tensors if n.endswith(".lora_a")}
     names |= {n[:-len(".lora_b")] for n in r.tensors if n.endswith(".lora_b")}
     pairs = {}
@@ -80,24 +78,28 @@ def read_adapter(path: str, base: GGUFReader, adapter_id: int, device: torch.dev
                 or a.shape[0] != b.shape[1]:
             raise AdapterError(f"{path}: {name}'s lora_a {tuple(a.shape)} and lora_b {tuple(b.shape)} do not fit "
                                f"the model's {tuple(w.shape)} (an adapter for another model?)")
-        pairs[name] = tuple(torch.from_numpy(np.ascontiguousarray(t.dequantize(), dtype=np.float32)
-                                             .reshape(t.shape)).to(device) for t in (a, b))
+        a_, b_ = (torch.from_numpy(np.ascontiguousarray(t.dequantize(), dtype=np.float32).reshape(t.shape))
+                  for t in (a, b))
+        factor = alpha / a_.shape[0] if alpha else 1.0
+        pairs[name] = ((a_ * factor).to(device), b_.T.contiguous().to(device))  # B^T: the product reads its rows
     if not pairs:
         raise AdapterError(f"{path}: holds no lora_a / lora_b tensors")
-    alpha = float(r.metadata.get("adapter.lora.alpha") or 0.0)
     return Adapter(adapter_id, path, alpha, pairs)
 
 
-def attach(linears: dict, adapter: Adapter) -> None:
+def attach(linears: dict, adapter: Adapter, native: cpu.CpuKernels | None = None) -> None:
     """The adapter's pairs onto the model's matrices (`linears`: tensor name -> matrix);
-    AdapterError for a pair on a tensor that is not one of them (an embedding, experts)."""
+    AdapterError for a pair on a tensor that is not one of them (an embedding, experts).
+    With the native CPU kernels (`native`), a decode step's few rows go through their
+    threads (torch's one-thread product reads A and B at a fraction of the rate)."""
     missing = sorted(set(adapter.pairs) - set(linears))
     if missing:
         raise AdapterError(f"{adapter.path}: adapters on {', '.join(missing[:3])} are not supported (only on the "
                            "attention and feed-forward matrices)")
-    for name, (a, b) in adapter.pairs.items():
+    for name, (a, bt) in adapter.pairs.items():
         m = linears[name]
-        m.lora = {**(m.lora or {}), adapter.id: (a, b, adapter.factor(name))}
+        fast = cpu.LinearF32(native, a) if native is not None and a.device.type == "cpu" else None
+        m.lora = {**(m.lora or {}), adapter.id: (a, bt, fast)}
 
 
 def detach(linears: dict, adapter_id: int) -> None:
@@ -122,7 +124,10 @@ def rows(batch):
     for adapter_id, spans in by_id.items():
         idx = torch.cat([torch.arange(start, start + n) for start, n, _ in spans])
         scales = torch.cat([torch.full((n,), scale) for _, n, scale in spans])
-        table[adapter_id] = (idx.to(batch.tokens.device), scales.to(batch.tokens.device))
+        every = idx.numel() == batch.n_tokens  # all the batch's rows, in order: no gather
+        one = {scale for _, _, scale in spans}
+        table[adapter_id] = (idx.to(batch.tokens.device), scales.to(batch.tokens.device), every,
+                             one.pop() if len(one) == 1 else None)
     token = _ROWS.set(table or None)
     try:
         yield
@@ -131,16 +136,25 @@ def rows(batch):
 
 
 def add(y: torch.Tensor, x: torch.Tensor, lora: dict) -> torch.Tensor:
-    """y (the base product of x) plus each active adapter's product for its rows."""
+    """y (the base product of x, written into) plus each active adapter's product for its
+    rows: (x A^T, A with alpha / rank folded in) on the native kernels' threads where they
+    run (a decode step's few rows), times each row's scale, then B."""
     table = _ROWS.get()
     if not table:
         return y
-    for adapter_id, (a, b, factor) in lora.items():
+    for adapter_id, (a, bt, fast_a) in lora.items():
         got = table.get(adapter_id)
         if got is None:
             continue
-        idx, scales = got
-        xs = x.index_select(0, idx).to(a.dtype)
-        delta = (xs @ a.T) @ b.T * (scales * factor).unsqueeze(1)
-        y = y.index_add(0, idx, delta.to(y.dtype))
+        idx, scales, every, scale = got
+        xs = (x if every else x.index_select(0, idx)).to(a.dtype)
+        h = fast_a(xs) if fast_a is not None else None
+        h = xs @ a.T if h is None else h
+        if scale != 1.0:  # one scale for all its rows (1: nothing to do), else each row's
+            h = h * (scales.unsqueeze(1) if scale is None else scale)
+        delta = (h @ bt).to(y.dtype)
+        if every:
+            y.add_(delta)
+        else:
+            y.index_add_(0, idx, delta)
     return y

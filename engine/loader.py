@@ -95,7 +95,7 @@ class LoadedModel:
         adapter = read_adapter(path, self.gguf, max(self.adapters, default=-1) + 1, self.device)
         attach(self.linears, adapter, self.kernels.cpu if self.device.type == "cpu" else None)
         self.adapters[adapter.id] = adapter
-        log.info("LoRA adapter %d: %s (%d matrices, alpha %g, %.1f MB)", adapter.id, path, len(adapter.pairs),
+        log.info("LoRA adapter %d: %s (%d matrices, alpha %g, %.1f MB)", adapter.id, path, len(adapter.names),
                  adapter.alpha, adapter.nbytes / 1e6)
         return adapter
 

@@ -37,16 +37,48 @@ class AdapterError(FileError):
 @dataclass
 class Adapter:
     """A LoRA adapter read from its file: per base tensor name, (A (rank, in) times alpha /
-    rank, as llama.cpp's get_scale (1 where the file gives no alpha), B^T (rank, out))."""
+    rank, as llama.cpp's get_scale (1 where the file gives no alpha), B^T (rank, out)); once
+    attached, they live in the matrices' stacks (`pairs` emptied)."""
 
     id: int
     path: str
     alpha: float
     pairs: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    names: tuple[str, ...] = ()
+    nbytes: int = 0
 
-    @property
-    def nbytes(self) -> int:
-        return sum(a.numel() * a.element_size() + b.numel() * b.element_size() for a, b in self.pairs.values())
+    def __post_init__(self):
+        self.names = tuple(self.pairs)
+        self.nbytes = sum(a.numel() * a.element_size() + b.numel() * b.element_size() for a, b in self.pairs.values())
+
+
+class Stack:
+    """One matrix's adapters: their A's stacked (R, in) and their B^T's (R, out), R the sum
+    of their ranks; with the native kernels, A's products on their threads (all at once, and
+    each adapter's rows alone)."""
+
+    def __init__(self, parts: dict[int, tuple[torch.Tensor, torch.Tensor]], native: cpu.CpuKernels | None):
+        self.native = native if next(iter(parts.values()))[0].device.type == "cpu" else None
+        self.ids = tuple(parts)
+        self.a = torch.cat([a for a, _ in parts.values()]).contiguous()
+        self.bt = torch.cat([bt for _, bt in parts.values()]).contiguous()
+        self.spans, start = {}, 0
+        for i, (a, _) in parts.items():
+            self.spans[i] = (start, a.shape[0])
+            start += a.shape[0]
+        self.fast = cpu.LinearF32(self.native, self.a) if self.native is not None else None
+        self.each = {i: cpu.LinearF32(self.native, self.a[o:o + r]) if self.native is not None else None
+                     for i, (o, r) in self.spans.items()}
+
+    def parts(self) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        return {i: (self.a[o:o + r], self.bt[o:o + r]) for i, (o, r) in self.spans.items()}
+
+    def adding(self, adapter_id: int, a: torch.Tensor, bt: torch.Tensor) -> "Stack":
+        return Stack({**self.parts(), adapter_id: (a, bt)}, self.native)
+
+    def without(self, adapter_id: int) -> "Stack | None":
+        rest = {i: p for i, p in self.parts().items() if i != adapter_id}
+        return Stack(rest, self.native) if rest else None
 
 
 def read_adapter(path: str, base: GGUFReader, adapter_id: int, device: torch.device | str = "cpu") -> Adapter:
@@ -88,24 +120,25 @@ def read_adapter(path: str, base: GGUFReader, adapter_id: int, device: torch.dev
 
 
 def attach(linears: dict, adapter: Adapter, native: cpu.CpuKernels | None = None) -> None:
-    """The adapter's pairs onto the model's matrices (`linears`: tensor name -> matrix);
-    AdapterError for a pair on a tensor that is not one of them (an embedding, experts).
-    With the native CPU kernels (`native`), a decode step's few rows go through their
-    threads (torch's one-thread product reads A and B at a fraction of the rate)."""
+    """The adapter's pairs onto the model's matrices (`linears`: tensor name -> matrix):
+    each matrix's Stack gets them (the adapter's own copies are let go); AdapterError for a
+    pair on a tensor that is not one of them (an embedding, experts). With the native CPU
+    kernels (`native`), a decode step's few rows go through their threads (torch's
+    one-thread product reads A at a fraction of the rate)."""
     missing = sorted(set(adapter.pairs) - set(linears))
     if missing:
         raise AdapterError(f"{adapter.path}: adapters on {', '.join(missing[:3])} are not supported (only on the "
                            "attention and feed-forward matrices)")
     for name, (a, bt) in adapter.pairs.items():
         m = linears[name]
-        fast = cpu.LinearF32(native, a) if native is not None and a.device.type == "cpu" else None
-        m.lora = {**(m.lora or {}), adapter.id: (a, bt, fast)}
+        m.lora = m.lora.adding(adapter.id, a, bt) if m.lora is not None else Stack({adapter.id: (a, bt)}, native)
+    adapter.pairs = {}
 
 
 def detach(linears: dict, adapter_id: int) -> None:
     for m in linears.values():
-        if m.lora and adapter_id in m.lora:
-            m.lora = {k: v for k, v in m.lora.items() if k != adapter_id} or None
+        if m.lora is not None and adapter_id in m.lora.spans:
+            m.lora = m.lora.without(adapter_id)
 
 
 @contextlib.contextmanager
@@ -135,26 +168,51 @@ def rows(batch):
         _ROWS.reset(token)
 
 
-def add(y: torch.Tensor, x: torch.Tensor, lora: dict) -> torch.Tensor:
-    """y (the base product of x, written into) plus each active adapter's product for its
-    rows: (x A^T, A with alpha / rank folded in) on the native kernels' threads where they
-    run (a decode step's few rows), times each row's scale, then B."""
+def add(y: torch.Tensor, x: torch.Tensor, stack: Stack) -> torch.Tensor:
+    """y (the base product of x, written into) plus the active adapters' products for their
+    rows: x A^T (A with alpha / rank folded in), times each row's scale, then B. Where every
+    adapter the matrix has is active in a decode step's few rows (the native kernels' product
+    takes them), all of them at once: every row through the stacked
+    A's, each row's scales as a mask over their columns (0 for an adapter it does not use),
+    then each one's B^T (a row's sum is then what it is with its own adapters alone); else
+    each active one on its own rows."""
     table = _ROWS.get()
     if not table:
         return y
-    for adapter_id, (a, bt, fast_a) in lora.items():
-        got = table.get(adapter_id)
-        if got is None:
-            continue
-        idx, scales, every, scale = got
-        xs = (x if every else x.index_select(0, idx)).to(a.dtype)
-        h = fast_a(xs) if fast_a is not None else None
-        h = xs @ a.T if h is None else h
+    active = [i for i in stack.ids if i in table]
+    if 1 < len(active) == len(stack.ids) and stack.fast is not None and x.shape[0] <= cpu.LinearF32.MAX_ROWS:
+        xs = x.to(stack.a.dtype)
+        h = stack.fast(xs)  # the native product, whose rows are each what they are alone
+        h = (xs @ stack.a.T if h is None else h) * _mask(table, stack, x.shape[0])
+        for o, r in stack.spans.values():  # B^T block by block: a row adds exact zeros for the others
+            y.add_((h[:, o:o + r] @ stack.bt[o:o + r]).to(y.dtype))
+        return y
+    for i in active:
+        idx, scales, every, scale = table[i]
+        o, r = stack.spans[i]
+        xs = (x if every else x.index_select(0, idx)).to(stack.a.dtype)
+        h = stack.each[i](xs) if stack.each[i] is not None else None
+        h = xs @ stack.a[o:o + r].T if h is None else h
         if scale != 1.0:  # one scale for all its rows (1: nothing to do), else each row's
             h = h * (scales.unsqueeze(1) if scale is None else scale)
-        delta = (h @ bt).to(y.dtype)
+        delta = (h @ stack.bt[o:o + r]).to(y.dtype)
         if every:
             y.add_(delta)
         else:
             y.index_add_(0, idx, delta)
     return y
+
+
+def _mask(table: dict, stack: Stack, n: int) -> torch.Tensor:
+    """(n rows, the stack's R columns): each row's scale in the columns of the adapters it
+    uses, else 0; made once per forward for each stack layout."""
+    key = ("mask", stack.ids, tuple(stack.spans.values()), n)
+    got = table.get(key)
+    if got is None:
+        got = torch.zeros(n, stack.a.shape[0], device=stack.a.device)
+        for i in stack.ids:
+            idx, scales = table[i][:2]
+            o, r = stack.spans[i]
+            got[idx, o:o + r] = scales.unsqueeze(1)
+        table[key] = got
+    return got

@@ -30,7 +30,7 @@ class GgufLinear:
         self.in_features, self.out_features = in_features, out_features
         self.bias = bias
         self.kernels = settings.select(packed.device, self.ggml_type)
-        self.lora: dict | None = None  # LoRA adapters on it (engine.lora.attach): id -> (A, B, alpha / rank)
+        self.lora: lora_rows.Stack | None = None  # the LoRA adapters on it (engine.lora.attach)
         self.native = None  # what the native CPU kernels read: (bytes, type code), the file's or repacked
         self.repacked = False
         if products is not None and self.ggml_type in (GGMLType.F16, GGMLType.BF16):
@@ -65,7 +65,7 @@ class DenseLinear:
         few-row products)."""
         self.name, self.weight, self.bias = name, weight, bias
         self.out_features, self.in_features = weight.shape
-        self.lora: dict | None = None  # as GgufLinear's
+        self.lora: lora_rows.Stack | None = None  # as GgufLinear's
         self._native = None
         if native is not None and weight.device.type == "cpu" and weight.dtype is torch.float32:
             self._native = cpu.LinearF32(native, weight)

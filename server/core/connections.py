@@ -49,8 +49,10 @@ def raise_open_files() -> int:
 
 def default_max_connections(open_files: int) -> int:
     """Connections to hold at most: what the open-file limit leaves room for (model files,
-    template workers and the like, and one accepted batch, keep 256), at most 4096."""
-    return max(16, min(4096, open_files - 256))
+    template workers and the like keep 256; then two accepted batches: a burst accepted
+    while the connections closed to make room for the last one are still open), at most
+    4096."""
+    return max(16, min(4096, open_files - 256 - 2 * ACCEPT_BATCH))
 
 
 def protocol(max_connections: int, head_timeout: float = HEAD_TIMEOUT) -> type:

@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import synthetic  # noqa: E402  (bench/synthetic.py, beside this script)
+from server_speed import free_port, wait_ready  # noqa: E402
 
 FILES = ("gemma", "qwen3-4b", "qwen35-4b", "qwen3-30b-a3b-12l")
 _TOY = dict(vocab=512, hidden=256, layers=2, heads=2, kv_heads=1, head_dim=128, ffn=256)
@@ -122,12 +121,6 @@ def llama_bench(binary: str, path: str, decode: int, prefill: int, gpu: bool) ->
     return out
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _streams(base: str, model: str, n: int, tokens: int) -> float:
     """Aggregate tok/s of n concurrent streamed completions of `tokens` tokens each."""
     counts, errors = [0] * n, []
@@ -155,19 +148,10 @@ def _streams(base: str, model: str, n: int, tokens: int) -> float:
 
 
 def http_streams(cmd: list[str], port: int, model: str, n: int, tokens: int) -> float:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 600
-        while time.time() < deadline:
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None:
-                raise RuntimeError(f"{cmd[0]} exited: {proc.stderr.read()[-2000:]}")
-            time.sleep(1)
+        wait_ready(base, proc, timeout=600)
         _streams(base, model, n, 8)  # warm-up
         return _streams(base, model, n, tokens)
     finally:
@@ -226,11 +210,11 @@ def main() -> None:
     if args.skip_http or not args.llama_server:
         return
     model = synthetic_file("qwen3-4b", args.folder, tiny=not gpu)
-    port = _port()
+    port = free_port()
     ours_cmd = [sys.executable, "-m", "gguf_serve.server.cli", model, "--port", str(port), "--parallel",
                 str(args.streams), "--device", device] + ([] if gpu else ["--kernels", "triton"])
     mine = http_streams(ours_cmd, port, os.path.basename(model), args.streams, decode)
-    port = _port()
+    port = free_port()
     theirs = http_streams([args.llama_server, "-m", model, "--port", str(port), "-np", str(args.streams)]
                           + (["-ngl", "99"] if gpu else ["-t", "2"]), port, os.path.basename(model), args.streams, decode)
     print(f"\n{args.streams} streams over HTTP ({os.path.basename(model)}): ours {mine:.1f} tok/s, llama-server "

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,29 +31,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import synthetic  # noqa: E402  (bench/synthetic.py, beside this script)
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from server_speed import free_port, wait_ready  # noqa: E402
 
 
 class Server:
     def __init__(self, cmd: list[str], port: int):
         self.base = f"http://127.0.0.1:{port}"
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 900
-        while time.time() < deadline:
-            try:
-                if httpx.get(f"{self.base}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{cmd[0]} exited: {self.proc.stderr.read()[-2000:]}")
-            time.sleep(1)
-        raise RuntimeError(f"{cmd[0]} did not start")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+        wait_ready(self.base, self.proc, timeout=900)
 
     def close(self) -> None:
         self.proc.terminate()
@@ -111,7 +95,7 @@ def main() -> None:
     ours = [sys.executable, "-m", "gguf_serve.server.cli", model, "--threads", str(args.threads), "--ctx-size", "4096"]
 
     # 8 streams: none with an adapter, then 4 adapters two streams each, on one server
-    port = _port()
+    port = free_port()
     server = Server(ours + ["--parallel", "8", "--lora-init-without-apply", "--port", str(port)]
                     + [x for a in adapters for x in ("--lora", a)], port)
     plain, mixed = [], []
@@ -136,7 +120,7 @@ def main() -> None:
         if name == "llama-server" and not args.llama_server:
             continue
         for lora in (False, True):
-            port = _port()
+            port = free_port()
             server = Server(cmd(port, lora), port)
             try:
                 streams(server.base, [body(4)])

@@ -144,7 +144,7 @@ def detach(linears: dict, adapter_id: int) -> None:
 @contextlib.contextmanager
 def rows(batch):
     """While a forward of `batch` runs: which of its tokens use which adapters, at what scale."""
-    chosen = getattr(batch, "lora", None)
+    chosen = batch.lora
     if not chosen:
         yield
         return

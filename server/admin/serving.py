@@ -69,8 +69,7 @@ class AdminServing:
         data = []
         for e in entries:
             data.append(self.describe(e))
-            data += [self.describe(e).model_copy(update={"id": name}) for name, (base, _) in
-                     self.catalog.adapter_names.items() if base == e.id]
+            data += [self.describe(e).model_copy(update={"id": name}) for name in self.catalog.adapter_names_of(e.id)]
         return ModelList(data=data)
 
     def model(self, model_id: str) -> Model:

@@ -174,6 +174,7 @@ class Derived:
         as an object, or a list where every key is `item`."""
         out = []
         pair_open, key_end = re.compile(_loose(self.pair_open)), re.compile(_attributes(self.key_end))
+        keyed = KEY_SLOT in self.pair_close  # the close names its key: values may be tags themselves
         while True:
             start = pair_open.match(text, pos)
             if start is None or not self.pair_open.strip():
@@ -183,14 +184,14 @@ class Derived:
                 return out, pos
             key = text[start.end():key_at.start()].strip()
             close = self.pair_close.strip().replace(KEY_SLOT, key)
-            opening = self.pair_open.strip() + key + self.key_end.strip() if KEY_SLOT in self.pair_close else None
+            opening = self.pair_open.strip() + key + self.key_end.strip() if keyed else None
             stop = _closing(text, key_at.end(), close, opening)
             if stop is None or not key:
                 return out, pos
             value: object = text[key_at.end():stop[0]].strip("\n")
             if value.startswith("<![CDATA[") and value.endswith("]]>"):  # MiniCPM's text with markup in it
                 value = value[len("<![CDATA["):-len("]]>")]
-            elif KEY_SLOT in self.pair_close and pair_open.match(value):
+            elif keyed and pair_open.match(value):
                 members, end = self._pair_list(value, 0)
                 if members and not value[end:].strip():
                     value = ([v for _, v in members] if {k for k, _ in members} == {"item"}
@@ -204,10 +205,8 @@ class Derived:
 def _closing(text: str, pos: int, close: str, opening: str | None) -> tuple[int, int] | None:
     """(start, end) of a value's close from `pos`: the first, or where the close names its key
     (a tag's: `opening` is the tag's own), the one that matches it, past nested tags of its name."""
-    if not close:
-        m = re.compile(r"\n").search(text, pos)
-        return (m.start(), m.end()) if m else None
-    if opening is None:
+    if opening is None:  # the first close (a line break where the template writes none)
+        close = close or "\n"
         i = text.find(close, pos)
         return (i, i + len(close)) if i >= 0 else None
     depth = 0

@@ -18,7 +18,7 @@ from ...engine import (GrammarError, ImageError, TemplateError, TemplateWorkers,
 from ..core.errors import APIError, BadRequest, ContextLengthExceeded
 from ..core.pools import Pools
 from ..core.protocol import new_id, now
-from ..models.catalog import refuse_kind
+from ..models.catalog import refuse_kind, refuse_unknown_adapters
 from ..models.residency import Residency
 from ..models.presets import sampling_defaults
 from ..models.worker import Job
@@ -93,17 +93,13 @@ class ChatServing:
         """The LoRA adapters a request runs with: its `lora` list (the others off), else the
         one its model name means (`<model>+<adapter>`, at scale 1), else the model's scales
         (--lora, POST /lora-adapters)."""
-        loaded = entry.lm.adapters
         if lora is not None:
-            unknown = [c.id for c in lora if c.id not in loaded]
-            if unknown:
-                raise BadRequest(f"no LoRA adapter {unknown[0]} on {entry.id}: it has "
-                                 f"{', '.join(map(str, loaded)) or 'none'} (GET /lora-adapters)", param="lora")
+            refuse_unknown_adapters(entry, [c.id for c in lora], "lora")
             return tuple((c.id, c.scale) for c in lora if c.scale)
         named = self.residency.catalog.adapter_named(model)
         if named is not None:
             return ((named, 1.0),)
-        return tuple((i, s) for i, s in entry.lora_scales.items() if s and i in loaded)
+        return tuple((i, s) for i, s in entry.lora_scales.items() if s)
 
     async def _derived_syntax(self, entry) -> Derived | None:
         """The call syntax the model's template shows when it renders probe calls

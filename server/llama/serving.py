@@ -19,6 +19,7 @@ from ..chat.prepare import LLAMA_SAMPLERS
 from ..chat.protocol import ChatCompletionRequest, CompletionRequest
 from ..chat.wire import Tally
 from ..core.errors import BadRequest, HTTPStatus, built
+from ..models.catalog import refuse_unknown_adapters
 from .protocol import LlamaCompletionRequest, LlamaInfillRequest
 
 log = logging.getLogger("gguf_serve.server")
@@ -80,10 +81,7 @@ class LlamaServing:
 
     def set_adapters(self, choices: list, model: str | None) -> list[dict]:
         entry = self.catalog.named(model)
-        unknown = [c.id for c in choices if not 0 <= c.id < len(entry.adapters)]
-        if unknown:
-            raise BadRequest(f"no LoRA adapter {unknown[0]} on {entry.id}: it has "
-                             f"{', '.join(map(str, range(len(entry.adapters)))) or 'none'}", param="id")
+        refuse_unknown_adapters(entry, [c.id for c in choices], "id")
         entry.lora_scales = {i: 0.0 for i in range(len(entry.adapters))} | {c.id: c.scale for c in choices}
         return self.adapters(model)
 

@@ -69,6 +69,15 @@ def refuse_kind(entry: Entry, wanted: str) -> None:
                          code="wrong_model_kind")
 
 
+def refuse_unknown_adapters(entry: Entry, ids: list[int], param: str) -> None:
+    """A 400 naming the first of `ids` that is not one of the model's LoRA adapters (--lora)."""
+    unknown = [i for i in ids if not 0 <= i < len(entry.adapters)]
+    if unknown:
+        raise BadRequest(f"no LoRA adapter {unknown[0]} on {entry.id}: it has "
+                         f"{', '.join(map(str, range(len(entry.adapters)))) or 'none'} (GET /lora-adapters)",
+                         param=param)
+
+
 def _ollama_forms(name: str) -> list[str]:
     """The ids an Ollama-style name may mean: `x:latest` is x, `hf.co/<repo>...` is <repo>..."""
     out = []
@@ -266,6 +275,10 @@ class Catalog:
             entry.lora_scales[adapter_id] = scale
             name = f"{entry.id}+{os.path.basename(path).removesuffix('.gguf')}"
             self.adapter_names[name if name not in self.adapter_names else f"{name}-{adapter_id}"] = (entry.id, adapter_id)
+
+    def adapter_names_of(self, model_id: str) -> list[str]:
+        """The names its LoRA adapters are served under (`<model>+<adapter>`), in their order."""
+        return [name for name, (base, _) in self.adapter_names.items() if base == model_id]
 
     def adapter_named(self, model_id: str | None) -> int | None:
         """The adapter id a model name means (`<model>+<adapter>`), or None."""

@@ -266,7 +266,7 @@ class OllamaServing(OverChat):
         for e in self.catalog.entries.values():
             if e.error is None:
                 out.append(self._listed(e))
-                out += [self._listed(e, name) for name, (base, _) in self.catalog.adapter_names.items() if base == e.id]
+                out += [self._listed(e, name) for name in self.catalog.adapter_names_of(e.id)]
         return {"models": out}
 
     def ps(self) -> dict:

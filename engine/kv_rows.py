@@ -1,6 +1,6 @@
 """How a KV cache row is stored: the row types llama-server's --cache-type-k/-v name, built from gguf_io's type
-table (a quantized row is a run of that type's blocks). A leaf module: the cache and its kernels read it; it imports only torch, the type table and
-the names the settings choose from (engine.options)."""
+table (a quantized row is a run of that type's blocks). A leaf module: the cache and its kernels read it; it
+imports only torch, the type table and the names the settings choose from (engine.options)."""
 
 from __future__ import annotations
 

@@ -175,11 +175,6 @@ def _tables(device: torch.device) -> torch.Tensor:
     return got
 
 
-def _float_matrix(weight: torch.Tensor, ggml_type: GGMLType, cols: int) -> torch.Tensor:
-    dtype = {GGMLType.F32: torch.float32, GGMLType.F16: torch.float16, GGMLType.BF16: torch.bfloat16}[ggml_type]
-    return weight.contiguous().view(dtype).reshape(-1, cols)
-
-
 def _blocks(m: int) -> tuple[int, int]:
     """(BLOCK_M, BLOCK_N) for m rows of activations: a decode step's few rows in the
     smallest tile tl.dot takes, a prompt's in larger ones."""
@@ -193,7 +188,7 @@ def mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_feat
     gtype = GGMLType(ggml_type)
     cols = x.shape[-1]
     if gtype in FLOATS:
-        return torch.nn.functional.linear(x, _float_matrix(weight, gtype, cols).to(x.dtype))
+        return torch.nn.functional.linear(x, reference.dequantize_rows(weight, gtype, cols, x.dtype))
     info = TYPE_INFO[gtype]
     x2 = x.reshape(-1, cols).contiguous()
     m = x2.shape[0]
@@ -212,9 +207,9 @@ def get_rows(weight: torch.Tensor, indices: torch.Tensor, ggml_type: GGMLType, c
              dtype: torch.dtype) -> torch.Tensor:
     """The rows `indices` picks from a packed (rows, row_bytes) table, decoded to `dtype`."""
     gtype = GGMLType(ggml_type)
+    if gtype in FLOATS:  # the reference's lookup: the rows as they are stored
+        return reference.get_rows(weight, indices, gtype, cols, dtype)
     flat = indices.reshape(-1).to(device=weight.device, dtype=torch.int64).contiguous()
-    if gtype in FLOATS:
-        return _float_matrix(weight, gtype, cols).index_select(0, flat).to(dtype).reshape(*indices.shape, cols)
     info = TYPE_INFO[gtype]
     y = torch.empty(flat.numel(), cols, dtype=dtype, device=weight.device)
     if flat.numel():

@@ -455,6 +455,37 @@ class KVCache:
                                               for i in range(len(self.layers))]), slot)
         self.lengths[slot] = n
 
+    def export_points(self, slot: int, last: int = 2) -> tuple[dict[int, tuple], dict[int, dict[int, tuple]]]:
+        """`slot`'s state for a file that a later sequence may go on from at several
+        positions (the disk tier): the keys and values of every position it holds in the
+        layers that keep them all, by layer; and what the lossy layers hold (`_lossy`) at
+        its end and at its `last` latest checkpoints, by position then layer. Copies (the
+        checkpoints' own tensors, which nothing writes to)."""
+        self._check_slot(slot)
+        n = self.lengths[slot]
+        full = {i: (self.k[i][slot, :, :n].clone(), self.v[i][slot, :, :n].clone())
+                for i, lc in enumerate(self.layers) if lc.kind == "attention" and not self._lossy(i)}
+        points = {p: self._checkpoints[(slot, p)].layers for p in self.checkpoints(slot)[-last:] if last}
+        points[n] = self.snapshot(slot).layers
+        return full, {p: {i: tuple(t) for i, t in enumerate(layers) if t is not None} for p, layers in points.items()}
+
+    def load_point(self, slot: int, pos: int, full: dict[int, tuple], lossy: dict[int, tuple]) -> None:
+        """Make the allocated `slot` hold the state after `pos` tokens from `export_points`'
+        parts: the first `pos` positions of `full`'s layers, `lossy` the lossy layers'
+        state at `pos`; CacheError where a part is missing or not of this cache's shape."""
+        layers = []
+        for i, lc in enumerate(self.layers):
+            part = lossy.get(i) if self._lossy(i) else full.get(i) if lc.kind == "attention" else None
+            if part is not None and not self._lossy(i):
+                part = tuple(t[:, :pos] for t in part)
+            layers.append(part)
+        self.load(slot, pos, layers)
+
+    def lossy(self) -> bool:
+        """Whether some layer loses what a sequence held as it goes on: a sequence can then go
+        on exactly only from its end or a checkpoint, not from any position it holds."""
+        return any(self._lossy(i) for i in range(len(self.layers)))
+
     def checkpoints(self, slot: int) -> list[int]:
         """The positions `slot` has checkpoints at, ascending."""
         return sorted(p for (s, p) in self._checkpoints if s == slot)

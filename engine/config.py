@@ -45,6 +45,10 @@ class EngineConfig:
     # MiB for state checkpoints (recurrent states, sliding windows) that let a prompt reuse a
     # sequence's history; None: a share of the memory available at load; 0: none
     cache_ram: int | None = None
+    # the folder of the prompt cache's disk tier (engine.scheduler.disk; --cache-disk): kept slots
+    # evicted or unloaded are written there and read back by a later prompt; None: none
+    cache_disk: str | None = None
+    cache_disk_size: int | None = None  # MiB the folder may hold; None: 10 GiB or half the free space, less
     spec: str = "auto"  # speculative decoding's drafter (SPEC_CHOICES); auto: the best the model has
     draft_model: str | None = None  # a smaller model of the same vocabulary that drafts (spec "draft")
     mmproj: str | None = None  # the model's vision file (llama.cpp's mmproj GGUF): images in chat messages
@@ -87,8 +91,10 @@ class EngineConfig:
             v = getattr(self, name)
             if v is not None and v not in CACHE_TYPES:
                 raise ValueError(f"{name}={v!r} ({ENV[name]}): no such cache type; known: {', '.join(CACHE_TYPES)}")
-        if self.cache_ram is not None and self.cache_ram < 0:
-            raise ValueError(f"cache_ram must be >= 0 (MiB), got {self.cache_ram}")
+        for name in ("cache_ram", "cache_disk_size"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise ValueError(f"{name} must be >= 0 (MiB), got {v}")
 
     @classmethod
     def resolve(cls, config: "EngineConfig | None" = None, **given: Any) -> "EngineConfig":
@@ -115,7 +121,7 @@ class EngineConfig:
 
 
 def _parse(name: str, raw: str) -> Any:
-    if name in ("threads", "cache_ram"):
+    if name in ("threads", "cache_ram", "cache_disk_size"):
         return int(raw)
     if name == "cpu_repack":
         return raw.strip().lower() not in ("0", "false", "no", "off")

@@ -39,6 +39,8 @@ ENV = {
     "cpu_repack": "GGUF_SERVE_CPU_REPACK",
     "prefill_dtype": "GGUF_SERVE_PREFILL_DTYPE",
     "cache_ram": "GGUF_SERVE_CACHE_RAM",
+    "cache_disk": "GGUF_SERVE_CACHE_DISK",
+    "cache_disk_size": "GGUF_SERVE_CACHE_DISK_SIZE",
     "spec": "GGUF_SERVE_SPEC",
     "draft_model": "GGUF_SERVE_DRAFT_MODEL",
     "mmproj": "GGUF_SERVE_MMPROJ",

@@ -85,6 +85,14 @@ class ServerSettings(BaseSettings):
     cache_ram: Optional[int] = Field(default=None, ge=0, description=(
         "MiB for state checkpoints that let a new turn reuse a hybrid or sliding-window model's history (default: "
         "a tenth of the memory available, at most 8192; 0: none)"))
+    cache_disk: Optional[str] = Field(default=None, description=(
+        "a folder for a disk tier of the prompt cache: a long conversation's cached state evicted from RAM, or "
+        "held when its model unloads or the server stops, is written there and read back when a later prompt "
+        "(after a restart too) starts with it; keyed by the model file and adapters, checked on read (default: "
+        "none)"))
+    cache_disk_size: Optional[int] = Field(default=None, ge=1, description=(
+        "MiB the --cache-disk folder may hold, least recently used files deleted first (default: 10 GiB, or half "
+        "the disk's free space where less)"))
     cache_type_k: Optional[CacheType] = Field(
         default=None, json_schema_extra={"flags": ["-ctk"]}, description=(
             "the KV cache's key rows: f16 (default on CPU), bf16, f32, or q8_0 / q5_1 / q5_0 / q4_1 / q4_0 / iq4_nl "
@@ -219,6 +227,7 @@ class ServerSettings(BaseSettings):
         return EngineConfig(device=self.device, n_ctx=self.ctx_size, n_seq=self.parallel, threads=self.threads,
                             kernels=self.kernels, cpu_isa=self.cpu_isa, cpu_repack=self.cpu_repack,
                             prefill_dtype=self.prefill_dtype, cache_ram=self.cache_ram,
+                            cache_disk=self.cache_disk, cache_disk_size=self.cache_disk_size,
                             cache_type_k=self.cache_type_k, cache_type_v=self.cache_type_v, spec=self.spec,
                             draft_model=self.draft_model, mmproj=None if self.no_mmproj else mmproj,
                             vision_dtype=self.vision_dtype, cache_dir=self.cache,

@@ -7,6 +7,7 @@ images engine.scheduler.media's."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 
@@ -17,6 +18,7 @@ from ..cache import CacheError
 from ..sampling import SamplingParams
 from ..speculative import SpecSettings
 from ..text import Step, end_of_generation_ids
+from .disk import DiskCache
 from .media import batch_media, media_chunk, rope_plan
 from .prefix import PrefixCache
 from .speculation import Speculation, check_speculative, default_mode
@@ -24,14 +26,17 @@ from .state import Choice, Purpose, Request, Row, Running
 
 PREFILL_CHUNK = 128  # prompt tokens per step while other sequences decode
 
+log = logging.getLogger("gguf_serve.engine")
+
 
 class Scheduler:
     """One model's continuous batching: `add` queues a request, `step` runs one batch
     forward over every running sequence, `close` gives everything back."""
 
     def __init__(self, lm, prefill_chunk: int = PREFILL_CHUNK, prefix_cache: bool = True,
-                 spec: SpecSettings | None = None):
-        """`spec`: speculative decoding's settings; None: the model's default (`lm.config.spec`)."""
+                 spec: SpecSettings | None = None, disk: DiskCache | None = None):
+        """`spec`: speculative decoding's settings; None: the model's default (`lm.config.spec`).
+        `disk`: the prompt cache's disk tier; None: the one the model's config names, if any."""
         self.lm, self.cache = lm, lm.cache
         self.spec = spec if spec is not None else SpecSettings(mode=default_mode(lm))
         check_speculative(lm, self.spec.mode)
@@ -39,7 +44,11 @@ class Scheduler:
         self.eog = end_of_generation_ids(lm)
         self.waiting: deque[Request] = deque()
         self.running: list[Running] = []
-        self.prefix = PrefixCache(self.cache, prefix_cache)
+        cfg = lm.config
+        if disk is None and prefix_cache and cfg.cache_disk:  # the prompt cache's disk tier (--cache-disk)
+            disk = DiskCache.for_model(lm, cfg.cache_disk, cfg.cache_disk_size and cfg.cache_disk_size << 20)
+            log.info("%s", disk.describe())
+        self.prefix = PrefixCache(self.cache, prefix_cache, disk=disk)
         self.speculation = Speculation(lm, self.spec, self.prefix)
         self.prefix.follower = self.speculation  # the MTP head's cache and the draft model's slots follow
         self.prefix_hit_tokens = 0  # prompt tokens not prefilled thanks to the prefix cache
@@ -249,6 +258,8 @@ class Scheduler:
             self._finish(req)
         self.running, self.waiting = [], deque()
         self.prefix.clear()
+        if self.prefix.disk is not None:
+            self.prefix.disk.close()
 
     def _budget(self, req: Request) -> int:
         return self.cache.n_ctx - len(req.prompt_ids)  # the context limit: the cache's, decided at load

@@ -18,14 +18,23 @@ CHECKPOINT_BEFORE_END tokens before its end: a chat's next turn, whose template 
 the last reply's thinking, leaves the history there.
 
 What else follows a slot (the MTP head's cache, the draft model's slot: engine.
-scheduler.speculation) hears of it through `follower`."""
+scheduler.speculation) hears of it through `follower`.
+
+With a disk tier (`disk`, engine.scheduler.disk), a kept slot evicted for another, and
+every kept slot when the scheduler closes (its model unloads, the server stops), is
+written out; a prompt that a file covers further than any slot starts from the file."""
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from typing import Iterable, Protocol
 
 from ..batch import media_of
+from ..errors import CacheError
+from .disk import DiskCache, DiskCacheError
+
+log = logging.getLogger("gguf_serve.engine")
 
 CHECKPOINT_BEFORE_END = 4  # a checkpoint this many tokens before a prompt's end (the assistant turn's header)...
 CHECKPOINT_EVERY = 512  # ...and at chunk ends at least this many tokens past the slot's last one
@@ -45,8 +54,10 @@ class SlotFollower(Protocol):
 
 
 class PrefixCache:
-    def __init__(self, cache, enabled: bool = True, follower: SlotFollower | None = None):
+    def __init__(self, cache, enabled: bool = True, follower: SlotFollower | None = None,
+                 disk: DiskCache | None = None):
         self.cache, self.enabled, self.follower = cache, enabled, follower
+        self.disk = disk if enabled else None
         self.checkpoints = enabled and cache.checkpoint_budget > 0  # state checkpoints while prefilling
         self.held: dict[int, list[int]] = {}  # slot → the token ids whose state it holds
         self.keys: dict[int, tuple] = {}  # slot → the LoRA adapters (and scales) that state was computed with
@@ -84,6 +95,9 @@ class PrefixCache:
                 n = self.usable(slot, prompt, key)
                 if n > best_n:
                     best, best_n = slot, n
+            loaded = self._from_disk(prompt, key, best, best_n)
+            if loaded is not None:
+                return loaded
         if best is not None and best in self.idle and (2 * best_n >= len(self.held[best])
                                                         or not self.cache.free_slots):
             del self.idle[best]
@@ -98,11 +112,41 @@ class PrefixCache:
             return slot, best_n
         return slot, 0
 
+    def _from_disk(self, prompt: list[int], key: tuple, best: int | None, best_n: int) -> tuple[int, int] | None:
+        """A slot holding the disk tier's state for the most of `prompt`, where a file covers
+        more than the `best_n` tokens of slot `best` (which stays as it is); else None."""
+        if self.disk is None or not (self.cache.free_slots or any(s != best for s in self.idle)):
+            return None
+        adapters = self.disk.adapters(key)
+        entry, n = self.disk.find(prompt, adapters) if adapters is not None else (None, 0)
+        if entry is None or n <= best_n:
+            return None
+        slot = self.take_slot(keep=best)
+        try:
+            self.cache.load_point(slot, n, *self.disk.read(entry, n))
+        except (DiskCacheError, CacheError) as e:  # a damaged file (dropped): the prompt is prefilled
+            log.warning("%s", e)
+            self.release(slot)
+            return None
+        self.held[slot] = entry.tokens[:n].tolist()
+        return slot, n
+
+    def _offer(self, slot: int) -> None:
+        """A kept slot about to be given back: its state to the disk tier, where it wants it."""
+        held = self.held.get(slot)
+        if self.disk is None or not held or len(held) != self.cache.lengths[slot]:
+            return
+        adapters = self.disk.adapters(self.keys.get(slot, ()))
+        if adapters is not None and self.disk.wants(held, adapters):
+            self.disk.put(held, adapters, *self.cache.export_points(slot))
+
     def take_slot(self, keep: int | None = None) -> int:
-        """A free slot, else the least recently used finished one (never `keep`)."""
+        """A free slot, else the least recently used finished one (never `keep`), written to
+        the disk tier first."""
         if not self.cache.free_slots:
             victim = next(s for s in self.idle if s != keep)
             del self.idle[victim]
+            self._offer(victim)
             self.release(victim)
         slot = self.cache.allocate()
         self.held[slot] = []
@@ -156,10 +200,14 @@ class PrefixCache:
         self.cache.free(slot)
 
     def clear(self) -> None:
-        """Give every kept slot back to the cache."""
+        """Give every kept slot back to the cache (written to the disk tier first, and the
+        writes waited for)."""
         for slot in list(self.idle):
+            self._offer(slot)
             self.release(slot)
         self.idle.clear()
+        if self.disk is not None:
+            self.disk.flush()
 
     def _copied(self, src: int, dst: int, n: int) -> None:
         if self.follower is not None:

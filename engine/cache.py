@@ -455,7 +455,7 @@ class KVCache:
                                               for i in range(len(self.layers))]), slot)
         self.lengths[slot] = n
 
-    def export_points(self, slot: int, last: int = 2) -> tuple[dict[int, tuple], dict[int, dict[int, tuple]]]:
+    def export_points(self, slot: int, last: int = 2) -> tuple[dict[int, tuple], dict[int, dict]]:
         """`slot`'s state for a file that a later sequence may go on from at several
         positions (the disk tier): the keys and values of every position it holds in the
         layers that keep them all, by layer; and what the lossy layers hold (`_lossy`) at
@@ -468,6 +468,13 @@ class KVCache:
         points = {p: self._checkpoints[(slot, p)].layers for p in self.checkpoints(slot)[-last:] if last}
         points[n] = self.snapshot(slot).layers
         return full, {p: {i: tuple(t) for i, t in enumerate(layers) if t is not None} for p, layers in points.items()}
+
+    def export_bytes(self, slot: int, last: int = 2) -> int:
+        """The bytes of `export_points(slot, last)`."""
+        n = self.lengths[slot]
+        full = sum(_row(lc, self.types) for i, lc in enumerate(self.layers)
+                   if lc.kind == "attention" and not self._lossy(i))
+        return n * full + (1 + min(last, len(self.checkpoints(slot)))) * self.checkpoint_size
 
     def load_point(self, slot: int, pos: int, full: dict[int, tuple], lossy: dict[int, tuple]) -> None:
         """Make the allocated `slot` hold the state after `pos` tokens from `export_points`'

@@ -15,7 +15,8 @@ read: a damaged or truncated file is deleted and the prompt prefilled as if ther
 none. The folder stays within its byte budget, least recently used files (by
 modification time, set again on each read) deleted first, whichever model wrote them.
 Writes run on a thread of their own from copies taken between steps (at most
-MAX_PENDING bytes of them at once); reads run on the scheduler's thread, in the step
+MAX_PENDING bytes of them at once, or one larger copy; the model's memory counts them);
+reads run on the scheduler's thread, in the step
 that admits the prompt."""
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ log = logging.getLogger("gguf_serve.engine")
 MAGIC, VERSION = b"GGUF-SERVE-PROMPT", 1
 SUFFIX = ".prompt"
 MIN_TOKENS = 256  # shorter sequences are cheaper to prefill again than to keep
-MAX_PENDING = 1 << 30  # bytes of copies waiting to be written; an eviction beyond it is not written
+MAX_PENDING = 256 << 20  # bytes of copies waiting to be written (or one copy, when larger); an eviction beyond
+# it is not written
 DEFAULT_BUDGET = 10 << 30  # the folder's default size: at most this, and half the disk's free space
 
 
@@ -113,6 +115,7 @@ class DiskCache:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="cache-disk")
         self._pending: list[Future] = []
         self._pending_bytes = 0
+        self.max_pending = MAX_PENDING
         self._scan()
 
     @classmethod
@@ -180,19 +183,26 @@ class DiskCache:
 
     # ------------------------------------------------------------------ writing
 
-    def put(self, tokens: list[int], adapters: str, full: dict[int, tuple], points: dict[int, dict[int, tuple]]) -> bool:
-        """Write a sequence's state (KVCache.export_points' copies) on the writer's thread;
-        False where too many bytes already wait to be written."""
+    def room(self, nbytes: int, wait: bool = False) -> bool:
+        """Whether copies of `nbytes` may wait to be written now (`wait`: waiting for the
+        writes under way where they hold too much); counted as skipped where not."""
+        if wait and self._pending_bytes and self._pending_bytes + nbytes > self.max_pending:
+            self.flush()
+        with self._lock:
+            if self._pending_bytes and self._pending_bytes + nbytes > self.max_pending:
+                self.stats.skipped += 1
+                return False
+        return True
+
+    def put(self, tokens: list[int], adapters: str, full: dict[int, tuple], points: dict[int, dict[int, tuple]]):
+        """Write a sequence's state (KVCache.export_points' copies, taken where `room`
+        said so) on the writer's thread."""
         nbytes = sum(t.numel() * t.element_size() for parts in (full, *points.values()) for pair in parts.values()
                      for t in pair)
         with self._lock:
-            if self._pending_bytes + nbytes > MAX_PENDING:
-                self.stats.skipped += 1
-                return False
             self._pending_bytes += nbytes
         future = self._writer.submit(self._write, list(tokens), adapters, full, points, nbytes)
         self._pending = [f for f in self._pending if not f.done()] + [future]
-        return True
 
     def flush(self) -> None:
         """Wait for the writes under way."""

@@ -131,13 +131,15 @@ class PrefixCache:
         self.held[slot] = entry.tokens[:n].tolist()
         return slot, n
 
-    def _offer(self, slot: int) -> None:
-        """A kept slot about to be given back: its state to the disk tier, where it wants it."""
+    def _offer(self, slot: int, wait: bool = False) -> None:
+        """A kept slot about to be given back: its state to the disk tier, where it wants it
+        (`wait`: after the writes under way where they hold too much memory)."""
         held = self.held.get(slot)
         if self.disk is None or not held or len(held) != self.cache.lengths[slot]:
             return
         adapters = self.disk.adapters(self.keys.get(slot, ()))
-        if adapters is not None and self.disk.wants(held, adapters):
+        if (adapters is not None and self.disk.wants(held, adapters)
+                and self.disk.room(self.cache.export_bytes(slot), wait)):
             self.disk.put(held, adapters, *self.cache.export_points(slot))
 
     def take_slot(self, keep: int | None = None) -> int:
@@ -203,7 +205,7 @@ class PrefixCache:
         """Give every kept slot back to the cache (written to the disk tier first, and the
         writes waited for)."""
         for slot in list(self.idle):
-            self._offer(slot)
+            self._offer(slot, wait=True)
             self.release(slot)
         self.idle.clear()
         if self.disk is not None:

@@ -67,6 +67,13 @@ class Metrics:
         self.models_loaded = Gauge("gguf_serve_models_loaded", "Models loaded now", registry=r)
         self.model_memory = Gauge("gguf_serve_model_memory_bytes", "Bytes the loaded models hold (files and "
                                   "caches)", registry=r)
+        self.model_memory_parts = Gauge("gguf_serve_model_memory_part_bytes", "Bytes a loaded model holds, by part: "
+                                        "files, kv, checkpoints (their budget), adapters, draft, disk_writes (at "
+                                        "most)", ["model", "part"], registry=r)
+        self.prompt_disk = Counter("gguf_serve_prompt_cache_disk", "The prompt cache's disk tier: files written, "
+                                   "read back (hits), dropped as damaged", ["model", "event"], registry=r)
+        self.prompt_disk_bytes = Gauge("gguf_serve_prompt_cache_disk_bytes", "Bytes of the model's files in the "
+                                       "disk tier", ["model"], registry=r)
         self.model_requests = Gauge("gguf_serve_model_requests", "Requests holding the model: waiting for its load, "
                                     "or being served", ["model"], registry=r)
         self.unloads = Counter("gguf_serve_model_unloads", "Models unloaded, by reason", ["reason"], registry=r)

@@ -42,6 +42,9 @@ def resident_bytes() -> int:
         return 0
 
 
+MEMORY_PARTS = ("files", "kv", "checkpoints", "adapters", "draft", "disk_writes")  # what a loaded model holds
+
+
 def default_budget() -> int:
     """Bytes the loaded models may hold together by default: the memory available at
     startup, less 1 GiB for everything else."""
@@ -214,7 +217,14 @@ class Residency:
                 raise
             with self.cond:
                 entry.lm, entry.worker = lm, worker_for(entry.id, lm, self.settings.max_queue, self.metrics)
-                entry.memory = max(self._footprint(entry, lm), grown)
+                parts = self._footprint(entry, lm, entry.worker)
+                entry.memory = max(sum(parts.values()), grown)
+                log.info("%s holds %.0f MiB: %s (the models together: at most %.1f GiB)", entry.id,
+                         entry.memory / 2**20, ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in parts.items() if v),
+                         self.budget / 2**30)
+                if self.metrics:
+                    for part, n in parts.items():
+                        self.metrics.model_memory_parts.labels(entry.id, part).set(n)
                 entry.loading = False
                 entry.last_used = self.clock()
                 self.entries.move_to_end(entry.id)
@@ -281,14 +291,17 @@ class Residency:
         entry.error = public(f"cannot load {entry.id}: {reason}")  # as clients see it: no server paths
         return ModelLoadFailed(entry.error)
 
-    def _footprint(self, entry: Entry, lm) -> int:
-        """The bytes a loaded model holds: its files' (mapped) and its caches'."""
-        size = self._files_bytes(entry) + lm.cache.nbytes + lm.cache.checkpoint_budget
-        size += sum(a.nbytes for a in lm.adapters.values())
+    def _footprint(self, entry: Entry, lm, worker=None) -> dict[str, int]:
+        """The bytes a loaded model holds, by part: its files (mapped), its KV cache, the state
+        checkpoints' budget, its adapters, a draft model, the disk tier's copies waiting to
+        be written (at most)."""
         draft = getattr(lm, "draft", None)
-        if draft is not None:
-            size += os.path.getsize(draft.gguf.path) + draft.cache.nbytes
-        return size
+        sched = getattr(worker, "scheduler", None)  # (an embedding model's worker has none)
+        disk = sched.prefix.disk if sched is not None else None
+        return {"files": self._files_bytes(entry), "kv": lm.cache.nbytes, "checkpoints": lm.cache.checkpoint_budget,
+                "adapters": sum(a.nbytes for a in lm.adapters.values()),
+                "draft": os.path.getsize(draft.gguf.path) + draft.cache.nbytes if draft is not None else 0,
+                "disk_writes": disk.max_pending if disk is not None else 0}
 
     def _held_memory(self) -> int:
         return sum(e.memory for e in self.entries.values() if e.lm is not None)
@@ -305,6 +318,8 @@ class Residency:
             self.metrics.unloads.labels(reason).inc()
             for gauge in (self.metrics.queue_depth, self.metrics.running, self.metrics.sequences_running):
                 gauge.labels(entry.id).set(0)
+            for part in MEMORY_PARTS:
+                self.metrics.model_memory_parts.labels(entry.id, part).set(0)
         return worker
 
     @staticmethod

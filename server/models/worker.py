@@ -118,6 +118,7 @@ class Worker(_Queued):
         self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self._hits = 0
         self._checkpoint_hits = 0
+        self._disk_seen = {"written": 0, "hits": 0, "dropped": 0}
         self._drafted = self._accepted = 0
         self.live: set[Job] = set()  # submitted and not finished
         self.controls: queue.SimpleQueue[Control] = queue.SimpleQueue()
@@ -242,6 +243,14 @@ class Worker(_Queued):
             self._checkpoint_hits = ck.hits
         for state, count in s.slots().items():
             m.kv_slots.labels(self.name, state).set(count)
+        disk = s.prefix.disk
+        if disk is not None:
+            for event, seen in self._disk_seen.items():
+                now = getattr(disk.stats, event)
+                if now != seen:
+                    m.prompt_disk.labels(self.name, event).inc(now - seen)
+                    self._disk_seen[event] = now
+            m.prompt_disk_bytes.labels(self.name).set(disk.stats.bytes)
 
 
 @dataclass(eq=False)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from server_harness import THINKING_TEMPLATE, no_end, server
+from server_harness import THINKING_TEMPLATE, no_end, scrape, server, value
 from tiny_models import tiny_chat_model
 
 
@@ -42,8 +42,13 @@ def test_a_restarted_or_reloaded_server_goes_on_from_disk(tiny, tmp_path):
     with server(tiny, "--parallel", "2", "--ctx-size", "1024", "--cache-disk", str(folder)) as base:  # a restart
         again = complete(base, bias, follow)
         assert again["timings"]["cache_n"] == held and again["content"] == cold["content"]
-        # unloaded and loaded again: the longer conversation now held is written, and read back
         model = httpx.get(f"{base}/v1/models").json()["data"][0]["id"]
+        m = scrape(base)
+        assert value(m, "gguf_serve_prompt_cache_disk_total", model=model, event="hits") == 1
+        assert value(m, "gguf_serve_prompt_cache_disk_bytes", model=model) > 0
+        assert value(m, "gguf_serve_model_memory_part_bytes", model=model, part="disk_writes") > 0
+        assert value(m, "gguf_serve_model_memory_part_bytes", model=model, part="kv") > 0
+        # unloaded and loaded again: the longer conversation now held is written, and read back
         assert httpx.post(f"{base}/models/unload", json={"model": model}, timeout=60).status_code == 200
         later = [*follow, *again["tokens"], " then"]
         reloaded = complete(base, bias, later)

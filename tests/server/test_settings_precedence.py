@@ -42,6 +42,8 @@ CASES = {
     "cpu_repack": ("0", ["--cpu-repack"], True),
     "prefill_dtype": ("bfloat16", ["--prefill-dtype", "float32"], "float32"),
     "cache_ram": ("5", ["--cache-ram", "7"], 7),
+    "cache_disk": ("{tmp}/env-disk", ["--cache-disk", "{tmp}/cli-disk"], "{tmp}/cli-disk"),
+    "cache_disk_size": ("100", ["--cache-disk-size", "200"], 200),
     "cache_type_k": ("q8_0", ["--cache-type-k", "f32"], "f32"),
     "cache_type_v": ("q4_0", ["--cache-type-v", "f16"], "f16"),
     "spec": ("off", ["--spec", "auto"], "auto"),
@@ -135,7 +137,8 @@ def test_the_engine_config_is_the_command_lines_and_a_load_keeps_it(everything_s
     config = settings.engine_config(mmproj=settings.mmproj)
     assert config == EngineConfig(
         device="auto", n_ctx=64, n_seq=2, threads=1, kernels="cpu", cpu_isa="avx2", cpu_repack=True,
-        prefill_dtype="float32", cache_ram=7, cache_type_k="f32", cache_type_v="f16", spec="auto",
+        prefill_dtype="float32", cache_ram=7, cache_disk=expected["cache_disk"], cache_disk_size=200,
+        cache_type_k="f32", cache_type_v="f16", spec="auto",
         draft_model="cli-draft.gguf", mmproj="cli-mmproj.gguf", vision_dtype="float32", cache_dir=expected["cache"],
         chat_template="llama3", pooling="last")
     assert EngineConfig.resolve(config) == config  # what load_model does with it, every variable still set

@@ -52,23 +52,33 @@ class Adapter:
         self.nbytes = sum(a.numel() * a.element_size() + b.numel() * b.element_size() for a, b in self.pairs.values())
 
 
+F16_MAX = 65504.0  # the largest float16
+
+
 class Stack:
     """One matrix's adapters: their A's stacked (R, in) and their B^T's (R, out), R the sum
-    of their ranks; with the native kernels, A's products on their threads (all at once, and
-    each adapter's rows alone)."""
+    of their ranks. With the native kernels, float16 (an F16 adapter file's values as they
+    are; an F32 one's rounded: half the bytes a decode step reads) where they fit its range,
+    and a decode step's products on the kernels' threads (cpu.LoraProducts: all adapters at
+    once, and each adapter's alone)."""
 
     def __init__(self, parts: dict[int, tuple[torch.Tensor, torch.Tensor]], native: cpu.CpuKernels | None):
         self.native = native if next(iter(parts.values()))[0].device.type == "cpu" else None
         self.ids = tuple(parts)
-        self.a = torch.cat([a for a, _ in parts.values()]).contiguous()
-        self.bt = torch.cat([bt for _, bt in parts.values()]).contiguous()
+        a = torch.cat([a for a, _ in parts.values()])
+        bt = torch.cat([bt for _, bt in parts.values()])
         self.spans, start = {}, 0
-        for i, (a, _) in parts.items():
-            self.spans[i] = (start, a.shape[0])
-            start += a.shape[0]
-        self.fast = cpu.LinearF32(self.native, self.a) if self.native is not None else None
-        self.each = {i: cpu.LinearF32(self.native, self.a[o:o + r]) if self.native is not None else None
-                     for i, (o, r) in self.spans.items()}
+        for i, (part, _) in parts.items():
+            self.spans[i] = (start, part.shape[0])
+            start += part.shape[0]
+        half = self.native is not None and all(bool(t.float().abs().max() < F16_MAX) for t in (a, bt))
+        dtype = torch.float16 if half else torch.float32
+        self.a, self.bt = a.to(dtype).contiguous(), bt.to(dtype).contiguous()
+        self.fast = self.each = None
+        if half:
+            self.fast = cpu.LoraProducts(self.native, self.a, self.bt, [o + r for o, r in self.spans.values()])
+            self.each = {i: cpu.LoraProducts(self.native, self.a[o:o + r], self.bt[o:o + r], [r])
+                         for i, (o, r) in self.spans.items()}
 
     def parts(self) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
         return {i: (self.a[o:o + r], self.bt[o:o + r]) for i, (o, r) in self.spans.items()}
@@ -123,16 +133,19 @@ def attach(linears: dict, adapter: Adapter, native: cpu.CpuKernels | None = None
     """The adapter's pairs onto the model's matrices (`linears`: tensor name -> matrix):
     each matrix's Stack gets them (the adapter's own copies are let go); AdapterError for a
     pair on a tensor that is not one of them (an embedding, experts). With the native CPU
-    kernels (`native`), a decode step's few rows go through their threads (torch's
-    one-thread product reads A at a fraction of the rate)."""
+    kernels (`native`), float16 factors and a decode step's few rows through their threads
+    (Stack)."""
     missing = sorted(set(adapter.pairs) - set(linears))
     if missing:
         raise AdapterError(f"{adapter.path}: adapters on {', '.join(missing[:3])} are not supported (only on the "
                            "attention and feed-forward matrices)")
+    held = 0
     for name, (a, bt) in adapter.pairs.items():
         m = linears[name]
         m.lora = m.lora.adding(adapter.id, a, bt) if m.lora is not None else Stack({adapter.id: (a, bt)}, native)
+        held += (a.numel() + bt.numel()) * m.lora.a.element_size()
     adapter.pairs = {}
+    adapter.nbytes = held  # as its stacks keep it (float16 with the native kernels)
 
 
 def detach(linears: dict, adapter_id: int) -> None:
@@ -170,32 +183,39 @@ def rows(batch):
 
 def add(y: torch.Tensor, x: torch.Tensor, stack: Stack) -> torch.Tensor:
     """y (the base product of x, written into) plus the active adapters' products for their
-    rows: x A^T (A with alpha / rank folded in), times each row's scale, then B. Where every
-    adapter the matrix has is active in a decode step's few rows (the native kernels' product
-    takes them), all of them at once: every row through the stacked
-    A's, each row's scales as a mask over their columns (0 for an adapter it does not use),
-    then each one's B^T (a row's sum is then what it is with its own adapters alone); else
-    each active one on its own rows."""
+    rows: x A^T (A with alpha / rank folded in), times each row's scale, then B. A decode
+    step's few rows take the native products: where every adapter the matrix has is active,
+    all of them at once (every row through the stacked A's, each row's scales as a mask over
+    their columns, 0 for an adapter it does not use, then B span by span: a row's sum is
+    what it is with its own adapters alone); else each active one on its own rows. Longer
+    batches (a prompt) take torch's products in float32."""
     table = _ROWS.get()
     if not table:
         return y
     active = [i for i in stack.ids if i in table]
-    if 1 < len(active) == len(stack.ids) and stack.fast is not None and x.shape[0] <= cpu.LinearF32.MAX_ROWS:
-        xs = x.to(stack.a.dtype)
-        h = stack.fast(xs)  # the native product, whose rows are each what they are alone
-        h = (xs @ stack.a.T if h is None else h) * _mask(table, stack, x.shape[0])
-        for o, r in stack.spans.values():  # B^T block by block: a row adds exact zeros for the others
-            y.add_((h[:, o:o + r] @ stack.bt[o:o + r]).to(y.dtype))
+    fast = stack.fast
+    native = fast is not None and fast.takes(x) and y.dtype is torch.float32 and y.is_contiguous()
+    if native and 1 < len(active) == len(stack.ids):
+        fast.up(y, fast.down(x) * _mask(table, stack, x.shape[0]))
         return y
     for i in active:
         idx, scales, every, scale = table[i]
         o, r = stack.spans[i]
-        xs = (x if every else x.index_select(0, idx)).to(stack.a.dtype)
-        h = stack.each[i](xs) if stack.each[i] is not None else None
-        h = xs @ stack.a[o:o + r].T if h is None else h
+        xs = x if every else x.index_select(0, idx)
+        if native:
+            h = stack.each[i].down(xs.contiguous())
+        else:
+            h = xs.to(torch.float32) @ stack.a[o:o + r].to(torch.float32).T
         if scale != 1.0:  # one scale for all its rows (1: nothing to do), else each row's
             h = h * (scales.unsqueeze(1) if scale is None else scale)
-        delta = (h @ stack.bt[o:o + r]).to(y.dtype)
+        if native and every:
+            stack.each[i].up(y, h)
+            continue
+        if native:
+            delta = torch.zeros(h.shape[0], y.shape[1])
+            stack.each[i].up(delta, h)
+        else:
+            delta = (h @ stack.bt[o:o + r].to(torch.float32)).to(y.dtype)
         if every:
             y.add_(delta)
         else:

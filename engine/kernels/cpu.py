@@ -87,6 +87,11 @@ def load() -> ctypes.CDLL | None:
     lib.gc_linear_f32.restype = None
     lib.gc_linear_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                                   ctypes.c_void_p, ctypes.c_int]
+    lib.gc_lora_down.restype = lib.gc_lora_up.restype = None
+    lib.gc_lora_down.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                                 ctypes.c_void_p, ctypes.c_int]
+    lib.gc_lora_up.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                               ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
     lib.gc_mul_mat_id2.restype = ctypes.c_int
     lib.gc_mul_mat_id2.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64,
                                    ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
@@ -490,6 +495,37 @@ class LinearF32:
         y = torch.empty(x.shape[0], self.rows, dtype=torch.float32)
         self._fn(self.weight.data_ptr(), self.rows, self.cols, x.data_ptr(), x.shape[0], y.data_ptr(), self._threads)
         return y
+
+
+class LoraProducts:
+    """A matrix's LoRA factors in float16 (A: stacked ranks x in; B^T: ranks x out) and the
+    spans of their ranks (one adapter each), for a few rows at a time on the kernels'
+    threads: h = x A^T (`down`) and y += h B span by span (`up`, in place); each row's
+    sums in one order whatever the other rows, and a span a row does not use (its h
+    columns zero) adds nothing. Returns None for inputs it does not take."""
+
+    MAX_ROWS = 16
+
+    def __init__(self, kernels: CpuKernels, a: torch.Tensor, bt: torch.Tensor, ends: list[int]):
+        self.a, self.bt = a.contiguous(), bt.contiguous()
+        assert self.a.dtype is torch.float16 and self.bt.dtype is torch.float16 and ends[-1] == self.a.shape[0]
+        self.r, self.cols = self.a.shape
+        self.out = self.bt.shape[1]
+        self.ends = torch.tensor(ends, dtype=torch.int64)
+        self._down, self._up, self._threads = kernels.lib.gc_lora_down, kernels.lib.gc_lora_up, kernels.threads
+
+    def takes(self, x: torch.Tensor) -> bool:
+        return x.dtype is torch.float32 and x.dim() == 2 and x.shape[0] <= self.MAX_ROWS and x.is_contiguous()
+
+    def down(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.empty(x.shape[0], self.r, dtype=torch.float32)
+        self._down(self.a.data_ptr(), self.r, self.cols, x.data_ptr(), x.shape[0], h.data_ptr(), self._threads)
+        return h
+
+    def up(self, y: torch.Tensor, h: torch.Tensor) -> None:
+        assert y.dtype is torch.float32 and y.is_contiguous() and h.is_contiguous() and y.shape[0] == h.shape[0]
+        self._up(self.bt.data_ptr(), self.r, self.out, h.data_ptr(), h.shape[0], self.ends.data_ptr(),
+                 self.ends.numel(), y.data_ptr(), self._threads)
 
 
 class MulMatGroup:

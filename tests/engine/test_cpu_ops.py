@@ -293,3 +293,37 @@ def test_chunked_delta_rule_equals_the_steps():
     o2, s2 = TORCH_OPS._delta_chunked(q, k, v, gl, beta, s0)
     close(o1, o2, tol=1e-4)
     close(s1, s2, tol=1e-4)
+
+
+def test_lora_products_equal_torch_and_each_row_alone(isa):
+    """LoRA's float16 products for a decode step (engine.lora): h = x A^T, and y += h B span
+    by span, equal torch's on the same values (odd sizes: the vectors' tails); a row through
+    every adapter's stacked factors, the columns of those it does not use zeroed, gets the
+    bits it gets through its own adapter's factors alone."""
+    g = torch.Generator().manual_seed(11)
+    ranks, cols, out = (16, 8, 16), 300, 777
+    a = (torch.randn(sum(ranks), cols, generator=g) * 0.1).half()
+    bt = (torch.randn(sum(ranks), out, generator=g) * 0.1).half()
+    ends = torch.tensor(ranks).cumsum(0).tolist()
+    kernels = cpu.CpuKernels.make(threads=2, isa=isa)
+    every = cpu.LoraProducts(kernels, a, bt, ends)
+    x = torch.randn(5, cols, generator=g)
+    h = every.down(x)
+    close(h, x @ a.float().T, tol=1e-4)
+    y0 = torch.randn(5, out, generator=g)
+    y = y0.clone()
+    every.up(y, h)
+    close(y, y0 + h @ bt.float(), tol=1e-4)
+
+    use = [0, 2, 1, 0, 2]  # each row's adapter
+    mask = torch.zeros(5, sum(ranks))
+    starts = [0, *ends[:-1]]
+    for row, i in enumerate(use):
+        mask[row, starts[i]:ends[i]] = 0.5
+    y = y0.clone()
+    every.up(y, every.down(x) * mask)
+    for row, i in enumerate(use):
+        own = cpu.LoraProducts(kernels, a[starts[i]:ends[i]], bt[starts[i]:ends[i]], [ranks[i]])
+        alone = y0[row:row + 1].clone()
+        own.up(alone, own.down(x[row:row + 1]) * 0.5)
+        assert torch.equal(y[row:row + 1], alone), (row, i)

@@ -35,6 +35,8 @@ typedef struct {
     float (*exp_sum)(float *, int, float); /* s[i] = exp(s[i] - m), 0 where s[i] is -inf; their sum */
     /* Gated DeltaNet's step over a head's state, dv a multiple of 64 (NULL: delta_step_s only) */
     void (*delta_step)(float *, const float *, const float *, const float *, float, float, float *, int, int);
+    float (*dot_f16)(const uint16_t *, const float *, int); /* float16 a . float32 b */
+    void (*axpy_f16)(float, const uint16_t *, float *, int); /* y += a x, x float16 */
 } vec_t;
 
 /* the attention's inner loops: q . k, p v, cache rows as floats, the tiles' products */

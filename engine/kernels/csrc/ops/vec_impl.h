@@ -32,6 +32,26 @@ DEF void FN(axpy)(float a, const float *x, float *y, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+DEF float FN(dot_f16)(const uint16_t *a, const float *b, int n) {
+    VT s0 = V(zero)(), s1 = V(zero)();
+    int i = 0;
+    for (; i + 2 * W <= n; i += 2 * W) {
+        s0 = V(fma)(V(load_f16)(a + i), V(load)(b + i), s0);
+        s1 = V(fma)(V(load_f16)(a + i + W), V(load)(b + i + W), s1);
+    }
+    for (; i + W <= n; i += W) s0 = V(fma)(V(load_f16)(a + i), V(load)(b + i), s0);
+    float s = V(reduce)(V(add)(s0, s1));
+    for (; i < n; i++) s += V(half)(a[i]) * b[i];
+    return s;
+}
+
+DEF void FN(axpy_f16)(float a, const uint16_t *x, float *y, int n) {
+    const VT va = V(set1)(a);
+    int i = 0;
+    for (; i + W <= n; i += W) V(store)(y + i, V(fma)(va, V(load_f16)(x + i), V(load)(y + i)));
+    for (; i < n; i++) y[i] += a * V(half)(x[i]);
+}
+
 DEF void FN(axpy_v)(const float *a, const float *x, float *y, int n) {
     int i = 0;
     for (; i + W <= n; i += W) V(store)(y + i, V(fma)(V(load)(a + i), V(load)(x + i), V(load)(y + i)));

@@ -194,9 +194,9 @@ def add(y: torch.Tensor, x: torch.Tensor, stack: Stack) -> torch.Tensor:
         return y
     active = [i for i in stack.ids if i in table]
     fast = stack.fast
-    native = fast is not None and fast.takes(x) and y.dtype is torch.float32 and y.is_contiguous()
+    native = fast is not None and fast.takes(x, y)
     if native and 1 < len(active) == len(stack.ids):
-        fast.up(y, fast.down(x) * _mask(table, stack, x.shape[0]))
+        fast.up(y, fast.down(x, _mask(table, stack, x.shape[0])))
         return y
     for i in active:
         idx, scales, every, scale = table[i]

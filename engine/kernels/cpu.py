@@ -89,9 +89,9 @@ def load() -> ctypes.CDLL | None:
                                   ctypes.c_void_p, ctypes.c_int]
     lib.gc_lora_down.restype = lib.gc_lora_up.restype = None
     lib.gc_lora_down.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                                 ctypes.c_void_p, ctypes.c_int]
+                                 ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     lib.gc_lora_up.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                               ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+                               ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
     lib.gc_mul_mat_id2.restype = ctypes.c_int
     lib.gc_mul_mat_id2.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64,
                                    ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
@@ -500,7 +500,7 @@ class LinearF32:
 class LoraProducts:
     """A matrix's LoRA factors in float16 (A: stacked ranks x in; B^T: ranks x out) and the
     spans of their ranks (one adapter each), for a few rows at a time on the kernels'
-    threads: h = x A^T (`down`) and y += h B span by span (`up`, in place); each row's
+    threads: h = x A^T (`down`, times a mask) and y += h B span by span (`up`, in place); each row's
     sums in one order whatever the other rows, and a span a row does not use (its h
     columns zero) adds nothing. Returns None for inputs it does not take."""
 
@@ -514,18 +514,25 @@ class LoraProducts:
         self.ends = torch.tensor(ends, dtype=torch.int64)
         self._down, self._up, self._threads = kernels.lib.gc_lora_down, kernels.lib.gc_lora_up, kernels.threads
 
-    def takes(self, x: torch.Tensor) -> bool:
-        return x.dtype is torch.float32 and x.dim() == 2 and x.shape[0] <= self.MAX_ROWS and x.is_contiguous()
+    def takes(self, x: torch.Tensor, y: torch.Tensor) -> bool:
+        """Whether it takes input rows x and output rows y (float32, y's rows may be apart: a
+        fused projection's columns)."""
+        return (x.dtype is torch.float32 and x.dim() == 2 and x.shape[0] <= self.MAX_ROWS and x.is_contiguous()
+                and y.dtype is torch.float32 and y.dim() == 2 and y.stride(1) == 1)
 
-    def down(self, x: torch.Tensor) -> torch.Tensor:
+    def down(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x A^T; with a mask (rows of x, ranks), times it, its zeros not computed."""
         h = torch.empty(x.shape[0], self.r, dtype=torch.float32)
-        self._down(self.a.data_ptr(), self.r, self.cols, x.data_ptr(), x.shape[0], h.data_ptr(), self._threads)
+        if mask is not None:
+            assert mask.dtype is torch.float32 and mask.is_contiguous() and mask.shape == h.shape
+        self._down(self.a.data_ptr(), self.r, self.cols, x.data_ptr(), x.shape[0],
+                   None if mask is None else mask.data_ptr(), h.data_ptr(), self._threads)
         return h
 
     def up(self, y: torch.Tensor, h: torch.Tensor) -> None:
-        assert y.dtype is torch.float32 and y.is_contiguous() and h.is_contiguous() and y.shape[0] == h.shape[0]
+        assert y.dtype is torch.float32 and y.stride(1) == 1 and h.is_contiguous() and y.shape == (h.shape[0], self.out)
         self._up(self.bt.data_ptr(), self.r, self.out, h.data_ptr(), h.shape[0], self.ends.data_ptr(),
-                 self.ends.numel(), y.data_ptr(), self._threads)
+                 self.ends.numel(), y.data_ptr(), y.stride(0), self._threads)
 
 
 class MulMatGroup:

@@ -35,8 +35,6 @@ typedef struct {
     float (*exp_sum)(float *, int, float); /* s[i] = exp(s[i] - m), 0 where s[i] is -inf; their sum */
     /* Gated DeltaNet's step over a head's state, dv a multiple of 64 (NULL: delta_step_s only) */
     void (*delta_step)(float *, const float *, const float *, const float *, float, float, float *, int, int);
-    float (*dot_f16)(const uint16_t *, const float *, int); /* float16 a . float32 b */
-    void (*axpy_f16)(float, const uint16_t *, float *, int); /* y += a x, x float16 */
 } vec_t;
 
 /* the attention's inner loops: q . k, p v, cache rows as floats, the tiles' products */
@@ -46,6 +44,8 @@ typedef struct {
     void (*load)(int, const uint8_t *, float *, int);
     void (*scores)(const float *, const float *, float *, int64_t, int64_t);
     void (*pv)(const float *, const float *, int64_t, float *, int64_t, int64_t, int64_t);
+    /* out[q] = a . x[q] for k (1 to 4) rows, each summed in one chain (the same for any k) */
+    void (*dot_rows)(const float *, const float *const *, int, int, float *);
 } attn_vec_t;
 
 GC_HIDDEN const vec_t *vec(void);

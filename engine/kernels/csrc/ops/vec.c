@@ -16,22 +16,16 @@ static float dot_s(const float *a, const float *b, int n) {
     return s;
 }
 
+static void dot_rows_s(const float *a, const float *const *x, int k, int n, float *out) {
+    for (int q = 0; q < k; q++) {
+        float s = 0.f;
+        for (int i = 0; i < n; i++) s += a[i] * x[q][i];
+        out[q] = s;
+    }
+}
+
 static void axpy_s(float a, const float *x, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
-}
-
-static float dot_f16_s(const uint16_t *a, const float *b, int n) {
-    float p[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) p[l] += h2f(a[i + l]) * b[i + l];
-    float s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-    for (; i < n; i++) s += h2f(a[i]) * b[i];
-    return s;
-}
-
-static void axpy_f16_s(float a, const uint16_t *x, float *y, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * h2f(x[i]);
 }
 
 static void axpy_v_s(const float *a, const float *x, float *y, int n) {
@@ -73,8 +67,8 @@ static void at_pv_port(const float *P, const float *Vr, int64_t v_stride, float 
     at_pv_s(P, Vr, v_stride, O, R, nc, d);
 }
 
-static const vec_t VEC_S = {dot_s, axpy_s, axpy_v_s, act_mul_s, exp_sum_s, NULL, dot_f16_s, axpy_f16_s};
-static const attn_vec_t ATTN_S = {dot_s, axpy_s, kv_load_s, at_scores_port, at_pv_port};
+static const vec_t VEC_S = {dot_s, axpy_s, axpy_v_s, act_mul_s, exp_sum_s, NULL};
+static const attn_vec_t ATTN_S = {dot_s, axpy_s, kv_load_s, at_scores_port, at_pv_port, dot_rows_s};
 
 #if defined(GC_X86)
 #define SIMD avx512
@@ -86,17 +80,16 @@ static const attn_vec_t ATTN_S = {dot_s, axpy_s, kv_load_s, at_scores_port, at_p
 /* The row ops (norms, activations, the decode softmax, MoE sums, the recurrent layers)
  * take AVX2's 8 lanes at the AVX-512 level too, the attention's inner loops 16: so the
  * row ops' sums run in the same order, and give the same bits, on both levels. */
-static const vec_t VEC_AVX2 = {dot_avx2, axpy_avx2, axpy_v_avx2, act_mul_avx2, exp_sum_avx2, delta_step_avx2,
-                                dot_f16_avx2, axpy_f16_avx2};
-static const attn_vec_t ATTN_AVX2 = {dot_avx2, axpy_avx2, kv_load_avx2, at_scores_avx2, at_pv_avx2};
-static const attn_vec_t ATTN_AVX512 = {dot_avx512, axpy_avx512, kv_load_avx512, at_scores_avx512, at_pv_avx512};
+static const vec_t VEC_AVX2 = {dot_avx2, axpy_avx2, axpy_v_avx2, act_mul_avx2, exp_sum_avx2, delta_step_avx2};
+static const attn_vec_t ATTN_AVX2 = {dot_avx2, axpy_avx2, kv_load_avx2, at_scores_avx2, at_pv_avx2, dot_rows_avx2};
+static const attn_vec_t ATTN_AVX512 = {dot_avx512, axpy_avx512, kv_load_avx512, at_scores_avx512, at_pv_avx512,
+                                       dot_rows_avx512};
 #elif defined(GC_NEON)
 #define SIMD neon
 #include "vec_impl.h"
 #undef SIMD
-static const vec_t VEC_NEON = {dot_neon, axpy_neon, axpy_v_neon, act_mul_neon, exp_sum_neon, delta_step_neon,
-                                dot_f16_neon, axpy_f16_neon};
-static const attn_vec_t ATTN_NEON = {dot_neon, axpy_neon, kv_load_neon, at_scores_neon, at_pv_neon};
+static const vec_t VEC_NEON = {dot_neon, axpy_neon, axpy_v_neon, act_mul_neon, exp_sum_neon, delta_step_neon};
+static const attn_vec_t ATTN_NEON = {dot_neon, axpy_neon, kv_load_neon, at_scores_neon, at_pv_neon, dot_rows_neon};
 #endif
 
 const vec_t *vec(void) {

@@ -25,31 +25,32 @@ DEF float FN(dot)(const float *a, const float *b, int n) {
     return s;
 }
 
+/* out[q] = a . x[q] for k (1 to 4) rows, each summed in one chain: the same bits for any k */
+#define DOT_ROWS_LOOP(K)                                                                                                \
+    for (; i + W <= n; i += W) {                                                                                        \
+        const VT va = V(load)(a + i);                                                                                   \
+        for (int q = 0; q < (K); q++) s[q] = V(fma)(va, V(load)(x[q] + i), s[q]);                                      \
+    }
+DEF void FN(dot_rows)(const float *a, const float *const *x, int k, int n, float *out) {
+    VT s[4] = {V(zero)(), V(zero)(), V(zero)(), V(zero)()};
+    int i = 0;
+    if (k == 4) DOT_ROWS_LOOP(4)
+    else if (k == 3) DOT_ROWS_LOOP(3)
+    else if (k == 2) DOT_ROWS_LOOP(2)
+    else DOT_ROWS_LOOP(1)
+    for (int q = 0; q < k; q++) {
+        float r = V(reduce)(s[q]);
+        for (int t = i; t < n; t++) r += a[t] * x[q][t];
+        out[q] = r;
+    }
+}
+#undef DOT_ROWS_LOOP
+
 DEF void FN(axpy)(float a, const float *x, float *y, int n) {
     const VT va = V(set1)(a);
     int i = 0;
     for (; i + W <= n; i += W) V(store)(y + i, V(fma)(va, V(load)(x + i), V(load)(y + i)));
     for (; i < n; i++) y[i] += a * x[i];
-}
-
-DEF float FN(dot_f16)(const uint16_t *a, const float *b, int n) {
-    VT s0 = V(zero)(), s1 = V(zero)();
-    int i = 0;
-    for (; i + 2 * W <= n; i += 2 * W) {
-        s0 = V(fma)(V(load_f16)(a + i), V(load)(b + i), s0);
-        s1 = V(fma)(V(load_f16)(a + i + W), V(load)(b + i + W), s1);
-    }
-    for (; i + W <= n; i += W) s0 = V(fma)(V(load_f16)(a + i), V(load)(b + i), s0);
-    float s = V(reduce)(V(add)(s0, s1));
-    for (; i < n; i++) s += V(half)(a[i]) * b[i];
-    return s;
-}
-
-DEF void FN(axpy_f16)(float a, const uint16_t *x, float *y, int n) {
-    const VT va = V(set1)(a);
-    int i = 0;
-    for (; i + W <= n; i += W) V(store)(y + i, V(fma)(va, V(load_f16)(x + i), V(load)(y + i)));
-    for (; i < n; i++) y[i] += a * V(half)(x[i]);
 }
 
 DEF void FN(axpy_v)(const float *a, const float *x, float *y, int n) {

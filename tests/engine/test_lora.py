@@ -16,6 +16,7 @@ import torch
 from gguf_serve.engine import EngineConfig, Request, SamplingParams, Scheduler, load_model
 from gguf_serve.engine.batch import Batch
 from gguf_serve.engine.lora import AdapterError
+from gguf_serve.engine.speculative import SpecSettings
 
 from oracles import llama_cpp_logits, prompt_logits
 from tiny_lora import lora_adapter
@@ -151,3 +152,19 @@ def test_the_scheduler_runs_each_request_under_its_adapters_and_keeps_their_pref
     assert cached(((a.id, 1.0),)) == len(IDS)  # the same adapter: its prompt reused
     assert cached(((a.id, 0.5),)) == 0  # another scale: computed again
     sched.close()
+
+    # drafts are verified under their row's adapters: n-gram drafts (from the prompt, and
+    # from what a tiny model's greedy text repeats) leave each request's tokens as they are
+    greedy = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
+    for chosen in sets[:2]:
+        got, drafted = {}, {}
+        for mode in ("off", "ngram"):
+            s = Scheduler(lm, prefix_cache=False, spec=SpecSettings(mode=mode))
+            out = []
+            s.add(Request(IDS * 3, [greedy], out.append, lora=chosen))
+            while s.busy:
+                s.step()
+            got[mode] = [t.token_id for t in out if t is not None and t.token_id is not None]
+            drafted[mode] = s.drafted_tokens
+            s.close()
+        assert drafted["ngram"] > 0 and got["ngram"] == got["off"]

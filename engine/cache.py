@@ -409,25 +409,16 @@ class KVCache:
         self.lengths[slot] = ckpt.pos
 
     def layout(self) -> list[tuple]:
-        """What a slot's state is made of, per layer (`export`'s tensors follow it): its
+        """What a slot's state is made of, per layer (`export_points`' tensors follow it): its
         kind and sizes, and for attention layers whether a ring shorter than the context."""
         kt, vt = self.types
         return [(lc.kind, lc.n_kv_heads, lc.head_dim, lc.window, cells < self.n_ctx, lc.conv_dim, lc.conv_kernel,
                  lc.n_heads, lc.key_dim, lc.value_dim, kt.name, vt.name) for lc, cells in zip(self.layers, self.n_cells)]
 
-    def export(self, slot: int) -> list:
-        """`slot`'s state after its `lengths[slot]` tokens, per layer: (keys, values) of every
-        position for full attention, the checkpoint's tensors for rings and recurrent
-        layers, None for shared ones; copies, for a file (`load` takes them back)."""
-        self._check_slot(slot)
-        n = self.lengths[slot]
-        snap = self.snapshot(slot).layers
-        return [list(snap[i]) if snap[i] is not None else
-                [self.k[i][slot, :, :n].clone(), self.v[i][slot, :, :n].clone()] if lc.kind == "attention" else None
-                for i, lc in enumerate(self.layers)]
-
     def load(self, slot: int, n: int, layers: list) -> None:
-        """Make the allocated `slot` hold an exported state of `n` tokens (the same `layout`);
+        """Make the allocated `slot` hold a state of `n` tokens, per layer: (keys, values) of
+        every position for full attention, a checkpoint's tensors for rings and recurrent
+        layers, None for shared ones (`load_point` builds it from `export_points`' parts);
         CacheError where a tensor's shape is not this cache's."""
         self._check_slot(slot)
         if slot in self._free:

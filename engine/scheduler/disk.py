@@ -224,32 +224,9 @@ class DiskCache:
                 self._pending_bytes -= nbytes
 
     def _write_file(self, tokens, adapters, full, points) -> None:
-        tensors = [(i, part, None, t) for i, pair in sorted(full.items()) for part, t in zip("kv", pair)]
-        tensors += [(i, part, p, t) for p, layers in sorted(points.items()) for i, pair in sorted(layers.items())
-                    for part, t in zip("ab", pair)]
-        blobs, table, offset = [], [], 0
-        for layer, part, point, t in tensors:
-            raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()
-            table.append({"layer": layer, "part": part, "point": point, "dtype": str(t.dtype).removeprefix("torch."),
-                          "shape": list(t.shape), "offset": offset, "nbytes": raw.nbytes, "crc": zlib.crc32(raw)})
-            blobs.append(raw)
-            offset += raw.nbytes
-        header = {"model": self.ident, "adapters": adapters, "tokens": list(tokens),
-                  "points": [] if not self.lossy else sorted(points), "tensors": table}
-        head = json.dumps(header).encode()
         name = hashlib.sha256(adapters.encode() + np.asarray(tokens, dtype=np.int64).tobytes()).hexdigest()[:32]
         path = os.path.join(self.folder, name + SUFFIX)
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".writing-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(MAGIC + struct.pack("<IQI", VERSION, len(head), zlib.crc32(head)) + head)
-                for raw in blobs:
-                    f.write(memoryview(raw))
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        header["_start"] = len(MAGIC) + 16 + len(head)
+        header = write_state(path, {"model": self.ident, "adapters": adapters}, tokens, full, points, self.lossy)
         entry = self._entry(path, header)
         with self._lock:
             old = self.index.pop(path, None)
@@ -309,28 +286,9 @@ class DiskCache:
         return full, lossy
 
     def _read(self, entry: Entry, pos: int):
-        start = entry.header["_start"]
-        full: dict[int, list] = {}
-        lossy: dict[int, list] = {}
-        with open(entry.path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            for t in entry.header["tensors"]:
-                if t["point"] is not None and t["point"] != pos:
-                    continue
-                if start + t["offset"] + t["nbytes"] > size:
-                    raise DiskCacheError("truncated")
-                buf = torch.empty(t["nbytes"], dtype=torch.uint8)
-                f.seek(start + t["offset"])
-                if f.readinto(buf.numpy()) != t["nbytes"]:
-                    raise DiskCacheError("truncated")
-                if zlib.crc32(buf.numpy()) != t["crc"]:
-                    raise DiskCacheError(f"layer {t['layer']}'s checksum differs")
-                value = buf.view(getattr(torch, t["dtype"])).view(t["shape"])
-                (lossy if t["point"] is not None else full).setdefault(t["layer"], [None, None])[
-                    t["part"] in "vb"] = value
         if entry.points and pos not in entry.points:
             raise DiskCacheError(f"no state at {pos}")
-        return {i: tuple(p) for i, p in full.items()}, {i: tuple(p) for i, p in lossy.items()}
+        return read_tensors(entry.path, entry.header, pos)
 
     # ------------------------------------------------------------------ the folder
 
@@ -366,8 +324,66 @@ class DiskCache:
         _unlink(entry.path)
 
 
+def write_state(path: str, header: dict, tokens: list[int], full: dict[int, tuple], points: dict[int, dict],
+                lossy: bool) -> dict:
+    """Write a sequence's state (KVCache.export_points' parts: `full` by layer, the lossy
+    layers' `points` by position then layer) to `path` atomically, `header` (what it must
+    match to be read back) beside its tokens, points and tensor table; the header written."""
+    tensors = [(i, part, None, t) for i, pair in sorted(full.items()) for part, t in zip("kv", pair)]
+    tensors += [(i, part, p, t) for p, layers in sorted(points.items()) for i, pair in sorted(layers.items())
+                for part, t in zip("ab", pair)]
+    blobs, table, offset = [], [], 0
+    for layer, part, point, t in tensors:
+        raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()
+        table.append({"layer": layer, "part": part, "point": point, "dtype": str(t.dtype).removeprefix("torch."),
+                      "shape": list(t.shape), "offset": offset, "nbytes": raw.nbytes, "crc": zlib.crc32(raw)})
+        blobs.append(raw)
+        offset += raw.nbytes
+    header = {**header, "tokens": [int(t) for t in tokens], "points": sorted(points) if lossy else [],
+              "tensors": table}
+    head = json.dumps(header).encode()
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".writing-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(MAGIC + struct.pack("<IQI", VERSION, len(head), zlib.crc32(head)) + head)
+            for raw in blobs:
+                f.write(memoryview(raw))
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    header["_start"] = len(MAGIC) + 16 + len(head)
+    return header
+
+
+def read_tensors(path: str, header: dict, pos: int) -> tuple[dict[int, tuple], dict[int, tuple]]:
+    """A state file's full layers' keys and values and its lossy layers' state at `pos` (its
+    header from read_header), each tensor's checksum checked; DiskCacheError where the
+    file is truncated or damaged."""
+    start = header["_start"]
+    full: dict[int, list] = {}
+    lossy: dict[int, list] = {}
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        for t in header["tensors"]:
+            if t["point"] is not None and t["point"] != pos:
+                continue
+            if start + t["offset"] + t["nbytes"] > size:
+                raise DiskCacheError("truncated")
+            buf = torch.empty(t["nbytes"], dtype=torch.uint8)
+            f.seek(start + t["offset"])
+            if f.readinto(buf.numpy()) != t["nbytes"]:
+                raise DiskCacheError("truncated")
+            if zlib.crc32(buf.numpy()) != t["crc"]:
+                raise DiskCacheError(f"layer {t['layer']}'s checksum differs")
+            value = buf.view(getattr(torch, t["dtype"])).view(t["shape"])
+            (lossy if t["point"] is not None else full).setdefault(t["layer"], [None, None])[t["part"] in "vb"] = value
+    return {i: tuple(p) for i, p in full.items()}, {i: tuple(p) for i, p in lossy.items()}
+
+
 def read_header(path: str) -> dict:
-    """A cache file's header (its tokens, adapters, points and tensor table), checked."""
+    """A state file's header (what it was written with, its tokens, points and tensor
+    table), checked."""
     with open(path, "rb") as f:
         lead = f.read(len(MAGIC) + 16)
         if len(lead) < len(MAGIC) + 16 or not lead.startswith(MAGIC):

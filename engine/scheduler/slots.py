@@ -4,7 +4,8 @@ the same server or one started later (`export` then `write_state`; `read_state` 
 `restore`), or dropped (`erase`).
 
 A slot's state is its token ids and the KV cache's tensors for them (every position of
-the full-attention layers, the last window of sliding ones, the recurrent states). A
+the full-attention layers, the last window of sliding ones, the recurrent states), in
+the disk tier's file format (engine.scheduler.disk: atomic writes, each tensor checked). A
 restored slot is a finished sequence the prefix cache keeps: the next prompt that starts
 with its tokens goes on from there instead of prefilling them. A running sequence's
 slot is busy (SlotError); everything here runs on the scheduler's thread, between steps,
@@ -13,14 +14,12 @@ except the file's reading and writing."""
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 
-import torch
-
 from ..errors import CacheError
+from . import disk
 
-FORMAT, VERSION = "gguf-serve slot", 1
+KIND = "slot"  # what the header says a slot file is (the disk tier's say nothing)
 
 
 class SlotError(ValueError):
@@ -29,15 +28,18 @@ class SlotError(ValueError):
 
 @dataclass
 class SlotState:
-    """What a slot held: its tokens and the cache's tensors for them (KVCache.export)."""
+    """What a slot held: its tokens and the cache's tensors for them (KVCache.export_points
+    at its end: `full` by layer, the lossy layers' state by layer)."""
 
     tokens: list[int]
-    layers: list
+    full: dict
+    lossy: dict
 
 
 def identity(lm) -> dict:
     """What a state file must match to be taken back: the model's kind and the cache's layout."""
-    return {"architecture": lm.architecture.name, "vocab_size": lm.model.vocab_size, "layout": lm.cache.layout()}
+    return {"architecture": lm.architecture.name, "vocab_size": lm.model.vocab_size,
+            "layout": [list(x) for x in lm.cache.layout()]}
 
 
 def _check(sched, slot: int, busy_ok: bool = False) -> None:
@@ -80,8 +82,9 @@ def export(sched, slot: int) -> SlotState:
     _check(sched, slot)
     held = sched.prefix.held.get(slot)
     if not held:
-        return SlotState([], [])
-    return SlotState(list(held), sched.cache.export(slot))
+        return SlotState([], {}, {})
+    full, points = sched.cache.export_points(slot, last=0)
+    return SlotState(list(held), full, points[len(held)])
 
 
 def restore(sched, slot: int, state: SlotState) -> None:
@@ -100,7 +103,7 @@ def restore(sched, slot: int, state: SlotState) -> None:
     if p.follower is not None:
         p.follower.fresh(slot)
     try:
-        sched.cache.load(slot, len(state.tokens), state.layers)
+        sched.cache.load_point(slot, len(state.tokens), state.full, state.lossy)
     except CacheError as e:
         sched.cache.free(slot)
         raise SlotError(f"the saved state does not fit this model's cache: {e}") from None
@@ -121,39 +124,31 @@ def erase(sched, slot: int) -> int:
 
 def write_state(path: str, state: SlotState, ident: dict) -> int:
     """Write a state file (atomically: a file that is there is whole); its size in bytes."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".slot-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT, "version": VERSION, "model": ident,
-                        "tokens": torch.tensor(state.tokens, dtype=torch.int64), "layers": state.layers}, f)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    n = len(state.tokens)
+    disk.write_state(path, {"kind": KIND, "model": ident}, state.tokens, state.full, {n: state.lossy} if n else {},
+                     lossy=True)
     return os.path.getsize(path)
 
 
 def read_state(path: str, ident: dict) -> tuple[SlotState, int]:
     """A state file written by `write_state` for this model and cache layout, and its size."""
+    name = os.path.basename(path)
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        header = disk.read_header(path)
     except FileNotFoundError:
-        raise SlotError(f"no slot file {os.path.basename(path)!r}") from None
-    except Exception as e:  # not a file torch wrote, or one it refuses to unpickle
-        raise SlotError(f"{os.path.basename(path)!r} is not a slot file: {e}") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
-        raise SlotError(f"{os.path.basename(path)!r} is not a slot file of this server")
-    model = data.get("model") or {}
+        raise SlotError(f"no slot file {name!r}") from None
+    except (OSError, ValueError) as e:  # not a file of this format, or its header damaged
+        raise SlotError(f"{name!r} is not a slot file: {e}") from None
+    if header.get("kind") != KIND:
+        raise SlotError(f"{name!r} is not a slot file of this server")
+    model = header.get("model") or {}
     for key in ("architecture", "vocab_size", "layout"):
-        theirs = model.get(key)
-        if key == "layout" and theirs is not None:
-            theirs = [tuple(x) for x in theirs]
-        if theirs != ident[key]:
-            raise SlotError(f"{os.path.basename(path)!r} was saved from another model or cache layout ({key} "
-                            f"differs); start the server with the model and cache settings it was saved with")
-    tokens = data.get("tokens")
-    layers = data.get("layers")
-    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or not isinstance(layers, list):
-        raise SlotError(f"{os.path.basename(path)!r} is damaged")
-    return SlotState([int(t) for t in tokens.tolist()], layers), os.path.getsize(path)
+        if model.get(key) != ident[key]:
+            raise SlotError(f"{name!r} was saved from another model or cache layout ({key} differs); start the "
+                            f"server with the model and cache settings it was saved with")
+    tokens = header.get("tokens")
+    try:
+        full, lossy = disk.read_tensors(path, header, len(tokens))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SlotError(f"{name!r} is damaged: {e}") from None
+    return SlotState([int(t) for t in tokens], full, lossy), os.path.getsize(path)

@@ -42,6 +42,8 @@ _PUBLIC = (  # (the submodule that defines them, the public names)
     ("sampling", "SamplingParams"),
     ("speculative", "SpeculationError"),
     ("text", "END_OF_GENERATION_TEXTS held_back"),
+    # LoRA adapters (LoadedModel.load_adapter)
+    ("lora", "AdapterError"),
     # sequence slots: what they hold, saved to a file and taken back (llama-server's /slots)
     ("scheduler", "slots"),
     # embedding and reranking files

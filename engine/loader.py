@@ -89,10 +89,15 @@ class LoadedModel:
     linears: dict = field(default_factory=dict, repr=False)  # its matrices by tensor name (what adapters attach to)
     adapters: dict[int, Adapter] = field(default_factory=dict)  # LoRA adapters loaded for it, by id
 
-    def load_adapter(self, path: str) -> Adapter:
+    def load_adapter(self, path: str, adapter_id: int | None = None) -> Adapter:
         """A LoRA adapter file read, checked against this model and attached (engine.lora);
-        requests name it by its id (Batch.lora)."""
-        adapter = read_adapter(path, self.gguf, max(self.adapters, default=-1) + 1, self.device)
+        requests name it by its id (Batch.lora): `adapter_id`, or the next after the
+        highest one loaded (an id is never reused while a cache may hold its rows)."""
+        if adapter_id is None:
+            adapter_id = max(self.adapters, default=-1) + 1
+        if adapter_id in self.adapters:
+            raise ValueError(f"LoRA adapter id {adapter_id} is taken")
+        adapter = read_adapter(path, self.gguf, adapter_id, self.device)
         attach(self.linears, adapter, self.kernels.cpu if self.device.type == "cpu" else None)
         self.adapters[adapter.id] = adapter
         log.info("LoRA adapter %d: %s (%d matrices, alpha %g, %.1f MB)", adapter.id, path, len(adapter.names),

@@ -116,6 +116,9 @@ class ServerSettings(BaseSettings):
     lora_init_without_apply: bool = Field(default=False, description=(
         "load the adapters at scale 0: a request applies them by its `lora` field, its model name, or after a "
         "POST /lora-adapters"))
+    lora_runtime: bool = Field(default=False, description=(
+        "POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's): adapters loaded from files this server "
+        "can read, by any client the API key lets in, each served as the model its lora_name names"))
     vision_dtype: Optional[VisionDtype] = Field(default=None, description=(
         "the dtype a vision file's F16/BF16 matrices multiply in on CPU (default: bfloat16 where the CPU computes "
         "it natively, AVX512-BF16 or AMX: several times faster; else float32)"))

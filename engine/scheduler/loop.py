@@ -243,6 +243,9 @@ class Scheduler:
         finishes at once with "length"."""
         if not req.params:
             raise ValueError("a request needs at least one SamplingParams")
+        unknown = [i for i, _ in req.lora if i not in self.lm.adapters]
+        if unknown:
+            raise ValueError(f"LoRA adapter {unknown[0]} is not loaded (unloaded since the request came?)")
         if len(req.params) > self.cache.n_seq:
             raise CacheError(f"{len(req.params)} choices need as many sequence slots; the cache has {self.cache.n_seq}")
         if self._budget(req) <= 0 or not req.prompt_ids:

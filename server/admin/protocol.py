@@ -58,3 +58,18 @@ class TokenizeRequest(OpenAIRequest):
 class DetokenizeRequest(OpenAIRequest):
     model: Optional[str] = None
     tokens: list[int]
+
+
+class LoadLoraAdapter(OpenAIRequest):
+    """POST /v1/load_lora_adapter (vLLM's): an adapter file served as the model `lora_name`."""
+
+    lora_name: str
+    lora_path: str
+    model: Optional[str] = None  # the base model (default: the one served)
+
+
+class UnloadLoraAdapter(OpenAIRequest):
+    """POST /v1/unload_lora_adapter (vLLM's)."""
+
+    lora_name: str
+    lora_int_id: Optional[int] = None  # vLLM's; the name says which

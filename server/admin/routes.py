@@ -1,5 +1,6 @@
 """The administrative routes: /health, /metrics, the model list, /models/load and
-/models/unload (llama-server's router), /tokenize and /detokenize."""
+/models/unload (llama-server's router), LoRA adapters loaded at run time (vLLM's),
+/tokenize and /detokenize."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
 
 from ..core.openapi import API_ERRORS, errors
-from .protocol import DetokenizeRequest, Model, ModelAction, ModelActionResult, ModelList, TokenizeRequest
+from .protocol import (DetokenizeRequest, LoadLoraAdapter, Model, ModelAction, ModelActionResult, ModelList,
+                       TokenizeRequest, UnloadLoraAdapter)
 from .serving import AdminServing
 
 router = APIRouter()
@@ -50,6 +52,22 @@ async def load_route(req: ModelAction, request: Request) -> ModelActionResult:
 async def unload_route(req: ModelAction, request: Request) -> ModelActionResult:
     """Unload a model now and free its memory; 409 while requests hold it."""
     return await admin(request).unload(req)
+
+
+TEXT = {200: {"description": "Success: ...", "content": {"text/plain": {"schema": {"type": "string"}}}}}
+
+
+@router.post("/v1/load_lora_adapter", responses={**TEXT, **errors(*API_ERRORS, 501)})
+async def load_lora_adapter(req: LoadLoraAdapter, request: Request):
+    """Load a LoRA adapter file for a model, served as the model `lora_name` (vLLM's; with
+    --lora-runtime)."""
+    return PlainTextResponse(await admin(request).adapters.load(req))
+
+
+@router.post("/v1/unload_lora_adapter", responses={**TEXT, **errors(*API_ERRORS, 409, 501)})
+async def unload_lora_adapter(req: UnloadLoraAdapter, request: Request):
+    """Unload a LoRA adapter loaded at run time or with --lora; 409 while a request uses it."""
+    return PlainTextResponse(await admin(request).adapters.unload(req))
 
 
 @router.post("/tokenize", responses=errors(*API_ERRORS))

@@ -1,5 +1,6 @@
 """The administrative endpoints' logic: health (startup's progress and failures), the
-model list, loading and unloading on request, /tokenize and /detokenize, the metrics."""
+model list, loading and unloading on request (models, and LoRA adapters: .adapters),
+/tokenize and /detokenize, the metrics."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ..core.metrics import Metrics
 from ..core.pools import Pools
 from ..models.catalog import Catalog, Entry
 from ..models.residency import Residency
+from .adapters import RuntimeAdapters
 from .protocol import DetokenizeRequest, Model, ModelAction, ModelActionResult, ModelList, TokenizeRequest
 
 
@@ -37,6 +39,7 @@ class AdminServing:
                  templates: TemplateWorkers):
         self.catalog, self.residency, self.startup, self.metrics = catalog, residency, startup, metrics
         self.pools, self.templates = pools, templates
+        self.adapters = RuntimeAdapters(catalog, residency)
 
     def health(self):
         """200 while the server can take work; 503 while it loads, if its start failed, or while

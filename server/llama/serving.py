@@ -19,7 +19,7 @@ from ..chat.prepare import LLAMA_SAMPLERS
 from ..chat.protocol import ChatCompletionRequest, CompletionRequest
 from ..chat.wire import Tally
 from ..core.errors import BadRequest, HTTPStatus, built
-from ..models.catalog import refuse_unknown_adapters
+from ..models.catalog import adapter_ids, refuse_unknown_adapters
 from .protocol import LlamaCompletionRequest, LlamaInfillRequest
 
 log = logging.getLogger("gguf_serve.server")
@@ -77,12 +77,12 @@ class LlamaServing:
 
     def adapters(self, model: str | None) -> list[dict]:
         entry = self.catalog.named(model)
-        return [{"id": i, "path": path, "scale": entry.lora_scales.get(i, 0.0)} for i, path in enumerate(entry.adapters)]
+        return [{"id": i, "path": entry.adapters[i], "scale": entry.lora_scales.get(i, 0.0)} for i in adapter_ids(entry)]
 
     def set_adapters(self, choices: list, model: str | None) -> list[dict]:
         entry = self.catalog.named(model)
         refuse_unknown_adapters(entry, [c.id for c in choices], "id")
-        entry.lora_scales = {i: 0.0 for i in range(len(entry.adapters))} | {c.id: c.scale for c in choices}
+        entry.lora_scales = {i: 0.0 for i in adapter_ids(entry)} | {c.id: c.scale for c in choices}
         return self.adapters(model)
 
     async def _ids(self, req: LlamaCompletionRequest, entry) -> list[int] | str:

@@ -52,7 +52,8 @@ class Entry:
     last_used: float = 0.0  # when its last request ended (monotonic)
     keep_alive: float | None = None  # seconds to stay loaded once idle, as the last request asked
     memory: int = 0  # bytes it took when last loaded (files + caches)
-    adapters: list[str] = field(default_factory=list)  # its LoRA adapter files (--lora): adapter id = index
+    # its LoRA adapter files (--lora, POST /v1/load_lora_adapter): adapter id = index, None once unloaded
+    adapters: list[str | None] = field(default_factory=list)
     lora_scales: dict[int, float] = field(default_factory=dict)  # the scales a request naming none runs with
 
     @property
@@ -69,13 +70,18 @@ def refuse_kind(entry: Entry, wanted: str) -> None:
                          code="wrong_model_kind")
 
 
+def adapter_ids(entry: Entry) -> list[int]:
+    """The ids of the model's LoRA adapters now (those unloaded at run time left out)."""
+    return [i for i, path in enumerate(entry.adapters) if path is not None]
+
+
 def refuse_unknown_adapters(entry: Entry, ids: list[int], param: str) -> None:
     """A 400 naming the first of `ids` that is not one of the model's LoRA adapters (--lora)."""
-    unknown = [i for i in ids if not 0 <= i < len(entry.adapters)]
+    have = adapter_ids(entry)
+    unknown = [i for i in ids if i not in have]
     if unknown:
         raise BadRequest(f"no LoRA adapter {unknown[0]} on {entry.id}: it has "
-                         f"{', '.join(map(str, range(len(entry.adapters)))) or 'none'} (GET /lora-adapters)",
-                         param=param)
+                         f"{', '.join(map(str, have)) or 'none'} (GET /lora-adapters)", param=param)
 
 
 def _ollama_forms(name: str) -> list[str]:
@@ -275,6 +281,25 @@ class Catalog:
             entry.lora_scales[adapter_id] = scale
             name = f"{entry.id}+{os.path.basename(path).removesuffix('.gguf')}"
             self.adapter_names[name if name not in self.adapter_names else f"{name}-{adapter_id}"] = (entry.id, adapter_id)
+
+    def add_adapter(self, entry: Entry, path: str) -> int:
+        """An adapter file loaded at run time: its id, applied only where a request names it
+        (`name_adapter` serves it under a name once it has loaded)."""
+        adapter_id = len(entry.adapters)
+        entry.adapters.append(os.path.abspath(path))
+        entry.lora_scales[adapter_id] = 0.0
+        return adapter_id
+
+    def name_adapter(self, entry: Entry, name: str, adapter_id: int) -> None:
+        self.adapter_names[name] = (entry.id, adapter_id)
+
+    def remove_adapter(self, name: str) -> tuple[Entry, int]:
+        """An adapter unloaded at run time: its model's entry and its id (never given again)."""
+        model_id, adapter_id = self.adapter_names.pop(name)
+        entry = self.entries[model_id]
+        entry.adapters[adapter_id] = None
+        entry.lora_scales.pop(adapter_id, None)
+        return entry, adapter_id
 
     def adapter_names_of(self, model_id: str) -> list[str]:
         """The names its LoRA adapters are served under (`<model>+<adapter>`), in their order."""

@@ -260,8 +260,9 @@ class Residency:
         try:
             with logging_redirect_tqdm():  # the load's log lines above its bar, not on its line
                 lm = load_model(entry.path, progress=progress, config=self.settings.engine_config(mmproj=entry.mmproj))
-                for path in entry.adapters:  # ids in the order given: what requests and /lora-adapters name
-                    lm.load_adapter(path)
+                for i, path in enumerate(entry.adapters):  # ids: what requests and /lora-adapters name
+                    if path is not None:
+                        lm.load_adapter(path, i)
         except Exception as e:
             raise self._failed(entry, e) from e
         finally:
@@ -321,6 +322,15 @@ class Residency:
             for part in MEMORY_PARTS:
                 self.metrics.model_memory_parts.labels(entry.id, part).set(0)
         return worker
+
+    def resized(self, entry: Entry, delta: int) -> None:
+        """A loaded model took `delta` bytes more (an adapter loaded at run time; less: unloaded)."""
+        with self.cond:
+            entry.memory += delta
+            if self.metrics and entry.lm is not None:
+                self.metrics.model_memory.set(self._held_memory())
+                self.metrics.model_memory_parts.labels(entry.id, "adapters").set(
+                    sum(a.nbytes for a in entry.lm.adapters.values()))
 
     @staticmethod
     def _finish_unload(worker: Worker | None) -> None:

@@ -88,3 +88,57 @@ def test_an_adapter_for_another_model_stops_the_start_with_the_reason(files, tmp
     missing = subprocess.run(serve_command(str(other_base), "--lora", str(tmp_path / "nope.gguf"), "--port",
                                            str(free_port())), capture_output=True, text=True, timeout=120)
     assert missing.returncode != 0 and "no such LoRA adapter file" in missing.stdout + missing.stderr
+
+
+def test_adapters_loaded_and_unloaded_at_run_time(files, tmp_path):
+    """vLLM's POST /v1/load_lora_adapter and /v1/unload_lora_adapter (with --lora-runtime):
+    the adapter is served as the model its lora_name names, gives what the engine gives
+    with it, counts in the model's memory, and goes; ids are not given twice; what is
+    refused, with the server going on."""
+    base, first, second = files
+    expected = {c: engine_tokens(base, [first, second], c) for c in [((0, 1.0),), ((1, 1.0),), ()]}
+    with server(base, "--lora", first) as url:
+        r = httpx.post(f"{url}/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": second})
+        assert r.status_code == 501 and "--lora-runtime" in r.text
+    with server(base, "--lora", first, "--lora-runtime") as url:
+        def tokens(model) -> list[int]:
+            r = httpx.post(f"{url}/completion", json={"model": model, "prompt": PROMPT, "n_predict": 8,
+                                                      "temperature": 0, "ignore_eos": True, "return_tokens": True},
+                           timeout=60)
+            assert r.status_code == 200, r.text
+            return r.json()["tokens"]
+
+        def memory() -> int:
+            return next(m for m in httpx.get(f"{url}/v1/models").json()["data"] if m["id"] == "base.gguf")[
+                "memory_bytes"]
+
+        before = memory()
+        r = httpx.post(f"{url}/v1/load_lora_adapter", json={"lora_name": "sql", "lora_path": second}, timeout=60)
+        assert r.status_code == 200 and "added" in r.text, r.text
+        assert "sql" in [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]]
+        assert memory() > before
+        assert tokens("sql") == expected[((1, 1.0),)]  # id 1: the --lora adapter is 0
+        assert tokens("base.gguf") == expected[((0, 1.0),)]  # the --lora scale, the runtime one off
+        assert [a["id"] for a in httpx.get(f"{url}/lora-adapters").json()] == [0, 1]
+
+        r = httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": "sql"}, timeout=60)
+        assert r.status_code == 200 and "removed" in r.text, r.text
+        assert "sql" not in [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]] and memory() == before
+        assert [a["id"] for a in httpx.get(f"{url}/lora-adapters").json()] == [0]
+        bad = httpx.post(f"{url}/completion", json={"prompt": PROMPT, "n_predict": 2, "lora": [{"id": 1, "scale": 1}]})
+        assert bad.status_code == 400 and "no LoRA adapter 1" in bad.text
+        # loaded again: a new id (2), the same tokens
+        assert httpx.post(f"{url}/v1/load_lora_adapter", json={"lora_name": "sql", "lora_path": second},
+                          timeout=60).status_code == 200
+        assert [a["id"] for a in httpx.get(f"{url}/lora-adapters").json()] == [0, 2]
+        assert tokens("sql") == expected[((1, 1.0),)]
+
+        for body, words in [({"lora_name": "sql", "lora_path": second}, "taken"),
+                            ({"lora_name": "base.gguf", "lora_path": second}, "taken"),
+                            ({"lora_name": "y", "lora_path": str(tmp_path / "none.gguf")}, "no such LoRA adapter"),
+                            ({"lora_name": "y", "lora_path": base}, "not a LoRA adapter")]:
+            r = httpx.post(f"{url}/v1/load_lora_adapter", json=body, timeout=60)
+            assert r.status_code == 400 and words in r.text, r.text
+        r = httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": "nothing"})
+        assert r.status_code == 400 and "no LoRA adapter named" in r.text
+        assert tokens("base.gguf+lora-f32") == expected[((0, 1.0),)]

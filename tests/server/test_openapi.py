@@ -20,7 +20,7 @@ from server_harness import server
 
 @pytest.fixture(scope="module")
 def srv(tiny_path, tmp_path_factory):
-    with server(tiny_path, "--max-queue", "4", "--max-tokens", "8", "--slot-save-path",
+    with server(tiny_path, "--max-queue", "4", "--max-tokens", "8", "--lora-runtime", "--slot-save-path",
                 str(tmp_path_factory.mktemp("slots"))) as b:
         yield b
 
@@ -63,6 +63,8 @@ ROUTE_STATUSES = {
     ("get", "/v1/models/{model_id}"): {200, 401, 403, 404},
     ("post", "/models/load"): MODEL,
     ("post", "/models/unload"): {200, 400, 401, 403, 404, 408, 409},
+    ("post", "/v1/load_lora_adapter"): MODEL | {501},
+    ("post", "/v1/unload_lora_adapter"): MODEL | {409, 501},
     ("post", "/tokenize"): MODEL,
     ("post", "/detokenize"): MODEL,
     ("post", "/v1/chat/completions"): GENERATING,

@@ -53,6 +53,7 @@ CASES = {
     "lora": ('["env.gguf"]', ["--lora", "cli.gguf:0.5"], ["cli.gguf:0.5"]),
     "lora_scaled": ('["env.gguf:2"]', ["--lora-scaled", "cli.gguf:0.25"], ["cli.gguf:0.25"]),
     "lora_init_without_apply": ("true", ["--no-lora-init-without-apply"], False),
+    "lora_runtime": ("true", ["--no-lora-runtime"], False),
     "cache": ("{tmp}/env-cache", ["--cache", "{tmp}/cli-cache"], "{tmp}/cli-cache"),
     "image_urls": ("true", ["--no-image-urls"], False),
     "image_url_timeout": ("3", ["--image-url-timeout", "10"], 10.0),

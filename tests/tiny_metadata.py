@@ -159,7 +159,7 @@ def write_metadata(w, s, *, mtp: bool = False, think: bool = False, chat_templat
                                                   else cfg.num_key_value_heads for t in cfg.layer_types])
     else:
         w.add(f"{arch}.attention.head_count_kv", cfg.num_key_value_heads)
-    if arch in ("lfm2", "granitehybrid", "mistral3"):  # their converters write the vocabulary's size
+    if arch in ("lfm2", "granitehybrid", "granite", "granitemoe", "mistral3"):  # their converters write the vocabulary's size
         w.add(f"{arch}.vocab_size", cfg.vocab_size)
     if arch == "lfm2":
         w.add(f"{arch}.shortconv.l_cache", cfg.conv_L_cache)
@@ -177,10 +177,20 @@ def write_metadata(w, s, *, mtp: bool = False, think: bool = False, chat_templat
         w.add(f"{arch}.expert_used_count", cfg.num_experts_per_tok)
         w.add(f"{arch}.expert_shared_feed_forward_length", cfg.shared_intermediate_size)
         w.add(f"{arch}.rope.scaling.finetuned", False)
+    elif arch in ("granite", "granitemoe"):  # conversion/granite.py GraniteModel, GraniteMoeModel
+        w.add(f"{arch}.attention.scale", float(cfg.attention_multiplier))
+        w.add(f"{arch}.embedding_scale", float(cfg.embedding_multiplier))
+        w.add(f"{arch}.residual_scale", float(cfg.residual_multiplier))
+        w.add(f"{arch}.logit_scale", float(cfg.logits_scaling))
+        if arch == "granitemoe":
+            w.add(f"{arch}.expert_count", cfg.num_local_experts)
+            w.add(f"{arch}.expert_used_count", cfg.num_experts_per_tok)
+            w.add(f"{arch}.expert_shared_feed_forward_length", cfg.shared_intermediate_size)
     eps = getattr(cfg, "rms_norm_eps", None) or cfg.norm_eps
     w.add(f"{arch}.attention.layer_norm_rms_epsilon", float(eps))
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    if arch not in ("lfm2", "granitehybrid", "gemma4"):  # no head_dim in LFM2's config; Granite's converter drops it
+    if arch not in ("lfm2", "granitehybrid", "granite", "granitemoe", "gemma4"):  # no head_dim in LFM2's config;
+        # Granite's converter drops it
         w.add(f"{arch}.attention.key_length", head_dim)
         w.add(f"{arch}.attention.value_length", head_dim)
     rope = cfg.rope_parameters

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, Gemma4ForCausalLM, Gemma4TextConfig, Glm4MoeConfig, Glm4MoeForCausalLM, GptOssConfig,
                           GptOssForCausalLM,
-                          GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM, LlamaConfig,
+                          GraniteConfig, GraniteForCausalLM, GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM,
+                          GraniteMoeSharedConfig, GraniteMoeSharedForCausalLM, LlamaConfig,
                           LlamaForCausalLM, Lfm2Config,
                           Lfm2ForCausalLM, Ministral3Config,
                           Ministral3ForCausalLM, Olmo2Config,
@@ -163,6 +164,13 @@ def spec(arch: str) -> Spec:
                                      residual_multiplier=0.5, attention_multiplier=0.1, logits_scaling=3.0,
                                      pad_token_id=0)
         return Spec(arch, GraniteMoeHybridForCausalLM, cfg, GRANITE_NAMES)
+    granite = dict(embedding_multiplier=2.0, residual_multiplier=0.5, attention_multiplier=0.1, logits_scaling=3.0)
+    if arch == "granite":  # Granite 3.x dense: llama's layers with Granite's multipliers
+        return Spec(arch, GraniteForCausalLM, GraniteConfig(**common, **granite, pad_token_id=0), LLAMA_NAMES)
+    if arch == "granitemoe":  # Granite 3.x MoE Shared: routed experts and a shared MLP in every layer
+        cfg = GraniteMoeSharedConfig(**dict(common, intermediate_size=128), **granite, num_local_experts=4,
+                                     num_experts_per_tok=2, shared_intermediate_size=256, pad_token_id=0)
+        return Spec(arch, GraniteMoeSharedForCausalLM, cfg, GRANITE_NAMES)
     if arch == "lfm2":  # convolution layers around one attention layer, as LFM2's pattern has them
         c = {k: v for k, v in common.items() if k != "rms_norm_eps"}
         cfg = Lfm2Config(**dict(c, num_hidden_layers=4, tie_word_embeddings=True), norm_eps=1e-6, conv_L_cache=3,
@@ -273,7 +281,7 @@ def _qwen35_reorder(cfg, name: str, value: np.ndarray) -> np.ndarray:
 
 
 # architectures whose q/k rows the converter permutes (LlamaModel and its subclasses)
-PERMUTED = ("llama", "smollm3", "mistral3", "granitehybrid")
+PERMUTED = ("llama", "smollm3", "mistral3", "granitehybrid", "granite", "granitemoe")
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -428,7 +436,7 @@ def write_gguf(s: Spec, model: torch.nn.Module, path, mix: str, *, think: bool =
                 w.add_tensor(f"blk.{layer}.ffn_gate_up_exps.weight", packed, ggml_type=qt, shape=value.shape)
                 new_state[hf_name] = torch.from_numpy(dequantize(packed, qt, value.shape))
                 continue
-            if arch == "granitehybrid" and hf_name.endswith("shared_mlp.input_linear.weight"):
+            if arch in ("granitehybrid", "granitemoe") and hf_name.endswith("shared_mlp.input_linear.weight"):
                 # the converter splits the shared MLP's gate and up
                 new_state[hf_name] = _write_halves(w, mix, hf_name, value, ("ffn_gate_shexp", "ffn_up_shexp"), 0)
                 continue

@@ -23,9 +23,9 @@ from oracles import llama_cpp_logits, prompt_logits
 from tiny_models import mtp_weights, random_model, spec, write_gguf
 
 ARCHS = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "gemma3", "phi3", "smollm3", "olmo2", "olmo3",
-         "mistral3", "lfm2", "glm4moe", "granitehybrid", "gpt-oss", "gemma4", "gemma4moe"]
+         "mistral3", "lfm2", "glm4moe", "granitehybrid", "granite", "granitemoe", "gpt-oss", "gemma4", "gemma4moe"]
 MIXES = ["F32", "F16", "Q8_0", "K"]
-ROUTED = ("qwen3moe", "qwen35moe", "glm4moe", "granitehybrid", "gpt-oss", "gemma4moe")  # architectures with routed experts
+ROUTED = ("qwen3moe", "qwen35moe", "glm4moe", "granitehybrid", "granitemoe", "gpt-oss", "gemma4moe")  # architectures with routed experts
 TOL = 2e-4  # float32 everywhere; differences come from summation order (chunked matmuls, SDPA)
 
 
@@ -220,7 +220,7 @@ def test_llama_cpp_reads_each_file_and_computes_the_same_logits(tiny, arch, monk
 
 
 # the architectures whose test files are held to llama.cpp's converter byte for byte
-CONVERTED = ["mistral3", "lfm2", "glm4moe", "granitehybrid", "gpt-oss", "gemma4", "gemma4moe"]
+CONVERTED = ["mistral3", "lfm2", "glm4moe", "granitehybrid", "granite", "granitemoe", "gpt-oss", "gemma4", "gemma4moe"]
 
 
 @pytest.mark.parametrize("outtype", ["f32", "q8_0"])
@@ -322,7 +322,7 @@ def test_unsupported_architecture_is_a_clear_error(tmp_path):
     with GGUFWriter(path) as w:
         w.add("general.architecture", "mamba")
     with pytest.raises(UnsupportedArchitecture, match="architecture 'mamba' is not supported; supported: gemma-embedding, "
-                       "gemma3, gemma4, glm4moe, gpt-oss, granitehybrid, lfm2, llama, mistral3"):
+                       "gemma3, gemma4, glm4moe, gpt-oss, granite, granitehybrid, granitemoe, lfm2, llama, mistral3"):
         load_model(path, device="cpu")
     assert set(architectures()) >= {"llama", "qwen2", "qwen3", "gemma3", "phi3"}
 

@@ -13,8 +13,9 @@ Mamba-2 layer: ssm_in gives z (inner), xBC (inner + 2 groups x state) and dt (he
 xBC goes through a depthwise causal conv with bias and SiLU (its last taps - 1 inputs
 are the slot's conv state), splitting into x (heads x head_dim), B and C (groups x
 state). With dt = softplus(dt + dt_bias) and A = ssm_a (the converter stores -exp(A_log)),
-each head's state S (head_dim x state) goes S = exp(dt A) S + dt x Bᵀ and y = S C + D x;
-y times SiLU(z) is RMS-normalized per group (ssm_norm) and projected by ssm_out."""
+each head's state S (head_dim x state) goes S = exp(dt A) S + dt x Bᵀ and y = S C + D x
+(a prompt's positions SCAN_CHUNK at a time, as matrix products: `ssd_chunk`); y times
+SiLU(z) is RMS-normalized per group (ssm_norm) and projected by ssm_out."""
 
 from __future__ import annotations
 
@@ -108,17 +109,40 @@ class Mamba2:
         per = h // g  # heads per group
         b, c = b.repeat_interleave(per, dim=1), c.repeat_interleave(per, dim=1)  # (t, h, state)
         dt = F.softplus(dt + self.dt_bias)  # (t, h)
-        decay = torch.exp(dt * self.a)
         y = torch.empty(t, h, hd, dtype=torch.float32, device=x.device)
         for s in batch.seqs:
             state = ssm_state[s.slot]
-            for r in range(s.start, s.start + s.n):  # S = exp(dt A) S + dt x Bᵀ; y = S C
-                state.mul_(decay[r][:, None, None]).add_((dt[r][:, None] * xs[r])[:, :, None] * b[r][:, None, :])
-                y[r] = (state @ c[r][:, :, None])[..., 0]
+            for lo in range(s.start, s.start + s.n, SCAN_CHUNK):
+                hi = min(lo + SCAN_CHUNK, s.start + s.n)
+                y[lo:hi] = ssd_chunk(state, xs[lo:hi], b[lo:hi], c[lo:hi], dt[lo:hi], self.a)
         y = (y + self.d[:, None] * xs).reshape(t, n) * F.silu(z)
         grouped = y.view(t, g, n // g)
         y = (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)).view(t, n) * self.norm
         return self.out(y.to(x.dtype))
+
+
+SCAN_CHUNK = 64  # positions a prompt's scan takes at once (its decays within a chunk as one matrix)
+
+
+def ssd_chunk(state: torch.Tensor, x: torch.Tensor, b: torch.Tensor, c: torch.Tensor, dt: torch.Tensor,
+              a: torch.Tensor) -> torch.Tensor:
+    """Mamba-2's scan over L consecutive positions at once (its state-space dual form): for
+    each head, S_t = exp(dt_t A) S_(t-1) + dt_t x_t B_tᵀ and y_t = S_t C_t. With the decays'
+    running sums l_t (log of their product up to t), y_t = exp(l_t) S_0 C_t + Σ_(s<=t)
+    exp(l_t - l_s) (C_t · B_s) dt_s x_s, and S_L = exp(l_L) S_0 + Σ_s exp(l_L - l_s) dt_s x_s
+    B_sᵀ: matrix products instead of L steps. `state` (heads, head_dim, N) is updated in
+    place; x (L, heads, head_dim), b and c (L, heads, N), dt (L, heads) → y (L, heads, head_dim)."""
+    logs = (dt * a).cumsum(0).T  # (h, L): l_t
+    seg = logs[:, :, None] - logs[:, None, :]  # (h, t, s): l_t - l_s
+    causal = torch.ones(seg.shape[1:], dtype=torch.bool, device=x.device).tril()
+    ch, bh = c.transpose(0, 1), b.transpose(0, 1)  # (h, L, N)
+    g = torch.bmm(ch, bh.transpose(1, 2)) * torch.where(causal, seg, -torch.inf).exp()  # (h, t, s)
+    xdt = (x * dt[:, :, None]).transpose(0, 1)  # (h, L, head_dim)
+    y = torch.bmm(g, xdt) + logs.exp()[:, :, None] * torch.bmm(ch, state.transpose(1, 2))  # (h, L, head_dim)
+    last = logs[:, -1:]
+    w = (last - logs).exp()[:, :, None]  # (h, s, 1): exp(l_L - l_s)
+    state.mul_(last.exp()[:, :, None]).add_(torch.bmm((xdt * w).transpose(1, 2), bh))
+    return y.transpose(0, 1)
 
 
 def layer(w: Weights, i: int, p: Params, rope: Rope, ops) -> Block:

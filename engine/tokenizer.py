@@ -191,6 +191,28 @@ def _gemma4(reader: GGUFReader, tokens, types) -> tuple[Tokenizer, bool]:
     return tok, True
 
 
+def _wpm(reader: GGUFReader, tokens, types) -> tuple[Tokenizer, bool]:
+    """A WordPiece vocabulary (tokenizer.ggml.model "bert"), as llama.cpp's converter writes
+    it: a word's first piece with a leading ▁, a continuation without (its ## dropped),
+    control tokens as they are. Text lowercased unless the file says not, accents stripped
+    then, split at whitespace and punctuation (BERT's basic tokenizer), each word into the
+    longest pieces the vocabulary has, an unknown word as [UNK]; [CLS] text [SEP]."""
+    vocab: dict[str, int] = {}
+    for i, (t, kind) in enumerate(zip(tokens, types)):
+        piece = t if kind == CONTROL else t[1:] if t.startswith("▁") else "##" + t
+        if piece and piece != "##":
+            vocab.setdefault(piece, i)
+    unk_id = reader.metadata.get(Keys.TOKENIZER_UNK_ID)
+    unk = tokens[unk_id] if isinstance(unk_id, int) and 0 <= unk_id < len(tokens) else "[UNK]"
+    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token=unk, max_input_chars_per_word=100))
+    lowercase = bool(reader.metadata.get(Keys.TOKENIZER_LOWERCASE, True))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                                lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return tok, True
+
+
 # the longest token a vocabulary may hold (real ones: at most a few hundred characters of whitespace or code); a
 # 16 MiB one cost 1.4 GiB to build into the tokenizer
 MAX_TOKEN_CHARS = 1 << 16
@@ -214,9 +236,11 @@ def load_tokenizer(reader: GGUFReader, cache_dir: str | None = None) -> PreTrain
         tok, default_bos = _gpt2(reader, tokens, types)
     elif kind == "gemma4":
         tok, default_bos = _gemma4(reader, tokens, types)
+    elif kind == "bert":
+        tok, default_bos = _wpm(reader, tokens, types)
     else:
         raise TokenizerError(f"{reader.path}: tokenizer model {kind!r} is not supported (supported: llama, gpt2, "
-                             "gemma4)")
+                             "gemma4, bert)")
     specials = [AddedToken(tokens[i], special=True, normalized=False) for i, t in enumerate(types) if t == CONTROL]
     users = [AddedToken(tokens[i], special=False, normalized=False) for i, t in enumerate(types) if t == USER_DEFINED]
     tok.add_special_tokens(specials)

@@ -236,6 +236,7 @@ class Keys:
     SHARED_KV_LAYERS = "{arch}.attention.shared_kv_layers"  # Gemma 4: the last layers attend over earlier caches
     EMBEDDING_LENGTH_PER_LAYER = "{arch}.embedding_length_per_layer_input"  # Gemma 4 per-layer embeddings
     LAYERNORM_RMS_EPS = "{arch}.attention.layer_norm_rms_epsilon"
+    LAYERNORM_EPS = "{arch}.attention.layer_norm_epsilon"  # LayerNorm's (BERT)
     SLIDING_WINDOW = "{arch}.attention.sliding_window"
     SLIDING_WINDOW_PATTERN = "{arch}.attention.sliding_window_pattern"
     RECURRENT_LAYERS = "{arch}.attention.recurrent_layers"
@@ -311,6 +312,7 @@ class Keys:
     TOKENIZER_UNK_ID = "tokenizer.ggml.unknown_token_id"
     TOKENIZER_ADD_BOS = "tokenizer.ggml.add_bos_token"
     TOKENIZER_ADD_EOS = "tokenizer.ggml.add_eos_token"
+    TOKENIZER_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"  # a WordPiece ("bert") vocabulary's text lowercased
     TOKENIZER_ADD_SPACE_PREFIX = "tokenizer.ggml.add_space_prefix"
     TOKENIZER_EOT_ID = "tokenizer.ggml.eot_token_id"
     TOKENIZER_EOM_ID = "tokenizer.ggml.eom_token_id"

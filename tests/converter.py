@@ -36,6 +36,20 @@ sys.argv = [src + "/convert_hf_to_gguf.py"] + sys.argv[2:]
 runpy.run_path(src + "/convert_hf_to_gguf.py", run_name="__main__")
 """
 
+# run it whole, its vocabulary too, naming the pre-tokenizer "default" (its table knows real tokenizers by hash)
+_RUN_WITH_VOCAB = """
+import importlib, pkgutil, runpy, sys
+src = sys.argv[1]
+sys.path[:0] = [src, src + "/gguf-py"]
+import conversion
+import conversion.base as base
+for info in pkgutil.iter_modules(conversion.__path__):
+    importlib.import_module("conversion." + info.name)
+base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "default"
+sys.argv = [src + "/convert_hf_to_gguf.py"] + sys.argv[2:]
+runpy.run_path(src + "/convert_hf_to_gguf.py", run_name="__main__")
+"""
+
 SKIP_KEYS = ("general.", "tokenizer.")
 
 
@@ -89,3 +103,11 @@ def assert_same_file(ours: str, theirs: str) -> None:
         u = b.tensors[name]
         assert (tuple(t.shape), t.ggml_type) == (tuple(u.shape), u.ggml_type), name
         assert np.array_equal(np.asarray(t.data), np.asarray(u.data)), name
+
+
+def convert_with_vocab(hf: Path, out: Path, outtype: str) -> str:
+    """A checkpoint folder with its own tokenizer (a WordPiece one, say) converted whole."""
+    run = subprocess.run([sys.executable, "-c", _RUN_WITH_VOCAB, llama_cpp_src(), str(hf), "--outtype", outtype,
+                          "--outfile", str(out)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return str(out)

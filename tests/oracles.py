@@ -33,3 +33,19 @@ def llama_cpp_logits(path: str, ids: list[int]) -> torch.Tensor:
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     return torch.tensor(json.loads(p.stdout))
+
+
+LLAMA_CPP_EMBEDDINGS = """
+import sys, json, llama_cpp
+m = llama_cpp.Llama(model_path=sys.argv[1], embedding=True, n_ctx=128, n_threads=1, verbose=False)
+texts = json.loads(sys.argv[2])
+print(json.dumps([[m.tokenize(t.encode()), m.embed(t, normalize=False)] for t in texts]))
+"""
+
+
+def llama_cpp_embeddings(path: str, texts: list[str]) -> list[tuple[list[int], torch.Tensor]]:
+    """Each text's token ids and pooled embedding (not normalized) as llama.cpp gives them."""
+    p = subprocess.run([sys.executable, "-c", LLAMA_CPP_EMBEDDINGS, path, json.dumps(texts)], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return [(ids, torch.tensor(vec)) for ids, vec in json.loads(p.stdout)]

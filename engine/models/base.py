@@ -32,8 +32,8 @@ class Model:
     ops: Any
     embed: GgufEmbedding
     layers: list
-    norm: torch.Tensor
-    head: Any
+    norm: torch.Tensor | None  # None: the layers' output as it is (an encoder that ends normed: BERT)
+    head: Any  # None: an encoder without one (BERT)
     eps: float
     vocab_size: int
     softcap: float | None = None  # tanh capping of the logits
@@ -77,7 +77,7 @@ class Model:
         for layer in self.layers:
             x = layer(x, batch, cache)
         if batch.keep_hidden:  # every token's output after the final norm (what an MTP head reads)
-            batch.hidden = x = self.ops.rms_norm(x, self.norm, self.eps)
+            batch.hidden = x = x if self.norm is None else self.ops.rms_norm(x, self.norm, self.eps)
         if batch.rows.numel() == 0:
             return torch.empty(0, self.vocab_size, dtype=torch.float32)
         if batch.rows.numel() != x.shape[0]:

@@ -158,3 +158,25 @@ def test_models_say_their_kind_chat_first_and_a_lone_kind_answers_other_names(ba
     r = httpx.post(f"{base}/v1/embeddings", json={"model": "text-embedding-3-small", "input": "x"})
     assert r.status_code == 404
     assert "qwen3-embedding.gguf" in r.json()["error"]["message"] and "embeddinggemma.gguf" in r.json()["error"]["message"]
+
+
+def test_a_bert_embedder_over_the_openai_client(tmp_path):
+    """A converter-written BERT file (its WordPiece vocabulary): /v1/embeddings gives the
+    engine's vectors for the texts, with their token counts."""
+    from converter import convert_with_vocab
+    from gguf_serve.engine import encode, load_model
+    from gguf_serve.engine.embed import embed
+    from tiny_bert import tiny_bert
+
+    hf, _ = tiny_bert(tmp_path / "hf")
+    path = convert_with_vocab(hf, tmp_path / "tiny-bert.gguf", "f32")
+    texts = ["Hello the quick brown foxes!", "a lazy dog"]
+    lm = load_model(path, device="cpu")
+    ids = [encode(lm.tokenizer, t) for t in texts]
+    expected = embed(lm, ids)
+    with server(path) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x")
+        r = client.embeddings.create(model="tiny-bert.gguf", input=texts)
+        assert r.usage.prompt_tokens == sum(len(i) for i in ids)
+        for item, vec in zip(r.data, expected):
+            assert float(F.cosine_similarity(torch.tensor(item.embedding), vec, dim=0)) > 0.9999

@@ -16,7 +16,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from converter import convert_with_vocab
+from gguf_serve.engine import encode, load_model
+from gguf_serve.engine.embed import embed
 from server_harness import THINKING_TEMPLATE, server
+from tiny_bert import tiny_bert
 from tiny_models import YES_NO, tiny_chat_model, tiny_embedding_model
 
 TEXTS = ["hello world", "the dog ran far away from the world", "a", "world " * 10]
@@ -163,11 +167,6 @@ def test_models_say_their_kind_chat_first_and_a_lone_kind_answers_other_names(ba
 def test_a_bert_embedder_over_the_openai_client(tmp_path):
     """A converter-written BERT file (its WordPiece vocabulary): /v1/embeddings gives the
     engine's vectors for the texts, with their token counts."""
-    from converter import convert_with_vocab
-    from gguf_serve.engine import encode, load_model
-    from gguf_serve.engine.embed import embed
-    from tiny_bert import tiny_bert
-
     hf, _ = tiny_bert(tmp_path / "hf")
     path = convert_with_vocab(hf, tmp_path / "tiny-bert.gguf", "f32")
     texts = ["Hello the quick brown foxes!", "a lazy dog"]

@@ -1,12 +1,15 @@
 """Embeddings per second through HTTP, side by side with llama.cpp's llama-server
-(`--embedding --pooling last`) on the same file: a synthetic Qwen3-Embedding-0.6B Q8_0
-(bench/synthetic.py), `POST /v1/embeddings` with 64 inputs of 128 tokens each in one
-request (byte-level vocabulary: a character a token, EOS appended), the same thread
-count, each server with its defaults otherwise. The servers take turns, `--repeat`
-rounds; medians printed, with the cosine between the two servers' vectors (the same
-model: they should agree).
+(`--embedding --pooling` the file's) on the same file: a synthetic Qwen3-Embedding-0.6B
+Q8_0 (`--file qwen3-embedding`: byte-level vocabulary, a character a token, EOS appended,
+last-token pooling) or BERT-base Q8_0 (`--file bert-base`: bge-base's shape, a WordPiece
+vocabulary of letters, about a token a character, mean pooling; bench/synthetic.py),
+`POST /v1/embeddings` with 64 inputs of about 128 tokens each in one request, the same
+thread count, each server with its defaults otherwise. The servers take turns,
+`--repeat` rounds; medians printed, with the cosine between the two servers' vectors
+(the same model: they should agree).
 
-    python bench/embeddings.py [--threads 2] [--repeat 3] [--inputs 64] [--tokens 128] [--llama-server PATH]
+    python bench/embeddings.py [--file qwen3-embedding|bert-base] [--threads 2] [--repeat 3] [--inputs 64]
+        [--tokens 128] [--llama-server PATH]
 """
 
 from __future__ import annotations
@@ -23,9 +26,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from server_speed import free_port, llama_server, wait_ready  # noqa: E402
-from synthetic import write_qwen3_embedding  # noqa: E402
+from synthetic import write_bert, write_qwen3_embedding  # noqa: E402
 
-FILE = "/tmp/gguf-serve-synthetic-qwen3-embedding-0.6b.gguf"
+FILES = {  # path, writer, llama-server's pooling, label
+    "qwen3-embedding": ("/tmp/gguf-serve-synthetic-qwen3-embedding-0.6b.gguf", write_qwen3_embedding, "last",
+                        "synthetic Qwen3-Embedding-0.6B Q8_0"),
+    "bert-base": ("/tmp/gguf-serve-synthetic-bert-base.gguf", write_bert, "mean", "synthetic BERT-base Q8_0"),
+}
 
 
 def texts(n: int, tokens: int) -> list[str]:
@@ -55,6 +62,7 @@ def run(cmd: list[str], url: str, model: str, inputs: list[str], repeat: int) ->
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--file", choices=sorted(FILES), default="qwen3-embedding")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--inputs", type=int, default=64)
@@ -62,22 +70,23 @@ def main() -> None:
     ap.add_argument("--llama-server", help="path of llama.cpp's llama-server (else $LLAMA_SERVER or PATH)")
     args = ap.parse_args()
     server = llama_server(args.llama_server)
-    if not os.path.exists(FILE):
-        write_qwen3_embedding(FILE)
+    path, writer, pooling, label = FILES[args.file]
+    if not os.path.exists(path):
+        writer(path)
     inputs = texts(args.inputs, args.tokens)
     got = {}
     for _ in range(args.repeat):  # turns, so that drifts hit both
         port = free_port()
-        t, ours = run([sys.executable, "-m", "gguf_serve.server.cli", FILE, "--port", str(port),
-                       "--threads", str(args.threads)], f"http://127.0.0.1:{port}", os.path.basename(FILE), inputs, 1)
+        t, ours = run([sys.executable, "-m", "gguf_serve.server.cli", path, "--port", str(port),
+                       "--threads", str(args.threads)], f"http://127.0.0.1:{port}", os.path.basename(path), inputs, 1)
         got.setdefault("gguf-serve", []).append(t)
         if server:
             port = free_port()
-            t, theirs = run([server, "-m", FILE, "--port", str(port), "-t", str(args.threads), "--embedding",
-                             "--pooling", "last", "-c", "8192"], f"http://127.0.0.1:{port}", "x", inputs, 1)
+            t, theirs = run([server, "-m", path, "--port", str(port), "-t", str(args.threads), "--embedding",
+                             "--pooling", pooling, "-c", "8192"], f"http://127.0.0.1:{port}", "x", inputs, 1)
             got.setdefault("llama-server", []).append(t)
     print(f"/v1/embeddings: {args.inputs} inputs of {args.tokens} tokens in one request, {args.threads} threads, "
-          f"synthetic Qwen3-Embedding-0.6B Q8_0 (medians of {args.repeat})")
+          f"{label} (medians of {args.repeat})")
     rates = {name: args.inputs / statistics.median(ts) for name, ts in got.items()}
     for name, rate in rates.items():
         print(f"{name:14s} {statistics.median(got[name]):7.2f} s  {rate:7.2f} embeddings/s")

@@ -378,7 +378,56 @@ def write_qwen3_embedding(path: str, s: dict = QWEN3_EMBEDDING_06B, seed: int = 
                 w.add_tensor(f"blk.{i}.{norm}.weight", np.ones(n, np.float32))
 
 
-WRITERS = {"qwen3-4b": write_qwen3, "qwen3-embedding-0.6b": write_qwen3_embedding, "qwen35-4b": write_qwen35, "qwen3-30b-a3b-12l": write_qwen3moe,
+BERT_BASE = dict(vocab=30522, hidden=768, layers=12, heads=12, ffn=3072, ctx=512)
+
+
+def write_bert(path: str, s: dict = BERT_BASE, seed: int = 0) -> None:
+    """A BERT-base embedder (bge-base-en-v1.5's shape) as llama.cpp's converter writes one:
+    Q8_0 matrices, F32 norms, biases and position table, mean pooling, a WordPiece
+    vocabulary of letters (a word's first piece with ▁) and filler words."""
+    rng = np.random.default_rng(seed)
+    h, f = s["hidden"], s["ffn"]
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + ["▁" + c for c in letters] + letters
+    tokens += [f"▁w{i}" for i in range(s["vocab"] - len(tokens))]
+    with GGUFWriter(path) as w:
+        w.add("general.architecture", "bert")
+        w.add("general.name", "synthetic BERT-base")
+        w.add("general.file_type", 7)  # MOSTLY_Q8_0
+        for key, value in {"context_length": s["ctx"], "embedding_length": h, "block_count": s["layers"],
+                           "feed_forward_length": f, "attention.head_count": s["heads"]}.items():
+            w.add(f"bert.{key}", value)
+        w.add("bert.attention.layer_norm_epsilon", 1e-12)
+        w.add("bert.attention.causal", False)
+        w.add("bert.pooling_type", 1, V.UINT32)  # mean
+        w.add("tokenizer.ggml.model", "bert")
+        w.add("tokenizer.ggml.pre", "default")
+        w.add("tokenizer.ggml.tokens", tokens, (V.ARRAY, V.STRING))
+        w.add("tokenizer.ggml.token_type", [3] * 5 + [1] * (len(tokens) - 5), (V.ARRAY, V.INT32))
+        w.add("tokenizer.ggml.token_type_count", 2)
+        for key, i in (("bos", 2), ("eos", 3), ("unknown", 1), ("seperator", 3), ("padding", 0), ("mask", 4)):
+            w.add(f"tokenizer.ggml.{key}_token_id", i)
+        w.add("tokenizer.ggml.add_bos_token", True)
+        w.add("tokenizer.ggml.add_eos_token", True)
+        w.add("tokenizer.ggml.normalizer.lowercase", True)
+        small = lambda name, *shape: w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float32))  # noqa: E731
+        ones = lambda name, n: w.add_tensor(name, np.ones(n, np.float32))  # noqa: E731
+        _mat(w, rng, "token_embd.weight", Q8, (s["vocab"], h))
+        small("position_embd.weight", s["ctx"], h)
+        small("token_types.weight", 2, h)
+        ones("token_embd_norm.weight", h)
+        small("token_embd_norm.bias", h)
+        for i in range(s["layers"]):
+            for name, shape in (("attn_q", (h, h)), ("attn_k", (h, h)), ("attn_v", (h, h)), ("attn_output", (h, h)),
+                                ("ffn_up", (f, h)), ("ffn_down", (h, f))):
+                _mat(w, rng, f"blk.{i}.{name}.weight", Q8, shape)
+                small(f"blk.{i}.{name}.bias", shape[0])
+            for norm in ("attn_output_norm", "layer_output_norm"):
+                ones(f"blk.{i}.{norm}.weight", h)
+                small(f"blk.{i}.{norm}.bias", h)
+
+
+WRITERS = {"qwen3-4b": write_qwen3, "bert-base": write_bert, "qwen3-embedding-0.6b": write_qwen3_embedding, "qwen35-4b": write_qwen35, "qwen3-30b-a3b-12l": write_qwen3moe,
            "gpt-oss-20b-12l": write_gpt_oss, "gemma4-e4b": write_gemma4,
            "gemma4-26b-a4b-10l": lambda path: write_gemma4(path, GEMMA4_26B_A4B_10L)}
 

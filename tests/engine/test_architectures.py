@@ -321,8 +321,8 @@ def test_unsupported_architecture_is_a_clear_error(tmp_path):
     path = tmp_path / "mamba.gguf"
     with GGUFWriter(path) as w:
         w.add("general.architecture", "mamba")
-    with pytest.raises(UnsupportedArchitecture, match="architecture 'mamba' is not supported; supported: gemma-embedding, "
-                       "gemma3, gemma4, glm4moe, gpt-oss, granite, granitehybrid, granitemoe, lfm2, llama, mistral3"):
+    with pytest.raises(UnsupportedArchitecture, match="architecture 'mamba' is not supported; supported: bert, "
+                       "gemma-embedding, gemma3, gemma4, glm4moe, gpt-oss, granite, granitehybrid, granitemoe, lfm2, llama, mistral3"):
         load_model(path, device="cpu")
     assert set(architectures()) >= {"llama", "qwen2", "qwen3", "gemma3", "phi3"}
 

@@ -66,11 +66,8 @@ class Entry:
 
 @dataclass
 class DiskStats:
-    entries: int = 0
-    bytes: int = 0  # this model's files
     written: int = 0
     hits: int = 0
-    hit_tokens: int = 0
     dropped: int = 0  # damaged files found and deleted
     skipped: int = 0  # evictions not written: too many bytes waiting
 
@@ -84,10 +81,16 @@ def file_identity(path: str, head: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def cache_identity(lm) -> dict:
+    """What a state file must match to be read into a model's cache: the model's kind and
+    the cache's layout (a slot file's identity)."""
+    return {"architecture": lm.architecture.name, "vocab_size": lm.model.vocab_size,
+            "layout": [list(x) for x in lm.cache.layout()]}
+
+
 def model_identity(lm) -> dict:
     """What the files of a model's folder must match: its file and the cache's layout."""
-    return {"file": file_identity(lm.gguf.path), "architecture": lm.architecture.name,
-            "vocab_size": lm.model.vocab_size, "layout": [list(x) for x in lm.cache.layout()]}
+    return {"file": file_identity(lm.gguf.path), **cache_identity(lm)}
 
 
 def default_budget(folder: str) -> int:
@@ -126,9 +129,15 @@ class DiskCache:
 
         return cls(folder, model_identity(lm), lm.cache.lossy(), budget, adapter_path)
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of this model's files."""
+        with self._lock:
+            return sum(e.nbytes for e in self.index.values())
+
     def describe(self) -> str:
-        return (f"prompt cache on disk: {self.folder}, {self.stats.entries} file(s) of this model "
-                f"({self.stats.bytes / 2**20:.0f} MiB); the folder holds at most {self.budget / 2**30:.1f} GiB")
+        return (f"prompt cache on disk: {self.folder}, {len(self.index)} file(s) of this model "
+                f"({self.nbytes / 2**20:.0f} MiB); the folder holds at most {self.budget / 2**30:.1f} GiB")
 
     # ------------------------------------------------------------------ keys
 
@@ -229,13 +238,10 @@ class DiskCache:
         header = write_state(path, {"model": self.ident, "adapters": adapters}, tokens, full, points, self.lossy)
         entry = self._entry(path, header)
         with self._lock:
-            old = self.index.pop(path, None)
             self.index[path] = entry
             superseded = [e for e in self.index.values() if not self.lossy and e is not entry and
                           e.adapters == adapters and len(e.tokens) < len(tokens) and
                           np.array_equal(e.tokens, entry.tokens[:len(e.tokens)])]
-            self.stats.entries += old is None
-            self.stats.bytes += entry.nbytes - (old.nbytes if old else 0)
             self.stats.written += 1
         for e in superseded:  # a shorter file of the same sequence (the last turn of this conversation)
             self._drop(e, damaged=False)
@@ -271,24 +277,20 @@ class DiskCache:
         the full layers' keys and values of every position it holds, and the lossy layers'
         at `pos`; DiskCacheError, the file deleted, where it is damaged."""
         try:
-            full, lossy = self._read(entry, pos)
+            if entry.points and pos not in entry.points:
+                raise DiskCacheError(f"no state at {pos}")
+            full, lossy = read_tensors(entry.path, entry.header, pos)
         except (OSError, ValueError, RuntimeError, KeyError, TypeError) as e:
             self._drop(entry, damaged=True)
             raise DiskCacheError(f"prompt cache file {os.path.basename(entry.path)} is damaged ({e}); dropped") \
                 from None
         with self._lock:
             self.stats.hits += 1
-            self.stats.hit_tokens += pos
         try:
             os.utime(entry.path)  # recently used: evicted last
         except OSError:
             pass
         return full, lossy
-
-    def _read(self, entry: Entry, pos: int):
-        if entry.points and pos not in entry.points:
-            raise DiskCacheError(f"no state at {pos}")
-        return read_tensors(entry.path, entry.header, pos)
 
     # ------------------------------------------------------------------ the folder
 
@@ -308,18 +310,17 @@ class DiskCache:
                     self.stats.dropped += 1
                     continue
                 self.index[path] = entry
-                self.stats.entries += 1
-                self.stats.bytes += entry.nbytes
 
     def _entry(self, path: str, header: dict) -> Entry:
+        """An index entry; the header it keeps is what reading the file needs (its tensor
+        table), not its tokens again."""
         return Entry(path, np.asarray(header["tokens"], dtype=np.int64), header["adapters"],
-                     tuple(int(p) for p in header["points"]), os.path.getsize(path), header)
+                     tuple(int(p) for p in header["points"]), os.path.getsize(path),
+                     {k: v for k, v in header.items() if k != "tokens"})
 
     def _drop(self, entry: Entry, damaged: bool) -> None:
         with self._lock:
             if self.index.pop(entry.path, None) is not None:
-                self.stats.entries -= 1
-                self.stats.bytes -= entry.nbytes
                 self.stats.dropped += damaged
         _unlink(entry.path)
 

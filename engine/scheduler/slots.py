@@ -36,10 +36,7 @@ class SlotState:
     lossy: dict
 
 
-def identity(lm) -> dict:
-    """What a state file must match to be taken back: the model's kind and the cache's layout."""
-    return {"architecture": lm.architecture.name, "vocab_size": lm.model.vocab_size,
-            "layout": [list(x) for x in lm.cache.layout()]}
+identity = disk.cache_identity  # what a slot file must match to be taken back
 
 
 def _check(sched, slot: int, busy_ok: bool = False) -> None:

@@ -250,7 +250,7 @@ class Worker(_Queued):
                 if now != seen:
                     m.prompt_disk.labels(self.name, event).inc(now - seen)
                     self._disk_seen[event] = now
-            m.prompt_disk_bytes.labels(self.name).set(disk.stats.bytes)
+            m.prompt_disk_bytes.labels(self.name).set(disk.nbytes)
 
 
 @dataclass(eq=False)

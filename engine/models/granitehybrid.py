@@ -27,30 +27,25 @@ import torch.nn.functional as F
 from ...gguf_io import Keys
 from ..cache import LayerCache, linear
 from ..modules import Weights
-from .base import Model, standard_model
-from .layers import MLP, Attention, Block, MoE, Rope
+from . import granite
+from .base import Model
+from .layers import Block, Rope
 from .params import Metadata, TextParams, kv_heads_per_layer
 
 ARCHITECTURE = "granitehybrid"
 
 
 @dataclass
-class Params(TextParams):
+class Params(granite.Scales, TextParams):
     attn_layers: list[bool] = field(default_factory=list)
     n_experts: int = 0
     n_experts_used: int = 0
     expert_ffn: int = 0
-    shared_ffn: int = 0
     conv_kernel: int = 4
     state: int = 128
     groups: int = 1
     inner: int = 0
     ssm_heads: int = 0
-    embedding_scale: float = 1.0
-    residual_scale: float = 1.0
-    attention_scale: float = 0.0  # 0: head_dim ** -0.5
-    logit_scale: float = 1.0
-    use_rope: bool = False
 
     @staticmethod
     def read(m: Metadata, c: dict) -> dict:
@@ -66,13 +61,9 @@ class Params(TextParams):
         return dict(n_kv_heads=attn[0] if attn else c["n_heads"], attn_layers=[n > 0 for n in per_layer],
                     n_experts=n_experts, n_experts_used=m.get(Keys.EXPERT_USED_COUNT, 0) or 0,
                     expert_ffn=m.get(Keys.FEED_FORWARD_LENGTH) if n_experts else 0,
-                    shared_ffn=m.get(Keys.EXPERT_SHARED_FEED_FORWARD_LENGTH, 0) or 0,
                     conv_kernel=m.get(Keys.SSM_CONV_KERNEL), state=m.get(Keys.SSM_STATE_SIZE), groups=groups,
-                    inner=inner, ssm_heads=heads, embedding_scale=float(m.get(Keys.EMBEDDING_SCALE, 1.0)),
-                    residual_scale=float(m.get(Keys.RESIDUAL_SCALE, 1.0)),
-                    attention_scale=float(m.get(Keys.ATTENTION_SCALE, 0.0)),
-                    logit_scale=float(m.get(Keys.LOGIT_SCALE, 1.0)),
-                    use_rope=bool(m.get(Keys.ROPE_SCALING_FINETUNED, False)))
+                    inner=inner, ssm_heads=heads,
+                    use_rope=bool(m.get(Keys.ROPE_SCALING_FINETUNED, False)))  # the hybrids: none unless it says
 
 
 class Mamba2:
@@ -146,21 +137,10 @@ def ssd_chunk(state: torch.Tensor, x: torch.Tensor, b: torch.Tensor, c: torch.Te
 
 
 def layer(w: Weights, i: int, p: Params, rope: Rope, ops) -> Block:
-    if p.attn_layers[i]:
-        mixer = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads, head_dim=p.head_dim,
-                          eps=p.eps, rope=rope, scale=p.attention_scale or None)
-    else:
-        mixer = Mamba2(w, i, p, ops)
-    if p.n_experts:
-        mlp = MoE(w, i, ops, hidden=p.hidden, n_experts=p.n_experts, n_used=p.n_experts_used, expert_ffn=p.expert_ffn,
-                  act="silu", norm_topk=True, shared_ffn=p.shared_ffn, shared_gate=False)
-    else:  # the shared MLP alone, stored as the layer's MLP
-        mlp = MLP(w, i, ops, hidden=p.hidden, ffn=p.shared_ffn or p.ffn, act="silu")
-    return Block(w, i, ops, hidden=p.hidden, eps=p.eps, mixer=mixer, mlp=mlp, residual=p.residual_scale)
+    mixer = granite.attention(w, i, p, rope, ops) if p.attn_layers[i] else Mamba2(w, i, p, ops)
+    return granite.block(w, i, p, ops, mixer)
 
 
 def build(p: Params, w: Weights, ops) -> Model:
-    rope = (Rope.build(p.rope_theta, p.rope_dims, p.rope_scaling, neox=False, context_length=p.context_length)
-            if p.use_rope else Rope.none())
-    return standard_model(ops, w, p, [layer(w, i, p, rope, ops) for i in range(p.n_layers)],
-                          embed_scale=p.embedding_scale, logit_scale=p.logit_scale)
+    r = granite.rope(p)
+    return granite.model(p, w, ops, [layer(w, i, p, r, ops) for i in range(p.n_layers)])

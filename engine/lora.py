@@ -3,9 +3,10 @@ adapter, `adapter.type` lora, `adapter.lora.alpha`, tensors `<base tensor>.lora_
 in) and `.lora_b` (out, rank)), applied per row of a batch.
 
 An adapter is read and checked against its base model (architecture, every pair's shape
-and rank), its pairs kept in float32 (A with alpha / rank folded in, B transposed), and
-attached to the model's matrices by name (`attach`): a matrix then holds {adapter id: (A,
-B^T, A's product on the native kernels' threads)}. A forward pass says
+and rank), its pairs read as float32 (A with alpha / rank folded in, B transposed), and
+attached to the model's matrices by name (`attach`): a matrix then holds a `Stack` of its
+adapters' factors (float16 with the native CPU kernels, which then take a decode step's
+products). A forward pass says
 which rows use which adapters at what scale (`Batch.lora`: slot -> ((adapter id, scale),
 ...)); while it runs (`rows`), each matrix with adapters adds, to the rows that use one,
 scale * alpha / rank * (x A^T) B^T, as llama.cpp's build_lora_mm does. The base product is

@@ -500,9 +500,10 @@ class LinearF32:
 class LoraProducts:
     """A matrix's LoRA factors in float16 (A: stacked ranks x in; B^T: ranks x out) and the
     spans of their ranks (one adapter each), for a few rows at a time on the kernels'
-    threads: h = x A^T (`down`, times a mask) and y += h B span by span (`up`, in place); each row's
-    sums in one order whatever the other rows, and a span a row does not use (its h
-    columns zero) adds nothing. Returns None for inputs it does not take."""
+    threads: h = x A^T (`down`, times a mask) and y += h B span by span (`up`, in place); each
+    row's sums in one order whatever the other rows, and a span a row does not use (its h
+    columns zero) adds nothing. `takes` says which inputs it takes (the caller uses torch
+    for the others)."""
 
     MAX_ROWS = 16
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from ...engine import AdapterError
-from ..core.errors import BadRequest, Conflict, HTTPStatus
+from ..core.errors import BadRequest, Conflict, not_supported
 from ..models.catalog import Catalog
 from ..models.residency import Residency
 from .protocol import LoadLoraAdapter, UnloadLoraAdapter
@@ -27,10 +27,7 @@ class RuntimeAdapters:
 
     def _enabled(self) -> None:
         if not self.catalog.settings.lora_runtime:
-            e = HTTPStatus(501, "loading LoRA adapters at run time is off: start the server with --lora-runtime",
-                           code="not_supported")
-            e.type = "not_supported_error"
-            raise e
+            raise not_supported("loading LoRA adapters at run time is off: start the server with --lora-runtime")
 
     async def load(self, req: LoadLoraAdapter) -> str:
         self._enabled()

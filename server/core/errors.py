@@ -159,6 +159,13 @@ class HTTPStatus(APIError):
         self.status = status
 
 
+def not_supported(message: str) -> HTTPStatus:
+    """llama-server's 501 for a feature this server was started without."""
+    e = HTTPStatus(501, message, code="not_supported")
+    e.type = "not_supported_error"
+    return e
+
+
 class InternalError(APIError):
     """Something failed inside the server."""
 

@@ -18,7 +18,7 @@ from ...engine import SAMPLER_CHAIN, InfillError, encode, infill_ids, json_gramm
 from ..chat.prepare import LLAMA_SAMPLERS
 from ..chat.protocol import ChatCompletionRequest, CompletionRequest
 from ..chat.wire import Tally
-from ..core.errors import BadRequest, HTTPStatus, built
+from ..core.errors import BadRequest, HTTPStatus, built, not_supported
 from ..models.catalog import adapter_ids, refuse_unknown_adapters
 from .protocol import LlamaCompletionRequest, LlamaInfillRequest
 
@@ -234,13 +234,6 @@ def _settings(prep) -> dict:
             "min_p": p.min_p, "repeat_penalty": p.repetition_penalty, "presence_penalty": p.presence_penalty,
             "frequency_penalty": p.frequency_penalty, "seed": p.seed if p.seed is not None else -1,
             "stop": p.stop, "ignore_eos": p.ignore_eos}
-
-
-def not_supported(message: str) -> HTTPStatus:
-    """llama-server's 501 for a feature this server was started without."""
-    e = HTTPStatus(501, message, code="not_supported")
-    e.type = "not_supported_error"
-    return e
 
 
 def slot_file(folder: str, filename) -> str:

@@ -276,30 +276,28 @@ class Catalog:
         for path, scale in adapters:
             if not os.path.isfile(path):
                 raise ModelNotFound(path, "no such LoRA adapter file (--lora)")
-            adapter_id = len(entry.adapters)
-            entry.adapters.append(os.path.abspath(path))
-            entry.lora_scales[adapter_id] = scale
+            adapter_id = self.add_adapter(entry, path, scale)
             name = f"{entry.id}+{os.path.basename(path).removesuffix('.gguf')}"
-            self.adapter_names[name if name not in self.adapter_names else f"{name}-{adapter_id}"] = (entry.id, adapter_id)
+            self.name_adapter(entry, name if name not in self.adapter_names else f"{name}-{adapter_id}", adapter_id)
 
-    def add_adapter(self, entry: Entry, path: str) -> int:
-        """An adapter file loaded at run time: its id, applied only where a request names it
-        (`name_adapter` serves it under a name once it has loaded)."""
+    def add_adapter(self, entry: Entry, path: str, scale: float = 0.0) -> int:
+        """An adapter file of the model: its id (the next, never given before), run at `scale`
+        by requests that name no adapters (0: only where a request names it; an adapter
+        loaded at run time is served under a name, `name_adapter`, once it has loaded)."""
         adapter_id = len(entry.adapters)
         entry.adapters.append(os.path.abspath(path))
-        entry.lora_scales[adapter_id] = 0.0
+        entry.lora_scales[adapter_id] = scale
         return adapter_id
 
     def name_adapter(self, entry: Entry, name: str, adapter_id: int) -> None:
         self.adapter_names[name] = (entry.id, adapter_id)
 
-    def remove_adapter(self, name: str) -> tuple[Entry, int]:
-        """An adapter unloaded at run time: its model's entry and its id (never given again)."""
+    def remove_adapter(self, name: str) -> None:
+        """An adapter unloaded at run time (its id is never given again)."""
         model_id, adapter_id = self.adapter_names.pop(name)
         entry = self.entries[model_id]
         entry.adapters[adapter_id] = None
         entry.lora_scales.pop(adapter_id, None)
-        return entry, adapter_id
 
     def adapter_names_of(self, model_id: str) -> list[str]:
         """The names its LoRA adapters are served under (`<model>+<adapter>`), in their order."""

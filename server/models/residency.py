@@ -217,7 +217,7 @@ class Residency:
                 raise
             with self.cond:
                 entry.lm, entry.worker = lm, worker_for(entry.id, lm, self.settings.max_queue, self.metrics)
-                parts = self._footprint(entry, lm, entry.worker)
+                parts = self._footprint(entry, lm)
                 entry.memory = max(sum(parts.values()), grown)
                 log.info("%s holds %.0f MiB: %s (the models together: at most %.1f GiB)", entry.id,
                          entry.memory / 2**20, ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in parts.items() if v),
@@ -292,12 +292,12 @@ class Residency:
         entry.error = public(f"cannot load {entry.id}: {reason}")  # as clients see it: no server paths
         return ModelLoadFailed(entry.error)
 
-    def _footprint(self, entry: Entry, lm, worker=None) -> dict[str, int]:
+    def _footprint(self, entry: Entry, lm) -> dict[str, int]:
         """The bytes a loaded model holds, by part: its files (mapped), its KV cache, the state
         checkpoints' budget, its adapters, a draft model, the disk tier's copies waiting to
         be written (at most)."""
         draft = getattr(lm, "draft", None)
-        sched = getattr(worker, "scheduler", None)  # (an embedding model's worker has none)
+        sched = getattr(entry.worker, "scheduler", None)  # (an embedding model's worker has none)
         disk = sched.prefix.disk if sched is not None else None
         return {"files": self._files_bytes(entry), "kv": lm.cache.nbytes, "checkpoints": lm.cache.checkpoint_budget,
                 "adapters": sum(a.nbytes for a in lm.adapters.values()),

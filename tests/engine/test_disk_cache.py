@@ -9,13 +9,12 @@ import os
 import shutil
 
 import pytest
-import torch
 
 from gguf_serve.engine import kernels, load_model
-from gguf_serve.engine.sampling import SamplingParams
 from gguf_serve.engine.scheduler import CHECKPOINT_BEFORE_END, Request, Scheduler
 from gguf_serve.engine.scheduler.disk import SUFFIX, DiskCache, read_header
 
+from sequences import alone, greedy, prompts
 from tiny_models import random_model, spec, write_gguf
 
 
@@ -32,19 +31,6 @@ def models(tmp_path_factory):
         yield out
     finally:
         del os.environ[kernels.ENV_OVERRIDE]
-
-
-def prompts(*lengths, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, 200, (n,), generator=g).tolist() for n in lengths]
-
-
-def greedy(n):
-    return SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
-
-
-def alone(lm, prompt, params):
-    return [s.token_id for s in lm.generate(prompt, params) if s.token_id is not None]
 
 
 def disk_of(lm, folder, **kw) -> DiskCache:

@@ -16,6 +16,7 @@ from gguf_serve.engine.sampling import SamplingParams
 from gguf_serve.engine.scheduler import Request, Scheduler
 from gguf_serve.engine.speculative import SpecSettings
 
+from sequences import alone, greedy, prompts
 from tiny_models import random_model, spec, write_gguf
 
 # and the families of issue 25: Gemma 4 (shared-cache layers), gpt-oss (sinks), LFM2 and Granite 4 (conv and
@@ -58,15 +59,6 @@ def make():
         s.close()
 
 
-def prompts(*lengths, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, 200, (n,), generator=g).tolist() for n in lengths]
-
-
-def greedy(n, **kw):
-    return SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, **kw)
-
-
 class Collect:
     """A request's emitted items: steps per choice, then the end."""
 
@@ -86,10 +78,6 @@ class Collect:
 
     def tokens(self, i=0):
         return [s.token_id for s in self.steps[i] if s.token_id is not None]
-
-
-def alone(lm, prompt, params):
-    return [s.token_id for s in lm.generate(prompt, params) if s.token_id is not None]
 
 
 def run(sched, until=None, limit=10_000):

@@ -75,7 +75,7 @@ def load() -> ctypes.CDLL | None:
                                   ctypes.c_int]
     lib.gc_best_isa.restype = ctypes.c_int
     for name in ("gc_supports", "gc_set_isa", "gc_use_isa", "gc_path_isa", "gc_set_tiles", "gc_set_x8", "gc_set_amx",
-                 "gc_use_amx", "gc_amx_takes", "gc_set_ftz"):  # int f(int): the switches and the per-type asks
+                 "gc_set_vnni", "gc_use_amx", "gc_amx_takes", "gc_set_ftz"):  # int f(int): the switches and the per-type asks
         getattr(lib, name).restype = ctypes.c_int
         getattr(lib, name).argtypes = [ctypes.c_int]
     lib.gc_mul_mat_id.restype = ctypes.c_int
@@ -160,6 +160,13 @@ def set_amx(on: bool | None = None) -> bool:
     on AMX (the default, where the CPU has AMX-BF16) or through the integer tiles (False,
     for tests and comparisons); None only asks. Returns whether the AMX path is on here."""
     return bool(load().gc_set_amx(-1 if on is None else int(bool(on))))
+
+
+def set_vnni(on: bool) -> None:
+    """Prompt-sized matmuls of the 256-block types that AMX does not take through
+    arch/x86_vnni.c's VPDPBUSD strips where the CPU has AVX-512 VNNI (the default) or
+    through the integer tiles (for tests and comparisons)."""
+    load().gc_set_vnni(int(bool(on)))
 
 
 def set_ftz(on: bool) -> None:

@@ -15,20 +15,22 @@ from helpers import random_packed
 from kernel_cases import FLOATS, ISAS, K, LOW_BIT, SIGNED32, act_block, activation_bound, restore_isa, weights  # noqa: F401 (restore_isa: the fixture)
 
 
-def product(packed, x, gtype, rows, *, isa=None, tiles=True, x8=True, amx=False):
+def product(packed, x, gtype, rows, *, isa=None, tiles=True, x8=True, amx=False, vnni=True):
     """The kernels' product on one ISA level (None: the best) with the integer tiles, the
-    eight-row dots and AMX's bfloat16 prompts (where the CPU has it) on or off, the
-    defaults restored after."""
+    eight-row dots, AVX-512 VNNI's strips and AMX's bfloat16 prompts (where the CPU has
+    it) on or off, the defaults restored after."""
     try:
         cpu.set_isa(isa)
         cpu.set_tiles(tiles)
         cpu.set_x8(x8)
         cpu.set_amx(amx)
+        cpu.set_vnni(vnni)
         return K.mul_mat(packed, x, gtype, rows)
     finally:
         cpu.set_tiles(True)
         cpu.set_x8(True)
         cpu.set_amx(True)
+        cpu.set_vnni(True)
         cpu.set_isa(None)
 
 
@@ -110,22 +112,30 @@ TILED = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q4_0, GGMLType.Q4
          GGMLType.Q8_0, GGMLType.IQ4_NL, GGMLType.MXFP4, GGMLType.IQ4_XS] + [t for t in LOW_BIT if t.block_size == 256] + FLOATS
 
 
-@pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])
-@pytest.mark.parametrize("rows,n", [(43, 8), (43, 13), (43, 64), (43, 300), (2051, 13)])
+# the tiles' code paths: each ISA level with tiles; on AVX-512 the 256-block types take
+# arch/x86_vnni.c's strips unless they are turned off ("avx512-tiles")
+TILE_PATHS = [i for i in ISAS if i != "scalar"] + (["avx512-tiles"] if "avx512" in ISAS else [])
+
+
+@pytest.mark.parametrize("path", TILE_PATHS)
+@pytest.mark.parametrize("rows,n", [(43, 8), (43, 13), (43, 64), (43, 300), (2051, 13), (2051, 17)])
 @pytest.mark.parametrize("gtype", TILED, ids=lambda t: t.name)
-def test_tiles_equal_the_row_wise_dots(gtype, rows, n, isa):
+def test_tiles_equal_the_row_wise_dots(gtype, rows, n, path):
     """From 8 activation rows, these types' weight rows go through repacked tiles of eight;
     rows past the last whole tile (43 = 5 x 8 + 3) the row-wise dots. 300 activation rows
     meet the tiles in several cache-sized runs, 2051 weight rows give a thread more tiles
     than it packs at once. Same integer sums, so equal up to float rounding; and within
     the activation quantization's bound of the exact product. On each ISA level with tiles
-    (the k-quants have their own AVX-512 tile layout)."""
+    (the k-quants have their own AVX-512 tile layout; on AVX-512 the 256-block types take
+    VNNI's strips of eight weight rows against sixteen activation rows from 17 rows: 17
+    leaves fifteen lanes of the second group empty, 300 ends inside one)."""
     rng = np.random.default_rng(13)
+    isa, vnni = path.removesuffix("-tiles"), not path.endswith("-tiles")
     cols = 1024 if rows < 1000 else 256
     packed = torch.from_numpy(weights(rng, gtype, rows, cols))
     x = torch.randn(n, cols)
     rowwise = product(packed, x, gtype, rows, isa=isa, tiles=False)
-    tiles = product(packed, x, gtype, rows, isa=isa)
+    tiles = product(packed, x, gtype, rows, isa=isa, vnni=vnni)
     torch.testing.assert_close(tiles, rowwise, rtol=1e-5, atol=1e-6 * float(rowwise.abs().max()))
     if 32 <= n <= K.gemv_max_rows:  # the tiles did run: they sum in another order than the row-wise dots
         assert not torch.equal(tiles, rowwise)
@@ -193,9 +203,31 @@ def test_amx_prompts_are_the_bfloat16_product(gtype, rows, n, cols):
     assert not torch.equal(got, product(packed, x, gtype, rows).double())  # the integer tiles: other sums
 
 
+@pytest.mark.parametrize("n", [17, 40, 300])
+@pytest.mark.parametrize("gtype", [GGMLType.Q1_0, GGMLType.Q2_0], ids=lambda t: t.name)
+def test_vnni_strips_take_the_sub_256_block_types(gtype, n):
+    """Q1_0 (blocks of 128) and Q2_0 (64) have no tiles: their prompts' rows went through
+    the row-wise dots on every CPU. On AVX-512 VNNI, matrices whose rows are whole
+    256-blocks take the strips (activations quantized per 256, so within that bound),
+    equal to the row-wise dots up to that quantization and faster (bench/weight_types.py)."""
+    if "avx512" not in ISAS:
+        pytest.skip("the VNNI strips are AVX-512 code; this CPU has no AVX-512")
+    rng = np.random.default_rng(21)
+    rows, cols = 37, 1024
+    packed = torch.from_numpy(weights(rng, gtype, rows, cols))
+    x = torch.randn(n, cols)
+    strips = product(packed, x, gtype, rows, isa="avx512")
+    rowwise = product(packed, x, gtype, rows, isa="avx512", vnni=False)
+    W = dequantize(packed.numpy(), gtype, (rows, cols)).astype(np.float64)
+    exact = x.double().numpy() @ W.T
+    assert np.all(np.abs(strips.numpy() - exact) <= activation_bound(W, x.double().numpy(), 256) * 1.001 + 1e-4)
+    assert np.all(np.abs(rowwise.numpy() - exact) <= activation_bound(W, x.double().numpy(), 32) * 1.001 + 1e-4)
+    assert not torch.equal(strips, rowwise)  # the strips ran: another activation quantization
+
+
 def test_a_float32_prefill_keeps_the_integer_tiles():
     """A model whose prefill dtype is float32 (GGUF_SERVE_PREFILL_DTYPE) keeps its prompts'
-    products off AMX's bfloat16: the integer tiles' bits."""
+    products off AMX's bfloat16: the integer products' bits (VNNI's strips on AVX-512)."""
     if not cpu.set_amx(True):
         pytest.skip(NO_AMX)
     rng = np.random.default_rng(5)

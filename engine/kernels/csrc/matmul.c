@@ -20,6 +20,7 @@ typedef struct {
     dotx8_fn dotx8;   /* eight activation rows at a time (AVX-512 VNNI, 32-block types), or NULL */
     const act32x8 *x8; /* the activation rows in groups of eight for dotx8: n_x / 8 groups of nb blocks */
     const uint16_t *xb; /* the activations as AMX's bfloat16 tiles where this matrix takes them, or NULL */
+    const uint8_t *xv;  /* the activations in VNNI's groups of 16 rows where this matrix takes them, or NULL */
 } mm_ctx;
 
 /* Row streams a thread walks at once: one sequential stream leaves the memory system
@@ -54,8 +55,8 @@ static void rows_streamed(dot_fn dot, const uint8_t *w, int64_t row_bytes, const
 }
 
 /* Per-thread scratch: the quantized activations in two formats, the tiles */
-static _Thread_local void *t_scratch[6];
-static _Thread_local size_t t_scratch_cap[6];
+static _Thread_local void *t_scratch[7];
+static _Thread_local size_t t_scratch_cap[7];
 
 static uint8_t *scratch(int i, size_t n) { return gc_grow(&t_scratch[i], &t_scratch_cap[i], n); }
 
@@ -77,6 +78,7 @@ static uint8_t *scratch(int i, size_t n) { return gc_grow(&t_scratch[i], &t_scra
 static int g_tiles = 1;
 static int g_x8 = 1;
 static int g_amx = 1;
+static int g_vnni = 1;
 
 /* use the tiles (1, the default) or the row-wise dots only (0); returns the setting */
 int gc_set_tiles(int on) {
@@ -88,6 +90,14 @@ int gc_set_tiles(int on) {
 int gc_set_x8(int on) {
     if (on >= 0) g_x8 = on != 0;
     return g_x8;
+}
+
+/* prompts (the tiles' row counts) of the 256-block types through arch/x86_vnni.c where
+ * AVX-512 VNNI runs and AMX does not take them (1, the default), or the tiles (0);
+ * returns the setting */
+int gc_set_vnni(int on) {
+    if (on >= 0) g_vnni = on != 0;
+    return g_vnni;
 }
 
 /* prompts (the tiles' row counts) in bfloat16 on AMX where the CPU has it and the type is
@@ -139,6 +149,11 @@ static int on_amx(int type, int64_t n_x, int64_t n_cols) {
     return t_amx != 0 && gc_isa() >= ISA_AVX512 && n_x >= TILE_MIN_ROWS && n_cols % 32 == 0 && gc_amx_takes(type);
 }
 
+/* whether n_x activation rows against this type take arch/x86_vnni.c (AMX aside) */
+static int on_vnni(int type, int64_t n_x, int64_t n_cols) {
+    return g_vnni && g_tiles && gc_isa() >= ISA_AVX512 && n_x >= TILE_MIN_ROWS && n_cols % 256 == 0 && vnni_type(type);
+}
+
 /* Tiles packed at a time, and the bytes of quantized activation rows that meet them in one
  * run: both together stay in L2 (Gemma 3 270M, 512 rows against its Q6_K 640 x 2048
  * ffn_down: 9.7 ms with all 512 rows, 1.2 MB of them, meeting each tile; 5.8 ms in runs). */
@@ -179,6 +194,13 @@ static void mm_task(void *vctx, int64_t start, int64_t end) {
         uint16_t *strip = (uint16_t *)scratch(4, 64 * (size_t)(c->n_cols + 32));
         if (strip) {
             amx_rows(type, c->w, c->row_bytes, c->n_cols, c->xb, c->n_x, c->y, c->y_stride, start, end, strip);
+            return;
+        }
+    }
+    if (c->xv) {
+        uint8_t *strip = scratch(4, vnni_strip_bytes(c->n_cols));
+        if (strip) {
+            vnni_rows(type, c->w, c->row_bytes, c->n_cols, c->xv, c->n_x, c->y, c->y_stride, start, end, strip);
             return;
         }
     }
@@ -317,15 +339,18 @@ int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64
     }
     const int64_t total = first[n];
     /* the bfloat16 tiles of x where a matrix takes AMX */
-    int amx[MAX_MULTI], any_amx = 0;
+    int amx[MAX_MULTI], any_amx = 0, vnni[MAX_MULTI], any_vnni = 0;
     const uint16_t *xb = NULL;
+    const uint8_t *xv = NULL;
     for (int m = 0; m < n; m++) {
 #ifdef GC_X86
         amx[m] = on_amx(types[m], n_x, n_cols);
+        vnni[m] = !amx[m] && on_vnni(types[m], n_x, n_cols);
 #else
-        amx[m] = 0;
+        amx[m] = vnni[m] = 0;
 #endif
         any_amx |= amx[m];
+        any_vnni |= vnni[m];
     }
 #ifdef GC_X86
     if (any_amx) {
@@ -339,7 +364,7 @@ int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64
     uint8_t *xq[3] = {NULL, NULL, NULL};
     size_t xq_bytes[3] = {0, 0, 0};
     for (int m = 0; m < n; m++) {
-        const int f = ks[m]->act256;
+        const int f = vnni[m] ? ACT256 : ks[m]->act256; /* VNNI's groups are made from act256 rows */
         if (xq[f] || amx[m]) continue;
         xq_bytes[f] = act_row_bytes(ks[m], n_cols);
         if (f == ACT_F32) { /* float32 as given */
@@ -351,6 +376,14 @@ int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64
         q_ctx qc = {x, n_cols, xq[f], xq_bytes[f], f};
         gc_parallel_for(n_threads, n_x, 1, quant_task, &qc);
     }
+#ifdef GC_X86
+    if (any_vnni) {
+        uint8_t *p = scratch(6, vnni_act_bytes(n_x, n_cols));
+        if (!p) return GC_NO_MEMORY;
+        vnni_act_pack(xq[ACT256], xq_bytes[ACT256], n_x, n_cols, p, n_threads);
+        xv = p;
+    }
+#endif
     /* eight rows at a time where AVX-512 VNNI has a dot for it: the act32 rows regrouped once */
     const act32x8 *x8 = NULL;
 #ifdef GC_X86
@@ -372,7 +405,8 @@ int gc_mul_mat_multi(int n, const int *types, const void *const *ws, const int64
         if (x8 && !k->rows8 && k->act256 == ACT32) dx8 = dotx8_for(k->type);
 #endif
         mats[m] = (mm_ctx){k, pick(k), ws[m], (int64_t)(nb * k->bytes), n_rows[m], n_cols, n_x, xq[k->act256],
-                           xq_bytes[k->act256], y + first[m], total, pick4(k), pick8(k), dx8, x8, amx[m] ? xb : NULL};
+                           xq_bytes[k->act256], y + first[m], total, pick4(k), pick8(k), dx8, x8, amx[m] ? xb : NULL,
+                           vnni[m] ? xv : NULL};
     }
     multi_ctx mc = {n, mats, first};
     int64_t chunk = total / (8 * (n_threads > 0 ? n_threads : 1));

@@ -17,7 +17,7 @@ KERNEL_CHOICES = ("reference", "hub", "cpu", "triton")
 PREFILL_DTYPES = ("float32", "bfloat16")
 VISION_DTYPES = ("float32", "bfloat16")
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")  # KV cache rows (engine.kv_rows)
-POOLING_CHOICES = ("none", "mean", "cls", "last")  # llama-server's --pooling (none: every token's vector)
+POOLING_CHOICES = ("none", "mean", "cls", "last", "rank")  # llama-server's --pooling (none: every token's vector)
 
 # Literal[tuple] is Literal of the tuple's items: the types follow the tuples
 DeviceChoice = Literal[DEVICE_CHOICES]  # type: ignore[valid-type]

@@ -213,6 +213,35 @@ def _wpm(reader: GGUFReader, tokens, types) -> tuple[Tokenizer, bool]:
     return tok, True
 
 
+def _ugm(reader: GGUFReader, tokens, types) -> tuple[Tokenizer, bool]:
+    """A SentencePiece Unigram vocabulary (tokenizer.ggml.model "t5": XLM-RoBERTa's, so
+    bge-m3, multilingual-e5 and bge-reranker's, and T5's) as llama.cpp reads it: the text
+    through the file's precompiled normalization (SentencePiece's charsmap, NFKC for the
+    usual ones), runs of spaces merged and the ends' dropped where the file says so
+    (remove_extra_whitespaces), a ▁ before the text (add_space_prefix, or always when
+    merging), spaces as ▁; then the pieces of the highest summed score (Viterbi), a
+    character no piece covers as the unknown token (consecutive ones as one)."""
+    md = reader.metadata
+    scores = md.get(Keys.TOKENIZER_SCORES) or [0.0] * len(tokens)
+    unk_id = md.get(Keys.TOKENIZER_UNK_ID)
+    if not isinstance(unk_id, int) or not 0 <= unk_id < len(tokens):
+        unk_id = next((i for i, t in enumerate(types) if t == UNKNOWN), None)
+    tok = Tokenizer(models.Unigram([(t, float(s)) for t, s in zip(tokens, scores)], unk_id=unk_id, byte_fallback=False))
+    norms = []
+    charsmap = md.get(Keys.TOKENIZER_PRECOMPILED_CHARSMAP)
+    if charsmap:
+        norms.append(normalizers.Precompiled(bytes(bytearray(int(b) & 0xFF for b in charsmap))))
+    merge = bool(md.get(Keys.TOKENIZER_REMOVE_EXTRA_WS, False))
+    if merge:
+        norms += [normalizers.Replace(Regex("^ +| +$"), ""), normalizers.Replace(Regex(" {2,}"), " ")]
+    if norms:
+        tok.normalizer = normalizers.Sequence(norms)
+    prepend = "always" if merge or md.get(Keys.TOKENIZER_ADD_SPACE_PREFIX, False) else "never"
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=prepend, split=False)
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme=prepend, split=False)
+    return tok, False
+
+
 # the longest token a vocabulary may hold (real ones: at most a few hundred characters of whitespace or code); a
 # 16 MiB one cost 1.4 GiB to build into the tokenizer
 MAX_TOKEN_CHARS = 1 << 16
@@ -238,9 +267,11 @@ def load_tokenizer(reader: GGUFReader, cache_dir: str | None = None) -> PreTrain
         tok, default_bos = _gemma4(reader, tokens, types)
     elif kind == "bert":
         tok, default_bos = _wpm(reader, tokens, types)
+    elif kind == "t5":
+        tok, default_bos = _ugm(reader, tokens, types)
     else:
         raise TokenizerError(f"{reader.path}: tokenizer model {kind!r} is not supported (supported: llama, gpt2, "
-                             "gemma4, bert)")
+                             "gemma4, bert, t5)")
     specials = [AddedToken(tokens[i], special=True, normalized=False) for i, t in enumerate(types) if t == CONTROL]
     users = [AddedToken(tokens[i], special=False, normalized=False) for i, t in enumerate(types) if t == USER_DEFINED]
     tok.add_special_tokens(specials)
@@ -253,13 +284,16 @@ def load_tokenizer(reader: GGUFReader, cache_dir: str | None = None) -> PreTrain
 
     add_bos = (kind == "gemma4" or bool(reader.metadata.get(Keys.TOKENIZER_ADD_BOS, default_bos))) \
         and token(Keys.TOKENIZER_BOS_ID) is not None
-    add_eos = bool(reader.metadata.get(Keys.TOKENIZER_ADD_EOS, False)) and token(Keys.TOKENIZER_EOS_ID) is not None
+    add_eos = bool(reader.metadata.get(Keys.TOKENIZER_ADD_EOS, kind == "t5")) and token(Keys.TOKENIZER_EOS_ID) is not None
+    add_sep = bool(reader.metadata.get(Keys.TOKENIZER_ADD_SEP, kind == "bert")) and token(Keys.TOKENIZER_SEP_ID) is not None
     return GgufTokenizer(
         tok,
         bos_token=token(Keys.TOKENIZER_BOS_ID),
         eos_token=token(Keys.TOKENIZER_EOS_ID),
         unk_token=token(Keys.TOKENIZER_UNK_ID),
         pad_token=token(Keys.TOKENIZER_PAD_ID),
+        sep_token=token(Keys.TOKENIZER_SEP_ID),
+        add_sep=add_sep,
         add_bos_token=add_bos,
         add_eos_token=add_eos,
         clean_up_tokenization_spaces=False,
@@ -270,9 +304,10 @@ class GgufTokenizer(PreTrainedTokenizerFast):
     """A transformers fast tokenizer over a `tokenizers.Tokenizer` built here (taken
     as is: the base class would deep-copy a 262k vocabulary for nothing)."""
 
-    def __init__(self, backend: Tokenizer, **kwargs):
+    def __init__(self, backend: Tokenizer, add_sep: bool = False, **kwargs):
         self._tokenizer = backend
         super().__init__(**kwargs)
+        self.add_sep = add_sep  # llama.cpp's add_sep: a reranker's SEP between query and document
         self.added_ids = frozenset(self.added_tokens_decoder)  # control and user-defined tokens
 
 

@@ -312,6 +312,10 @@ class Keys:
     TOKENIZER_UNK_ID = "tokenizer.ggml.unknown_token_id"
     TOKENIZER_ADD_BOS = "tokenizer.ggml.add_bos_token"
     TOKENIZER_ADD_EOS = "tokenizer.ggml.add_eos_token"
+    TOKENIZER_ADD_SEP = "tokenizer.ggml.add_sep_token"
+    TOKENIZER_SEP_ID = "tokenizer.ggml.seperator_token_id"  # sic: llama.cpp's spelling
+    TOKENIZER_REMOVE_EXTRA_WS = "tokenizer.ggml.remove_extra_whitespaces"
+    TOKENIZER_PRECOMPILED_CHARSMAP = "tokenizer.ggml.precompiled_charsmap"
     TOKENIZER_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"  # a WordPiece ("bert") vocabulary's text lowercased
     TOKENIZER_ADD_SPACE_PREFIX = "tokenizer.ggml.add_space_prefix"
     TOKENIZER_EOT_ID = "tokenizer.ggml.eot_token_id"

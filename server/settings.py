@@ -176,8 +176,9 @@ class ServerSettings(BaseSettings):
     chat_template_file: Optional[str] = Field(default=None, description=(
         "read the chat template (Jinja) from this file"))
     pooling: Optional[PoolingChoice] = Field(default=None, description=(
-        "serve the models as embedding models pooled this way (mean, cls, last), as llama-server's --embedding "
-        "--pooling (default: each file's own pooling type; a generative file generates)"))
+        "serve the models as embedding models pooled this way (mean, cls, last), or as rerankers (rank), as "
+        "llama-server's --embedding --pooling (default: each file's own pooling type, a BERT-family file with a "
+        "classification head a reranker; a generative file generates)"))
     access_log: bool = Field(default=False, description=(
         "log each request (client, method, path, status), as uvicorn's access log"))
     sse_ping_interval: float = Field(default=5.0, ge=0, description=(

@@ -49,3 +49,28 @@ def llama_cpp_embeddings(path: str, texts: list[str]) -> list[tuple[list[int], t
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     return [(ids, torch.tensor(vec)) for ids, vec in json.loads(p.stdout)]
+
+
+LLAMA_CPP_RANK = """
+import sys, json, llama_cpp
+m = llama_cpp.Llama(model_path=sys.argv[1], embedding=True, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_RANK, n_ctx=256,
+                    n_batch=256, n_ubatch=256, n_threads=1, verbose=False)
+scores = []
+for ids in json.loads(sys.argv[2]):
+    m._batch.reset()
+    m._batch.add_sequence(ids, 0, True)
+    m._ctx.kv_cache_clear()
+    m._ctx.decode(m._batch)
+    scores.append(llama_cpp.llama_get_embeddings_seq(m._ctx.ctx, 0)[0])
+print(json.dumps({"scores": scores, "tokenize": [m.tokenize(t.encode()) for t in json.loads(sys.argv[3])]}))
+"""
+
+
+def llama_cpp_rank(path: str, inputs: list[list[int]], texts: list[str] = ()) -> tuple[list[float], list[list[int]]]:
+    """A reranker's score (its classification head's first output, --pooling rank) for each
+    input of token ids as llama.cpp computes it, and the token ids it gives each of `texts`."""
+    p = subprocess.run([sys.executable, "-c", LLAMA_CPP_RANK, path, json.dumps(inputs), json.dumps(list(texts))],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout)
+    return out["scores"], out["tokenize"]

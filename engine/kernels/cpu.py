@@ -164,7 +164,7 @@ def set_amx(on: bool | None = None) -> bool:
 
 def set_vnni(on: bool) -> None:
     """Prompt-sized matmuls of the 256-block types that AMX does not take through
-    arch/x86_vnni.c's VPDPBUSD strips where the CPU has AVX-512 VNNI (the default) or
+    arch/x86_strips.c's VPDPBUSD strips where the CPU has AVX-512 VNNI (the default) or
     through the integer tiles (for tests and comparisons)."""
     load().gc_set_vnni(int(bool(on)))
 

@@ -1,5 +1,9 @@
-"""bert (BERT encoders as llama.cpp's converter writes them, conversion/bert.py BertModel:
-BGE, all-MiniLM, and the other sentence-transformers embedders of that family). Each
+"""bert (BERT encoders as llama.cpp's converter writes them, conversion/bert.py BertModel and
+XLMRobertaModel: BGE, all-MiniLM and the other sentence-transformers embedders of that
+family; bge-m3 and multilingual-e5 (XLM-RoBERTa, its position table cut past the padding
+offset by the converter, a SentencePiece Unigram vocabulary); and their cross-encoders,
+bge-reranker and the BertForSequenceClassification ones, reranking through their
+classification head, models.pooling). Each
 token's input is its embedding plus its position's (`position_embd`) and the first token
 type's (`token_types`; llama.cpp passes type 0 throughout), through a LayerNorm
 (`token_embd_norm`). Every layer is post-norm: x = LN(x + attn(x)) (`attn_output_norm`),
@@ -29,7 +33,10 @@ ARCHITECTURE = "bert"
 class Params(TextParams):
     @staticmethod
     def read(m: Metadata, c: dict) -> dict:
-        return dict(eps=float(m.get(Keys.LAYERNORM_EPS, 1e-12)))
+        # a cross-encoder (BertForSequenceClassification, XLMRobertaForSequenceClassification) names no
+        # pooling (llama-server is told --reranking): its classification head makes it a reranker
+        ranks = c.get("pooling") is None and (m.has_tensor("cls.output.weight") or m.has_tensor("cls.weight"))
+        return dict(eps=float(m.get(Keys.LAYERNORM_EPS, 1e-12)), pooling="rank" if ranks else c.get("pooling"))
 
 
 class Norm:

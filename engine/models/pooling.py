@@ -1,8 +1,10 @@
 """What follows the trunk in an embedding or reranking file (a file with a
 `{arch}.pooling_type`, read into TextParams.pooling): each sequence's pooling (mean, CLS,
 last token; `rank` for rerankers), then EmbeddingGemma's dense projections (dense_2,
-dense_3) or a reranker's classifier (cls.output, Qwen3-Reranker's yes/no rows, whose
-softmax's first is the score, as llama.cpp's). engine.embed runs it over a batch."""
+dense_3) or a reranker's classification head as llama.cpp builds it: RoBERTa's dense
+layer and tanh (`cls`, bge-reranker), then the projection to the labels (`cls.output`:
+BertForSequenceClassification's classifier, Qwen3-Reranker's yes/no rows, whose
+softmax's first is the score). engine.embed runs it over a batch."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ class PoolingHead:
     dense: list  # linear layers applied in order after pooling (EmbeddingGemma's dense_2, dense_3)
     classifier: object = None  # rerankers: cls.output (labels x hidden)
     softmax: bool = False  # the classifier's outputs as probabilities (Qwen3-Reranker)
+    dense_tanh: object = None  # rerankers with RoBERTa's head: cls (hidden x hidden), then tanh
 
     @classmethod
     def build(cls, p: TextParams, w: Weights) -> "PoolingHead | None":
@@ -33,13 +36,20 @@ class PoolingHead:
         for name, out in p.pool_dense:
             dense.append(w.linear(f"{name}.weight", out, width, bias=f"{name}.bias"))
             width = out
-        classifier = None
+        classifier = head = None
         if p.pooling == "rank":
-            if not w.has("cls.output.weight"):
-                raise WeightError(f"{w.reader.path}: a rank (reranker) file needs its classifier, cls.output.weight")
-            labels = w.info("cls.output.weight").shape[0]
-            classifier = w.linear("cls.output.weight", labels, width, bias="cls.output.bias")
-        return cls(p.pooling, dense, classifier, softmax=p.pooling == "rank" and p.rank_softmax)
+            if not w.has("cls.output.weight") and not w.has("cls.weight"):
+                raise WeightError(f"{w.reader.path}: a rank (reranker) file needs its classifier, cls.output.weight "
+                                  "or cls.weight")
+            if w.has("cls.weight"):
+                out = w.info("cls.weight").shape[0]
+                head = w.linear("cls.weight", out, width, bias="cls.bias" if w.has("cls.bias") else None)
+                width = out
+            if w.has("cls.output.weight"):
+                labels = w.info("cls.output.weight").shape[0]
+                classifier = w.linear("cls.output.weight", labels, width,
+                                      bias="cls.output.bias" if w.has("cls.output.bias") else None)
+        return cls(p.pooling, dense, classifier, softmax=p.pooling == "rank" and p.rank_softmax, dense_tanh=head)
 
     def pool(self, hidden: torch.Tensor, causal: bool) -> torch.Tensor:
         """One sequence's pooled vector from its tokens' outputs (n, hidden)."""
@@ -53,6 +63,8 @@ class PoolingHead:
         x = pooled
         for layer in self.dense:
             x = layer(x)
+        if self.dense_tanh is not None:
+            x = torch.tanh(self.dense_tanh(x).float())
         if self.classifier is not None:
             x = self.classifier(x).float()
             return torch.softmax(x, -1) if self.softmax else x

@@ -133,7 +133,8 @@ class EmbeddingsServing:
 def _rerank_inputs(lm, query: str, documents: list[str]) -> list[list[int]]:
     """Each (query, document) pair as the file's "rerank" template writes it (Qwen3-Reranker's,
     as llama.cpp's converter stores it), else as llama-server pairs them: BOS query EOS SEP
-    document EOS."""
+    document EOS, each mark where the file's tokenizer adds it (EOS falling back to SEP):
+    XLM-R's <s> q </s> d </s>, BERT's [CLS] q [SEP] d [SEP]."""
     tok = lm.tokenizer
     template = lm.gguf.metadata.get("tokenizer.chat_template.rerank")
     out = []
@@ -143,6 +144,9 @@ def _rerank_inputs(lm, query: str, documents: list[str]) -> list[list[int]]:
             continue
         q = tok.backend_tokenizer.encode(query, add_special_tokens=False).ids
         d = tok.backend_tokenizer.encode(doc, add_special_tokens=False).ids
-        bos, eos, sep = tok.bos_token_id, tok.eos_token_id, tok.sep_token_id
-        out.append([t for t in ([bos] + q + [eos, sep] + d + [eos]) if t is not None])
+        eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
+        bos = [tok.bos_token_id] if tok.add_bos_token and tok.bos_token_id is not None else []
+        end = [eos] if tok.add_eos_token and eos is not None else []
+        sep = [tok.sep_token_id] if getattr(tok, "add_sep", False) and tok.sep_token_id is not None else []
+        out.append(bos + q + end + sep + d + end)
     return out

@@ -113,7 +113,7 @@ TILED = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q4_0, GGMLType.Q4
 
 
 # the tiles' code paths: each ISA level with tiles; on AVX-512 the 256-block types take
-# arch/x86_vnni.c's strips unless they are turned off ("avx512-tiles")
+# arch/x86_strips.c's strips unless they are turned off ("avx512-tiles")
 TILE_PATHS = [i for i in ISAS if i != "scalar"] + (["avx512-tiles"] if "avx512" in ISAS else [])
 
 
@@ -127,8 +127,9 @@ def test_tiles_equal_the_row_wise_dots(gtype, rows, n, path):
     than it packs at once. Same integer sums, so equal up to float rounding; and within
     the activation quantization's bound of the exact product. On each ISA level with tiles
     (the k-quants have their own AVX-512 tile layout; on AVX-512 the 256-block types take
-    VNNI's strips of eight weight rows against sixteen activation rows from 17 rows: 17
-    leaves fifteen lanes of the second group empty, 300 ends inside one)."""
+    VNNI's strips of eight weight rows against sixteen activation rows from 17 rows, F16
+    and BF16 float strips from 24: 17 leaves fifteen lanes of the second group empty, 300
+    ends inside one, 43 weight rows end in a strip of three)."""
     rng = np.random.default_rng(13)
     isa, vnni = path.removesuffix("-tiles"), not path.endswith("-tiles")
     cols = 1024 if rows < 1000 else 256

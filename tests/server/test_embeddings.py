@@ -18,10 +18,12 @@ import torch.nn.functional as F
 
 from converter import convert_with_vocab
 from gguf_serve.engine import encode, load_model
-from gguf_serve.engine.embed import embed
+from gguf_serve.engine.embed import embed, rank
+from gguf_serve.server.embeddings.serving import _rerank_inputs
 from server_harness import THINKING_TEMPLATE, server
 from tiny_bert import tiny_bert
 from tiny_models import YES_NO, tiny_chat_model, tiny_embedding_model
+from tiny_xlmr import tiny_xlmr
 
 TEXTS = ["hello world", "the dog ran far away from the world", "a", "world " * 10]
 
@@ -179,3 +181,36 @@ def test_a_bert_embedder_over_the_openai_client(tmp_path):
         assert r.usage.prompt_tokens == sum(len(i) for i in ids)
         for item, vec in zip(r.data, expected):
             assert float(F.cosine_similarity(torch.tensor(item.embedding), vec, dim=0)) > 0.9999
+
+
+def test_xlmr_embedder_and_reranker_over_http(tmp_path):
+    """bge-m3- and bge-reranker-shaped files (XLM-RoBERTa, a SentencePiece Unigram
+    vocabulary) as the converter writes them, served from one folder: /v1/embeddings gives
+    the engine's vectors, /v1/rerank the engine's scores of llama-server's query-document
+    pairs, best first."""
+    emb, _, _ = tiny_xlmr(tmp_path / "emb", "cls")
+    ranker, _, _ = tiny_xlmr(tmp_path / "rank", "rank")
+    models = tmp_path / "models"
+    models.mkdir()
+    convert_with_vocab(emb, models / "bge-m3-tiny.gguf", "f32")
+    convert_with_vocab(ranker, models / "bge-reranker-tiny.gguf", "f32")
+    texts = ["Paris is the capital of France.", "Ein schneller Fuchs ＡＢＣ"]
+    lm = load_model(str(models / "bge-m3-tiny.gguf"), device="cpu")
+    expected = embed(lm, [encode(lm.tokenizer, t) for t in texts])
+    rl = load_model(str(models / "bge-reranker-tiny.gguf"), device="cpu")
+    docs = ["Berlin is the capital of Germany.", "Paris is the capital of France.", "The quick brown fox."]
+    scores = rank(rl, _rerank_inputs(rl, "What is the capital of France?", docs))
+    with server(str(models), "--max-loaded", "2") as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x")
+        r = client.embeddings.create(model="bge-m3-tiny.gguf", input=texts)
+        for item, vec in zip(r.data, expected):
+            assert float(F.cosine_similarity(torch.tensor(item.embedding), vec, dim=0)) > 0.9999
+        r = httpx.post(f"{url}/v1/rerank", json={"model": "bge-reranker-tiny.gguf", "query": "What is the capital of "
+                                                 "France?", "documents": docs}, timeout=60)
+        assert r.status_code == 200, r.text
+        results = r.json()["results"]
+        assert [x["index"] for x in results] == sorted(range(3), key=lambda j: -float(scores[j]))
+        for x in results:
+            assert abs(x["relevance_score"] - float(scores[x["index"]])) < 1e-4
+        r = httpx.post(f"{url}/v1/rerank", json={"model": "bge-m3-tiny.gguf", "query": "q", "documents": ["d"]})
+        assert r.status_code == 400 and "is an embedding model: use /v1/embeddings" in r.text

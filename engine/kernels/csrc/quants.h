@@ -216,7 +216,7 @@ GC_HIDDEN size_t amx_act_bytes(int64_t n_x, int64_t n_cols);
 GC_HIDDEN void amx_act_pack(const float *x, int64_t n_x, int64_t n_cols, uint16_t *xb, int n_threads);
 GC_HIDDEN void amx_rows(int type, const uint8_t *w, int64_t row_bytes, int64_t n_cols, const uint16_t *xb, int64_t n_x,
                         float *y, int64_t y_stride, int64_t start, int64_t end, uint16_t *strip);
-/* arch/x86_vnni.c: prompts of the 256-block types on AVX-512 VNNI (weights in strips of 8
+/* arch/x86_strips.c: prompts of the 256-block types on AVX-512 VNNI (weights in strips of 8
  * rows, activations in groups of 16 rows) */
 GC_HIDDEN int vnni_type(int type);
 GC_HIDDEN size_t vnni_act_bytes(int64_t n_x, int64_t n_cols);
@@ -224,6 +224,13 @@ GC_HIDDEN void vnni_act_pack(const uint8_t *xq, size_t row_bytes, int64_t n_x, i
 GC_HIDDEN size_t vnni_strip_bytes(int64_t n_cols);
 GC_HIDDEN void vnni_rows(int type, const uint8_t *w, int64_t row_bytes, int64_t n_cols, const uint8_t *xv, int64_t n_x,
                          float *y, int64_t y_stride, int64_t start, int64_t end, uint8_t *strip);
+/* ... and F16 / BF16 in float32 (activations transposed in groups of 16 rows) */
+GC_HIDDEN int fstrip_type(int type);
+GC_HIDDEN size_t fstrip_act_bytes(int64_t n_x, int64_t n_cols);
+GC_HIDDEN void fstrip_act_pack(const float *x, int64_t n_x, int64_t n_cols, float *xf, int n_threads);
+GC_HIDDEN size_t fstrip_bytes(int64_t n_cols);
+GC_HIDDEN void fstrip_rows(int type, const uint8_t *w, int64_t row_bytes, int64_t n_cols, const float *xf, int64_t n_x,
+                           float *y, int64_t y_stride, int64_t start, int64_t end, float *strip);
 #elif defined(GC_NEON)
 /* arch/arm.c: NEON */
 #define GC_NEON_DOT(t) GC_HIDDEN float dot_##t##_neon(const void *vw, const void *vx, int nb);

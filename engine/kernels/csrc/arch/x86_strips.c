@@ -1,5 +1,8 @@
-/* Prompt-sized products on AVX-512 VNNI without AMX (Zen 4 / Zen 5, Ice Lake, and AMX
- * CPUs with a float32 prefill): the 256-block types' weight rows unpacked eight at a time
+/* Prompt-sized products on AVX-512 without AMX (Zen 4 / Zen 5, Ice Lake, and AMX CPUs with
+ * a float32 prefill), weight rows in strips of eight met by activation rows sixteen to a
+ * vector (a lane each), so that nothing is summed across lanes.
+ *
+ * Integer strips (VNNI): the 256-block types' weight rows unpacked eight at a time
  * to signed bytes with a float scale per run of 16 or 32 (and a minimum where the type
  * has one), the activation rows (act256) regrouped once per call sixteen to a vector, one
  * 4-byte lane per row (the bytes + 128, unsigned), so that each VPDPBUSD takes four
@@ -18,6 +21,13 @@
 #include "../iq.h"
 
 #ifdef GC_X86
+
+/* Float strips (F16, BF16): the eight rows converted once to float32, a record per 16
+ * columns ([row][16]); the activation rows transposed once per call (column k of sixteen
+ * rows a vector); each weight broadcast from the record meets two such vectors in two
+ * fused multiply-adds, sixteen accumulators in all: the FMA units' peak, against the
+ * four-by-four float tiles' 48 % (their horizontal sums and weights reloaded per pair of
+ * activation rows). */
 
 /* weights per run (the scale's reach) and whether the type has a minimum; 0: not taken */
 static int vnni_sub(int type) {
@@ -260,6 +270,101 @@ void vnni_rows(int type, const uint8_t *w, int64_t row_bytes, int64_t n_cols, co
                 float *yr = y + (16 * g + l) * y_stride + r0;
                 for (int t = 0; t < n; t++) yr[t] = o[t][l];
             }
+        }
+    }
+}
+
+/* ---- float strips */
+int fstrip_type(int type) { return type == T_F16 || type == T_BF16; }
+
+size_t fstrip_act_bytes(int64_t n_x, int64_t n_cols) { return (size_t)((n_x + 15) / 16) * (size_t)n_cols * 64; }
+
+typedef struct {
+    const float *x;
+    int64_t n_x, n_cols;
+    float *xf;
+} fact_ctx;
+
+static void fact_task(void *vctx, int64_t start, int64_t end) {
+    const fact_ctx *c = vctx;
+    const int64_t K = c->n_cols;
+    for (int64_t g = start; g < end; g++) {
+        float *o = c->xf + g * K * 16;
+        for (int l = 0; l < 16; l++) {
+            const int64_t r = 16 * g + l;
+            const float *x = r < c->n_x ? c->x + r * K : NULL;
+            for (int64_t k = 0; k < K; k++) o[16 * k + l] = x ? x[k] : 0.f;
+        }
+    }
+}
+
+void fstrip_act_pack(const float *x, int64_t n_x, int64_t n_cols, float *xf, int n_threads) {
+    fact_ctx c = {x, n_x, n_cols, xf};
+    gc_parallel_for(n_threads, (n_x + 15) / 16, 1, fact_task, &c);
+}
+
+size_t fstrip_bytes(int64_t n_cols) { return (size_t)n_cols * 8 * sizeof(float); }
+
+/* weight row t of the strip (records of 16 columns, [row][16]) from an F16 or BF16 row */
+AVX512 static void funpack_row(int type, const uint16_t *w, int64_t K, float *strip, int t) {
+    for (int64_t c = 0; c < K / 16; c++) {
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(w + 16 * c));
+        const __m512 v = type == T_F16 ? _mm512_cvtph_ps(h)
+                                       : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        _mm512_storeu_ps(strip + 128 * c + 16 * t, v);
+    }
+}
+
+/* out[j][t][l] = strip row t · row l of activation group j, for G groups (1 or 2) */
+AVX512 static inline __attribute__((always_inline)) void fmicro(const float *strip, int64_t K, const float *x0,
+                                                               const float *x1, float out[2][8][16], const int G,
+                                                               const uint8_t *next) {
+    __m512 acc[2][8];
+    for (int j = 0; j < G; j++)
+        for (int t = 0; t < 8; t++) acc[j][t] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < K / 16; c++, strip += 128, x0 += 256, x1 += 256) {
+        if (next) /* the next strip's rows (8 x 2K bytes) from memory meanwhile: 256 bytes per 16 columns */
+            for (int l = 0; l < 4; l++) _mm_prefetch((const char *)next + 256 * c + 64 * l, _MM_HINT_T1);
+        for (int kk = 0; kk < 16; kk++) {
+            const __m512 a0 = _mm512_loadu_ps(x0 + 16 * kk);
+            const __m512 a1 = G == 2 ? _mm512_loadu_ps(x1 + 16 * kk) : a0;
+            for (int t = 0; t < 8; t++) {
+                const __m512 w = _mm512_set1_ps(strip[16 * t + kk]);
+                acc[0][t] = _mm512_fmadd_ps(a0, w, acc[0][t]);
+                if (G == 2) acc[1][t] = _mm512_fmadd_ps(a1, w, acc[1][t]);
+            }
+        }
+    }
+    for (int j = 0; j < G; j++)
+        for (int t = 0; t < 8; t++) _mm512_storeu_ps(out[j][t], acc[j][t]);
+}
+
+AVX512 static void fmicro1(const float *s, int64_t K, const float *x0, float out[2][8][16], const uint8_t *next) {
+    fmicro(s, K, x0, x0, out, 1, next);
+}
+AVX512 static void fmicro2(const float *s, int64_t K, const float *x0, const float *x1, float out[2][8][16],
+                           const uint8_t *next) {
+    fmicro(s, K, x0, x1, out, 2, next);
+}
+
+void fstrip_rows(int type, const uint8_t *w, int64_t row_bytes, int64_t n_cols, const float *xf, int64_t n_x, float *y,
+                 int64_t y_stride, int64_t start, int64_t end, float *strip) {
+    const int64_t K = n_cols, groups = (n_x + 15) / 16;
+    for (int64_t r0 = start; r0 < end; r0 += 8) {
+        const int n = end - r0 < 8 ? (int)(end - r0) : 8;
+        if (n < 8) memset(strip, 0, fstrip_bytes(K));
+        for (int t = 0; t < n; t++) funpack_row(type, (const uint16_t *)(w + (r0 + t) * row_bytes), K, strip, t);
+        for (int64_t g = 0; g < groups; g += 2) {
+            float o[2][8][16];
+            const int G = g + 1 < groups ? 2 : 1;
+            const uint8_t *next = g == 0 && r0 + 16 <= end ? w + (r0 + 8) * row_bytes : NULL;
+            if (G == 2) fmicro2(strip, K, xf + g * K * 16, xf + (g + 1) * K * 16, o, next);
+            else fmicro1(strip, K, xf + g * K * 16, o, next);
+            for (int j = 0; j < G; j++)
+                for (int l = 0; l < 16 && 16 * (g + j) + l < n_x; l++) {
+                    float *yr = y + (16 * (g + j) + l) * y_stride + r0;
+                    for (int t = 0; t < n; t++) yr[t] = o[j][t][l];
+                }
         }
     }
 }

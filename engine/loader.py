@@ -267,7 +267,9 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
         model = arch.build(params, weights, settings.ops_for(dev))
     weights.release_copies()
     specs = model.cache_specs()
-    half = DEFAULT_CACHE_TYPE.get(dtype)
+    # an encoder's keys and values (both ways: BERT's family, EmbeddingGemma) stay in the compute dtype:
+    # llama.cpp computes them without a cache, in float32 (in f16 rows nomic-bert's vectors moved by 1e-3)
+    half = None if model.both_ways else DEFAULT_CACHE_TYPE.get(dtype)
     types = kv_types(dtype, cfg.cache_type_k or half, cfg.cache_type_v or half)
     if any(t.quantized for t in types) and dev.type != "cpu":
         raise ValueError(f"cache types {types[0].name}/{types[1].name}: a quantized KV cache runs on CPU only "

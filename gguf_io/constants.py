@@ -224,6 +224,7 @@ class Keys:
     DENSE_FEAT_IN = "{arch}.{dense}_feat_in"  # EmbeddingGemma's projections after pooling (dense_2, dense_3)
     DENSE_FEAT_OUT = "{arch}.{dense}_feat_out"
     CLASSIFIER_OUTPUT_LABELS = "{arch}.classifier.output_labels"
+    HIDDEN_ACTIVATION = "{arch}.hidden_activation"  # ModernBERT's feed-forward activation (gelu, silu)
     FEED_FORWARD_LENGTH = "{arch}.feed_forward_length"
     EXPERT_COUNT = "{arch}.expert_count"
     EXPERT_USED_COUNT = "{arch}.expert_used_count"

@@ -194,7 +194,7 @@ class CpuOps(TorchOps):
             native = memo["native_attention"] = (mode, batch.slots.data_ptr(), batch.positions.data_ptr(),
                                                  _kv_end(batch).data_ptr())
         attend, slots, pos, kv_end = native
-        if attend == ATTEND_TILES and spec.head_dim % 16:
+        if (attend == ATTEND_TILES and spec.head_dim % 16) or spec.alibi is not None:
             attend = ATTEND_TORCH
         t, hd = qkv.shape[0], spec.n_heads * spec.head_dim
         cos, sin = spec.rope.tables(batch)
@@ -210,7 +210,7 @@ class CpuOps(TorchOps):
         q = qkv[:, :layer.k_off].reshape(t, h, -1)[..., :d]
         kbuf, vbuf = cache.kv(spec.layer)
         o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[spec.layer], spec.window, spec.scale,
-                           spec.softcap, spec.media_both_ways, spec.sinks, cache.types).reshape(t, hd)
+                           spec.softcap, spec.media_both_ways, spec.sinks, cache.types, alibi=spec.alibi).reshape(t, hd)
         if spec.gated:
             o = o * torch.sigmoid(qkv[:, :layer.k_off].reshape(t, h, 2 * d)[..., d:].reshape(t, hd))
         return o

@@ -132,20 +132,22 @@ class TorchOps:
             k = self.rope(k, cos, sin, spec.rope.neox)
             self.kv_write(kbuf, vbuf, k, v, batch.slots, cache.cells(spec.layer, batch), cache.types)
         o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[spec.layer], spec.window, spec.scale, spec.softcap,
-                           spec.media_both_ways, spec.sinks, cache.types)
+                           spec.media_both_ways, spec.sinks, cache.types, alibi=spec.alibi)
         o = o.reshape(t, h * d)
         return o if gate is None else o * torch.sigmoid(gate.reshape(t, h * d))
 
     def attention(self, q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, batch: Batch, n_cells: int,
                   window: int, scale: float, softcap: float | None = None, media_both_ways: bool = False,
-                  sinks: torch.Tensor | None = None, types: tuple[KVType, KVType] | None = None) -> torch.Tensor:
+                  sinks: torch.Tensor | None = None, types: tuple[KVType, KVType] | None = None,
+                  alibi: torch.Tensor | None = None) -> torch.Tensor:
         """Causal attention of q (T, heads, head_dim) over each sequence's cached keys
         and values (already written; rows of `types`, by default the buffers' dtypes),
         grouped-query, optionally within a window of
         `window` positions (the query's own included) and with tanh soft-capping. With
         `media_both_ways`, an image's tokens (batch.media_spans) also see each other's
         later ones (Gemma 3). `sinks` (heads,): per head a logit that joins each softmax
-        with no value (gpt-oss)."""
+        with no value (gpt-oss). `alibi` (heads,): ALiBi's slopes, each score less the
+        slope times the key's distance from the query (jina-bert-v2, both ways)."""
         out = torch.empty_like(q)
         for s in batch.seqs:
             qs = q[s.start:s.start + s.n].transpose(0, 1)[None]  # (1, H, n, D)
@@ -156,6 +158,10 @@ class TorchOps:
                 ks, vs = self.from_rows(ks, types[0], d, q.dtype), self.from_rows(vs, types[1], d, q.dtype)
             ks, vs = ks[None], vs[None]
             mask = self._mask(batch, s, n_cells, window, batch.media_spans.get(s.slot) if media_both_ways else None)
+            if alibi is not None:  # distances as a float mask, -inf where the boolean one hides a key
+                dist = (torch.arange(s.pos, s.end)[:, None] - ring_positions(n_cells, s.end)[None, :]).abs()
+                bias = -alibi.float().view(-1, 1, 1) * dist.float()[None]
+                mask = (bias if mask is None else bias.masked_fill(~mask, float("-inf")))[None].to(q.dtype)
             if softcap or sinks is not None:
                 o = self._explicit(qs, ks, vs, mask, scale, softcap, sinks)
             else:
@@ -193,7 +199,7 @@ class TorchOps:
         if cap:
             scores = torch.tanh(scores / cap) * cap
         if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
+            scores = scores + mask if mask.dtype.is_floating_point else scores.masked_fill(~mask, float("-inf"))
         scores = scores.float()
         if sinks is None:
             return torch.softmax(scores, dim=-1).to(q.dtype) @ v

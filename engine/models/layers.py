@@ -100,6 +100,15 @@ def _yarn(inv_freq: torch.Tensor, base: float, dim: int, s: RopeScaling, context
 QK_NORMS = (None, "head", "whole")
 
 
+def alibi_slopes(n_heads: int, max_bias: float) -> torch.Tensor:
+    """ALiBi's slope per head as ggml's soft_max_ext computes them: powers of
+    2^(-max_bias / n) for the first n (the largest power of two not above n_heads), then
+    odd powers of 2^(-max_bias / 2n) for the rest."""
+    n = 1 << (n_heads.bit_length() - 1)
+    m0, m1 = 2.0 ** (-max_bias / n), 2.0 ** (-max_bias / 2 / n)
+    return torch.tensor([m0 ** (h + 1) if h < n else m1 ** (2 * (h - n) + 1) for h in range(n_heads)])
+
+
 @dataclass(eq=False)
 class AttentionSpec:
     """One layer's attention as the dense ops see it: its cache layer, heads, rotary,
@@ -124,6 +133,7 @@ class AttentionSpec:
     sinks: torch.Tensor | None = None  # (n_heads,) per head a logit in the softmax with no value (gpt-oss)
     v_norm: torch.Tensor | None = None  # RMSNorm weight of each v head (Gemma 4: ones, a norm without scale)
     kv_shared: bool = False  # no k/v of its own: attends over `layer`'s cache, which an earlier layer wrote (Gemma 4)
+    alibi: torch.Tensor | None = None  # (n_heads,) ALiBi's slopes: scores less slope x distance (jina-bert-v2)
 
     @property
     def q_width(self) -> int:
@@ -155,13 +165,16 @@ class Attention:
     - `temperature` (beta, length): each query scaled by 1 + beta ln(1 + floor(position /
       length)) (Mistral 3; rotary is linear in q, so before it);
     - `encoder`: the window is the mask's alone, the cache keeps every position
-      (EmbeddingGemma, whose input goes in one forward)."""
+      (EmbeddingGemma, whose input goes in one forward);
+    - `alibi_max_bias`: ALiBi instead of positions in the queries and keys, each head's
+      slope from it as ggml's softmax takes them (jina-bert-v2: 8)."""
 
     def __init__(self, w: Weights, layer: int, ops, *, hidden: int, n_heads: int, n_kv_heads: int, head_dim: int,
                  eps: float, rope: Rope, scale: float | None = None, window: int = 0, softcap: float | None = None,
                  sinks: bool = False, gated: bool = False, media_both_ways: bool = False, fused_qkv: bool = False,
                  qk_norm: str | None = None, v_norm: bool = False, keys_as_values: bool = False,
-                 cache_layer: int | None = None, temperature: tuple[float, int] | None = None, encoder: bool = False):
+                 cache_layer: int | None = None, temperature: tuple[float, int] | None = None, encoder: bool = False,
+                 alibi_max_bias: float = 0.0):
         if qk_norm not in QK_NORMS:
             raise ValueError(f"qk_norm {qk_norm!r}: expected one of {QK_NORMS}")
         p = f"blk.{layer}."
@@ -175,7 +188,8 @@ class Attention:
             q_norm=w.vector(p + "attn_q_norm.weight", head_dim) if per_head else None,
             k_norm=w.vector(p + "attn_k_norm.weight", head_dim) if per_head and not kv_shared else None,
             media_both_ways=media_both_ways, sinks=w.vector(p + "attn_sinks.weight", n_heads).contiguous() if sinks
-            else None, v_norm=torch.ones(head_dim) if v_norm and not kv_shared else None, kv_shared=kv_shared)
+            else None, v_norm=torch.ones(head_dim) if v_norm and not kv_shared else None, kv_shared=kv_shared,
+            alibi=alibi_slopes(n_heads, alibi_max_bias) if alibi_max_bias else None)
         self.q_rows, self.kv_rows = n_heads * head_dim, n_kv_heads * head_dim  # the queries (without gates), k or v
         self.q_norm = self.k_norm = None  # over the whole projections ("whole")
         if qk_norm == "whole":

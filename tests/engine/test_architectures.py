@@ -322,7 +322,8 @@ def test_unsupported_architecture_is_a_clear_error(tmp_path):
     with GGUFWriter(path) as w:
         w.add("general.architecture", "mamba")
     with pytest.raises(UnsupportedArchitecture, match="architecture 'mamba' is not supported; supported: bert, "
-                       "gemma-embedding, gemma3, gemma4, glm4moe, gpt-oss, granite, granitehybrid, granitemoe, lfm2, llama, mistral3"):
+                       "gemma-embedding, gemma3, gemma4, glm4moe, gpt-oss, granite, granitehybrid, granitemoe, "
+                       "jina-bert-v2, lfm2, llama, mistral3, modern-bert, nomic-bert"):
         load_model(path, device="cpu")
     assert set(architectures()) >= {"llama", "qwen2", "qwen3", "gemma3", "phi3"}
 

@@ -232,6 +232,10 @@ class Keys:
     HEAD_COUNT_KV = "{arch}.attention.head_count_kv"
     KEY_LENGTH = "{arch}.attention.key_length"
     VALUE_LENGTH = "{arch}.attention.value_length"
+    KEY_LENGTH_MLA = "{arch}.attention.key_length_mla"  # DeepSeek's heads as decompressed (nope + rope)
+    VALUE_LENGTH_MLA = "{arch}.attention.value_length_mla"
+    Q_LORA_RANK = "{arch}.attention.q_lora_rank"
+    KV_LORA_RANK = "{arch}.attention.kv_lora_rank"
     KEY_LENGTH_SWA = "{arch}.attention.key_length_swa"  # Gemma 4: the sliding layers' head size
     VALUE_LENGTH_SWA = "{arch}.attention.value_length_swa"
     SHARED_KV_LAYERS = "{arch}.attention.shared_kv_layers"  # Gemma 4: the last layers attend over earlier caches

@@ -23,6 +23,7 @@ ACTS = {"silu": 0, "gelu_tanh": 1, "swiglu_oai": 2}
 # through torch's SDPA. Prompts with images seen both ways and encoders take torch's.
 NATIVE_ATTENTION_MAX_TOKENS = 16
 ATTEND_TORCH, ATTEND_BLOCKS, ATTEND_TILES = 0, 1, 2
+MAX_HEAD_DIM = 512  # ops.h: the native attention's largest head (DeepSeek's MLA keys, 576, attend in torch)
 
 
 class AttnLayer(ctypes.Structure):
@@ -96,7 +97,8 @@ def _native_layer(spec, cache, memo: weakref.WeakKeyDictionary) -> AttnLayer | N
         return got[1]
     kbuf, vbuf = cache.kv(spec.layer)
     d, h, hkv = spec.head_dim, spec.n_heads, spec.n_kv_heads
-    ok = kbuf.device.type == "cpu" and kbuf.is_contiguous() and vbuf.is_contiguous() and h % hkv == 0 and all(
+    ok = kbuf.device.type == "cpu" and kbuf.is_contiguous() and vbuf.is_contiguous() and h % hkv == 0 and \
+        d <= MAX_HEAD_DIM and all(
         w is None or (w.dtype is F32 and w.is_contiguous()) for w in (spec.sinks, spec.v_norm, spec.q_norm, spec.k_norm))
     qw = spec.q_width
     layer = None

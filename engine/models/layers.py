@@ -300,7 +300,8 @@ class MLP:
 class MoE:
     """Routed experts: softmax over the router's logits, the top `n_used` experts
     (their weights renormalized with `norm_topk`), or with `sigmoid` the sigmoid scores,
-    chosen by score plus the file's exp_probs_b, renormalized and times `scale`;
+    chosen by score plus the file's exp_probs_b, renormalized; either times `scale`, and
+    with `groups` chosen from the best `groups_used` groups only (ranked by their two best);
     optionally a shared expert, scaled by a sigmoid gate where `shared_gate` (Qwen3.5
     MoE) or added as is (GLM-4.5). `biases` (gpt-oss): the router and every expert
     matrix have a bias."""
@@ -316,7 +317,8 @@ class MoE:
         # sigmoid routing (GLM-4.5, DeepSeek V3): experts chosen by score + exp_probs_b, weighted by score
         self.sigmoid, self.scale = sigmoid, scale
         self.groups, self.groups_used = groups, groups_used  # choice limited to the best groups of experts
-        self.choice_bias = w.vector(p + "exp_probs_b.bias", n_experts) if sigmoid else None
+        self.choice_bias = w.vector(p + "exp_probs_b.bias", n_experts) \
+            if sigmoid or w.has(p + "exp_probs_b.bias") else None  # added to the scores that choose (llama.cpp: any gating)
         self.shared = self.shared_gate = None
         if shared_ffn:
             self.shared = MLP(w, layer, ops, hidden=hidden, ffn=shared_ffn, act=act, suffix="_shexp")
@@ -325,10 +327,11 @@ class MoE:
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self.router(x)
-        if not self.sigmoid:
-            return self.ops.moe_route(logits, self.n_used, self.norm_topk)
-        scores = torch.sigmoid(logits.float())
-        choice = scores + self.choice_bias
+        if not self.sigmoid and self.groups == 1 and self.choice_bias is None:
+            weights, ids = self.ops.moe_route(logits, self.n_used, self.norm_topk)
+            return (weights * self.scale if self.scale != 1.0 else weights), ids
+        scores = torch.sigmoid(logits.float()) if self.sigmoid else torch.softmax(logits.float(), dim=-1)
+        choice = scores + self.choice_bias if self.choice_bias is not None else scores
         if self.groups > 1:  # each group ranked by its two best choices; experts outside the best groups out
             t, n = choice.shape
             grouped = choice.view(t, self.groups, n // self.groups)

@@ -321,7 +321,7 @@ def test_unsupported_architecture_is_a_clear_error(tmp_path):
     path = tmp_path / "mamba.gguf"
     with GGUFWriter(path) as w:
         w.add("general.architecture", "mamba")
-    with pytest.raises(UnsupportedArchitecture, match="architecture 'mamba' is not supported; supported: bert, "
+    with pytest.raises(UnsupportedArchitecture, match="architecture 'mamba' is not supported; supported: bert, deepseek2, "
                        "gemma-embedding, gemma3, gemma4, glm4moe, gpt-oss, granite, granitehybrid, granitemoe, "
                        "jina-bert-v2, lfm2, llama, mistral3, modern-bert, nomic-bert"):
         load_model(path, device="cpu")

@@ -22,7 +22,8 @@ COMMON = dict(vocab_size=300, hidden_size=128, intermediate_size=256, moe_interm
 
 def tiny_deepseek(folder: Path, kind: str, seed: int = 0):
     """kind: "v2" (a q LoRA, softmax routing, 3 layers), "v2-lite" (one q matrix, 26 layers:
-    llama.cpp reads a file without q_lora_rank only at the Lite models' depths), "v3"
+    llama.cpp reads a file without q_lora_rank only at the Lite models' depths), "v2-yarn"
+    (v2 with the Lite's YaRN: mscale and mscale_all_dim 0.707, over a short original context), "v3"
     (sigmoid routing with a score bias, two expert groups of which one is used)."""
     torch.manual_seed(seed)
     if kind == "v3":
@@ -33,9 +34,12 @@ def tiny_deepseek(folder: Path, kind: str, seed: int = 0):
             for layer in model.model.layers[1:]:
                 layer.mlp.gate.e_score_correction_bias.normal_(0, 0.5)
     else:
+        rope = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 8.0, "original_max_position_embeddings": 16,
+                "mscale": 0.707, "mscale_all_dim": 0.707, "beta_fast": 32.0, "beta_slow": 1.0} \
+            if kind == "v2-yarn" else {"rope_type": "default", "rope_theta": 1e4}
         cfg = DeepseekV2Config(**COMMON, num_hidden_layers=26 if kind == "v2-lite" else 3,
                                q_lora_rank=None if kind == "v2-lite" else 48, norm_topk_prob=False,
-                               routed_scaling_factor=1.0, topk_method="greedy")
+                               routed_scaling_factor=1.0, topk_method="greedy", rope_parameters=rope)
         model = DeepseekV2ForCausalLM(cfg).eval()
     hf = folder / "hf"
     model.save_pretrained(hf)

@@ -2,7 +2,8 @@
 DeepSeek-V2, V2-Lite and V3 checkpoints: a prompt's logits equal llama.cpp's and
 transformers' (the latent attention with its absorbed k_b and v_b, q through a LoRA or one
 matrix, dense then routed layers with shared experts, softmax or grouped sigmoid routing
-with the score bias), F32 and Q8_0; decoding token by token gives the prompt's logits."""
+with the score bias, YaRN's mscale in the attention's scale), F32 and Q8_0; decoding token by
+token gives the prompt's logits."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ from gguf_serve.engine.batch import Batch
 from oracles import llama_cpp_logits, prompt_logits
 from tiny_deepseek import tiny_deepseek
 
-IDS = [5, 17, 200, 3, 99, 42, 7, 128, 64, 11, 250, 1, 299, 77]
+IDS = [5, 17, 200, 3, 99, 42, 7, 128, 64, 11, 250, 1, 299, 77, 30, 31, 32, 33, 34, 35]  # past YaRN's 16
 
 
-@pytest.mark.parametrize("kind,outtype", [("v2", "f32"), ("v2", "q8_0"), ("v2-lite", "f32"), ("v3", "f32"),
-                                          ("v3", "q8_0")])
+@pytest.mark.parametrize("kind,outtype", [("v2", "f32"), ("v2", "q8_0"), ("v2-lite", "f32"), ("v2-yarn", "f32"),
+                                          ("v3", "f32"), ("v3", "q8_0")])
 def test_logits_equal_llama_cpp_and_transformers(tmp_path, kind, outtype):
     hf, model = tiny_deepseek(tmp_path, kind)
     path = convert_with_vocab(hf, tmp_path / f"deepseek-{kind}-{outtype}.gguf", outtype)

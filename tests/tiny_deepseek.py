@@ -1,6 +1,8 @@
 """Tiny DeepSeek-V2 / V3 checkpoints as DeepSeek publishes them (each expert's matrices on
 their own, which the converter stacks; transformers 5 keeps them fused), with a byte-level
-BPE vocabulary, for llama.cpp's converter (conversion/deepseek.py DeepseekV2Model)."""
+BPE vocabulary, for llama.cpp's converter (conversion/deepseek.py DeepseekV2Model). The
+latent is DeepSeek's 512 wide, so the attention's keys ([k_pe, c]: 520) are past 512, as
+the real models' 576."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from tiny_modernbert import bpe_tokenizer
 
 COMMON = dict(vocab_size=300, hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_attention_heads=4,
               num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
-              first_k_dense_replace=1, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+              first_k_dense_replace=1, kv_lora_rank=512, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
               max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False)
 
 

@@ -23,7 +23,7 @@ ACTS = {"silu": 0, "gelu_tanh": 1, "swiglu_oai": 2}
 # through torch's SDPA. Prompts with images seen both ways and encoders take torch's.
 NATIVE_ATTENTION_MAX_TOKENS = 16
 ATTEND_TORCH, ATTEND_BLOCKS, ATTEND_TILES = 0, 1, 2
-MAX_HEAD_DIM = 512  # ops.h: the native attention's largest head (DeepSeek's MLA keys, 576, attend in torch)
+MAX_HEAD_DIM = 1024  # ops.h: the native attention's largest head (DeepSeek's MLA keys are 576)
 
 
 class AttnLayer(ctypes.Structure):

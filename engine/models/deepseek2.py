@@ -25,6 +25,7 @@ import torch
 from ...gguf_io import Keys
 from ..batch import Batch
 from ..cache import attention
+from ..errors import WeightError
 from ..modules import Weights
 from .base import Model, standard_model
 from .layers import MLP, AttentionSpec, Block, MoE, Rope
@@ -80,6 +81,28 @@ class Params(TextParams):
                     rope_scaling=scaling, kq_scale=mscale * mscale / math.sqrt(k_head))
 
 
+class HeadMatrices:
+    """One packed matrix per head (heads, out, in): y[:, h] = W[h] x[:, h] for x (T, heads, in),
+    through the kernels' mixture-of-experts product with every head chosen once."""
+
+    def __init__(self, w: Weights, name: str, shape: tuple[int, int, int]):
+        info = w.info(name)
+        if tuple(info.shape) != shape:
+            raise WeightError(f"{w.reader.path}: tensor {name!r} has shape {tuple(info.shape)}, expected {shape}")
+        self.weight, self.type, self.out = w.packed(name), info.ggml_type, shape[1]
+        self.kernels = w.settings.select(self.weight.device, info.ggml_type)
+        self._ids: dict[int, torch.Tensor] = {}
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        t, h = x.shape[0], x.shape[1]
+        ids = self._ids.get(t)
+        if ids is None:
+            ids = torch.arange(h).expand(t, h).contiguous()
+            if t <= 64:  # a decode step's sizes, kept
+                self._ids[t] = ids
+        return self.kernels.mul_mat_id(self.weight, x.float().contiguous(), ids, self.type, self.out)
+
+
 class LatentAttention:
     """Multi-head latent attention (the module's docstring)."""
 
@@ -97,8 +120,11 @@ class LatentAttention:
             self.q = w.linear(pre + "attn_q.weight", h * p.k_head, p.hidden)
         self.kv_a = w.linear(pre + "attn_kv_a_mqa.weight", r + rd, p.hidden)
         self.kv_a_norm = w.vector(pre + "attn_kv_a_norm.weight", r)
-        self.k_b = w.dense(pre + "attn_k_b.weight", (h, r, self.nope))  # per head: c-space x nope
-        self.v_b = w.dense(pre + "attn_v_b.weight", (h, p.v_head, r))  # per head: value x c-space
+        # per head, c-space x nope and value x c-space: packed as the file has them (a decode step reads
+        # them like the other matrices, not as float32), each head's product as a mixture-of-experts
+        # selection of every head
+        self.k_b, self.v_b = (HeadMatrices(w, pre + name, shape) for name, shape in
+                              (("attn_k_b.weight", (h, r, self.nope)), ("attn_v_b.weight", (h, p.v_head, r))))
         self.o = w.linear(pre + "attn_output.weight", p.hidden, h * p.v_head)
         self.spec = AttentionSpec(i, h, 1, rd + r, rope, p.kq_scale, p.eps)
 
@@ -109,13 +135,13 @@ class LatentAttention:
         t, h, rd, r = x.shape[0], self.h, self.rd, self.r
         q_in = x if self.q_a is None else self.ops.rms_norm(self.q_a(x), self.q_a_norm, self.eps)
         q = self.q(q_in).float().view(t, h, self.k_head)
-        q_abs = torch.einsum("thn,hrn->thr", q[..., :self.nope], self.k_b.float())
+        q_abs = self.k_b(q[..., :self.nope])
         kv = self.kv_a(x).float()
         c = self.ops.rms_norm(kv[:, :r].contiguous(), self.kv_a_norm, self.eps)
         key = torch.cat([kv[:, r:], c], dim=-1)  # [k_pe (rotated by the attention), c]; the value too
         qkv = torch.cat([torch.cat([q[..., self.nope:], q_abs], dim=-1).reshape(t, h * (rd + r)), key, key], dim=-1)
         o = self.ops.self_attention(qkv.to(x.dtype).contiguous(), self.spec, batch, cache).float()
-        o = torch.einsum("thr,hvr->thv", o.view(t, h, rd + r)[..., rd:], self.v_b.float())
+        o = self.v_b(o.view(t, h, rd + r)[..., rd:])
         return self.o(o.reshape(t, h * self.v_head).to(x.dtype))
 
 

@@ -8,7 +8,7 @@
 #include "../gc.h"
 #include "../quants.h"
 
-#define MAX_HEAD_DIM 512
+#define MAX_HEAD_DIM 1024
 
 enum { ACT_SILU = 0, ACT_GELU_TANH = 1, ACT_SWIGLU_OAI = 2 };
 

@@ -105,9 +105,10 @@ def assert_same_file(ours: str, theirs: str) -> None:
         assert np.array_equal(np.asarray(t.data), np.asarray(u.data)), name
 
 
-def convert_with_vocab(hf: Path, out: Path, outtype: str) -> str:
-    """A checkpoint folder with its own tokenizer (a WordPiece one, say) converted whole."""
+def convert_with_vocab(hf: Path, out: Path, outtype: str, extra_args: tuple[str, ...] = ()) -> str:
+    """A checkpoint folder with its own tokenizer (a WordPiece one, say) converted whole, with
+    the converter's `extra_args`."""
     run = subprocess.run([sys.executable, "-c", _RUN_WITH_VOCAB, llama_cpp_src(), str(hf), "--outtype", outtype,
-                          "--outfile", str(out)], capture_output=True, text=True)
+                          "--outfile", str(out), *extra_args], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     return str(out)

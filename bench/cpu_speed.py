@@ -42,6 +42,7 @@ FILES = {
     "qwen3-30b-a3b-12l": (32, [128]),
     "qwen3vl-8b": (32, [128]),
     "deepseek-v2-lite": (32, [128]),
+    "qwen3next-80b-a3b-8l": (32, [128]),
     "gpt-oss-20b-12l": (32, [128]),
     "gemma4-e4b": (32, [128]),
     "gemma4-26b-a4b-10l": (32, [128]),

@@ -29,6 +29,10 @@ without a download:
   10944, then 64 experts of 1408, 6 used, 2 shared; YaRN x40 over 4096; a 102,400-token
   vocabulary), the matrices whose rows are not whole 256-blocks (the experts' down, the
   dense down, attn_k_b) in Q8_0 as llama-quantize falls back.
+- qwen3next-80b-a3b-8l: Qwen3-Next-80B-A3B cut to 8 of its 48 layers (hidden 2048; Gated
+  DeltaNet with 16 key and 32 value heads x 128 in its grouped order and fused beta/alpha,
+  gated attention every fourth layer with 16 / 2 heads x 256; 512 experts of 512, 10 used,
+  and a gated shared expert of 512).
 - qwen3-embedding-0.6b: Qwen3-Embedding-0.6B (28 layers, hidden 1024, ffn 3072, 16 / 8
   heads x 128, tied 151,669-token vocabulary) as its Q8_0 file: last-token pooling, EOS
   appended.
@@ -434,6 +438,50 @@ def write_bert(path: str, s: dict = BERT_BASE, seed: int = 0) -> None:
                 small(f"blk.{i}.{norm}.bias", h)
 
 
+QWEN3NEXT_8L = dict(vocab=151936, hidden=2048, layers=8, heads=16, kv_heads=2, head_dim=256, ffn=5120, ctx=262144,
+                    rope_base=10000000.0, k_heads=16, v_heads=32, ssm_dim=128, conv=4, interval=4, experts=512,
+                    used=10, expert_ffn=512)
+
+
+def write_qwen3next(path: str, s: dict = QWEN3NEXT_8L, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    arch, h, e, eff = "qwen3next", s["hidden"], s["experts"], s["expert_ffn"]
+    key_dim, value_dim = s["k_heads"] * s["ssm_dim"], s["v_heads"] * s["ssm_dim"]
+    conv_dim = 2 * key_dim + value_dim
+    with GGUFWriter(path) as w:
+        _header(w, arch, "synthetic Qwen3-Next-80B-A3B, 8 of 48 layers", s)
+        _moe_keys(w, arch, s)
+        w.add(f"{arch}.expert_shared_feed_forward_length", eff)
+        for key, value in {"ssm.conv_kernel": s["conv"], "ssm.state_size": s["ssm_dim"], "ssm.group_count": s["k_heads"],
+                           "ssm.time_step_rank": s["v_heads"], "ssm.inner_size": value_dim,
+                           "full_attention_interval": s["interval"], "rope.dimension_count": 64}.items():
+            w.add(f"{arch}.{key}", value)
+        _embedding_and_head(w, rng, s, Q4, Q6)
+        for i in range(s["layers"]):
+            p = f"blk.{i}."
+            if (i + 1) % s["interval"] == 0:
+                _attention(w, rng, i, s, 2 * s["heads"] * s["head_dim"])  # query and gate per head
+            else:
+                _mat(w, rng, p + "attn_qkv.weight", Q4, (conv_dim, h))
+                _mat(w, rng, p + "attn_gate.weight", Q4, (value_dim, h))
+                _mat(w, rng, p + "ssm_ba.weight", Q4, (2 * s["v_heads"], h))
+                _mat(w, rng, p + "ssm_out.weight", Q6 if i % 2 == 0 else Q4, (h, value_dim))
+                w.add_tensor(p + "ssm_conv1d.weight", (rng.standard_normal((conv_dim, s["conv"])) * 0.1).astype(np.float32))
+                w.add_tensor(p + "ssm_a", -np.ones(s["v_heads"], np.float32))
+                w.add_tensor(p + "ssm_dt.bias", np.zeros(s["v_heads"], np.float32))
+                w.add_tensor(p + "ssm_norm.weight", np.ones(s["ssm_dim"], np.float32))
+            w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((e, h)) * 0.02).astype(np.float32))
+            _mat(w, rng, p + "ffn_gate_exps.weight", Q4, (e, eff, h))
+            _mat(w, rng, p + "ffn_up_exps.weight", Q4, (e, eff, h))
+            _mat(w, rng, p + "ffn_down_exps.weight", Q6 if i % 2 == 0 else Q4, (e, h, eff))
+            w.add_tensor(p + "ffn_gate_inp_shexp.weight", (rng.standard_normal((1, h)) * 0.02).astype(np.float32))
+            _mat(w, rng, p + "ffn_gate_shexp.weight", Q4, (eff, h))
+            _mat(w, rng, p + "ffn_up_shexp.weight", Q4, (eff, h))
+            _mat(w, rng, p + "ffn_down_shexp.weight", Q6, (h, eff))
+            for norm in ("attn_norm", "post_attention_norm"):
+                w.add_tensor(f"{p}{norm}.weight", np.ones(h, np.float32))
+
+
 QWEN3VL_8B = dict(vocab=151936, hidden=4096, layers=36, heads=32, kv_heads=8, head_dim=128, ffn=12288, ctx=262144,
                   rope_base=5000000.0)
 
@@ -497,7 +545,8 @@ def write_deepseek2(path: str, s: dict = DEEPSEEK_V2_LITE, seed: int = 0) -> Non
                 w.add_tensor(f"{p}{norm}.weight", np.ones(h, np.float32))
 
 
-WRITERS = {"qwen3-4b": write_qwen3, "qwen3vl-8b": write_qwen3vl, "deepseek-v2-lite": write_deepseek2, "bert-base": write_bert, "qwen3-embedding-0.6b": write_qwen3_embedding, "qwen35-4b": write_qwen35, "qwen3-30b-a3b-12l": write_qwen3moe,
+WRITERS = {"qwen3-4b": write_qwen3, "qwen3vl-8b": write_qwen3vl, "deepseek-v2-lite": write_deepseek2,
+           "qwen3next-80b-a3b-8l": write_qwen3next, "bert-base": write_bert, "qwen3-embedding-0.6b": write_qwen3_embedding, "qwen35-4b": write_qwen35, "qwen3-30b-a3b-12l": write_qwen3moe,
            "gpt-oss-20b-12l": write_gpt_oss, "gemma4-e4b": write_gemma4,
            "gemma4-26b-a4b-10l": lambda path: write_gemma4(path, GEMMA4_26B_A4B_10L)}
 

@@ -35,9 +35,9 @@ from .errors import CacheError
 @dataclass(frozen=True)
 class LayerCache:
     """What one layer keeps: kind "attention" (n_kv_heads, head_dim, window; 0 = full
-    attention), "linear" (conv_dim, conv_kernel, n_heads, key_dim, value_dim), or
-    "shared": nothing of its own, it attends over layer `source`'s cache (Gemma 4's last
-    layers)."""
+    attention), "linear" (conv_dim, conv_kernel, n_heads, key_dim, value_dim), "shared":
+    nothing of its own, it attends over layer `source`'s cache (Gemma 4's last layers), or
+    "none": a layer that keeps nothing (Nemotron-H's feed-forward layers)."""
 
     kind: str
     n_kv_heads: int = 0
@@ -53,6 +53,10 @@ class LayerCache:
 
 def shared(source: int) -> LayerCache:
     return LayerCache("shared", source=source)
+
+
+def nothing() -> LayerCache:
+    return LayerCache("none")
 
 
 def attention(n_kv_heads: int, head_dim: int, window: int = 0) -> LayerCache:
@@ -160,6 +164,8 @@ class KVCache:
                 alloc = torch.zeros if lc.window else torch.empty
                 k = alloc(n_seq, lc.n_kv_heads, cells, kt.row_elements(lc.head_dim), dtype=kt.dtype, device=self.device)
                 v = alloc(n_seq, lc.n_kv_heads, cells, vt.row_elements(lc.head_dim), dtype=vt.dtype, device=self.device)
+            elif lc.kind == "none":
+                pass
             elif lc.kind == "shared":
                 if not 0 <= lc.source < len(self.layers) or self.layers[lc.source].kind != "attention":
                     raise ValueError(f"KV cache: a shared layer's source {lc.source} is not an attention layer")
@@ -427,7 +433,7 @@ class KVCache:
             raise CacheError(f"KV cache: a state of {n} tokens does not fit the context ({self.n_ctx})")
         for i, lc in enumerate(self.layers):
             got = layers[i] if i < len(layers) else None
-            if lc.kind == "shared":
+            if lc.kind in ("shared", "none"):
                 continue
             cells = min(n, lc.window - 1) if self._lossy(i) else n
             like = ((self.conv[i][slot], self.state[i][slot]) if lc.kind == "linear" else

@@ -46,6 +46,10 @@ import conversion.base as base
 for info in pkgutil.iter_modules(conversion.__path__):
     importlib.import_module("conversion." + info.name)
 base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "default"
+if "--raw-config" in sys.argv:  # config.json as it is, not through transformers' class for the model type
+    import json
+    sys.argv.remove("--raw-config")
+    base.ModelBase.load_hparams = staticmethod(lambda d, is_mistral_format=False: json.loads((d / "config.json").read_text()))
 sys.argv = [src + "/convert_hf_to_gguf.py"] + sys.argv[2:]
 runpy.run_path(src + "/convert_hf_to_gguf.py", run_name="__main__")
 """
@@ -107,7 +111,9 @@ def assert_same_file(ours: str, theirs: str) -> None:
 
 def convert_with_vocab(hf: Path, out: Path, outtype: str, extra_args: tuple[str, ...] = ()) -> str:
     """A checkpoint folder with its own tokenizer (a WordPiece one, say) converted whole, with
-    the converter's `extra_args`."""
+    the converter's `extra_args` (and ours: "--raw-config" reads config.json as the checkpoint
+    has it, where transformers 5's class for the model type would add keys the converter
+    misreads, as NemotronHConfig's expert settings, which make a dense model MoE)."""
     run = subprocess.run([sys.executable, "-c", _RUN_WITH_VOCAB, llama_cpp_src(), str(hf), "--outtype", outtype,
                           "--outfile", str(out), *extra_args], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]

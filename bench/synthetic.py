@@ -22,17 +22,6 @@ without a download:
   sliding 8 x 256, window 1024; full 2 x 512 with keys as values; a dense MLP of 2112
   beside 128 experts of 704, 8 used). The Gemma 4 shapes are the published configs' as
   NVIDIA's NeMo and mlx-lm's model files state them.
-- qwen3vl-8b: Qwen3-VL-8B's language model (36 layers, hidden 4096, ffn 12288, 32 / 8 heads
-  x 128, rotary sections [24, 20, 20], three deepstack layers named), text only.
-- deepseek-v2-lite: DeepSeek-V2-Lite (27 layers, hidden 2048, 16 heads of MLA: kv_lora_rank
-  512, rotary 64 of 192-dim keys, 128-dim values, one q matrix; a dense first layer of
-  10944, then 64 experts of 1408, 6 used, 2 shared; YaRN x40 over 4096; a 102,400-token
-  vocabulary), the matrices whose rows are not whole 256-blocks (the experts' down, the
-  dense down, attn_k_b) in Q8_0 as llama-quantize falls back.
-- qwen3next-80b-a3b-8l: Qwen3-Next-80B-A3B cut to 8 of its 48 layers (hidden 2048; Gated
-  DeltaNet with 16 key and 32 value heads x 128 in its grouped order and fused beta/alpha,
-  gated attention every fourth layer with 16 / 2 heads x 256; 512 experts of 512, 10 used,
-  and a gated shared expert of 512).
 - qwen3-embedding-0.6b: Qwen3-Embedding-0.6B (28 layers, hidden 1024, ffn 3072, 16 / 8
   heads x 128, tied 151,669-token vocabulary) as its Q8_0 file: last-token pooling, EOS
   appended.
@@ -438,115 +427,7 @@ def write_bert(path: str, s: dict = BERT_BASE, seed: int = 0) -> None:
                 small(f"blk.{i}.{norm}.bias", h)
 
 
-QWEN3NEXT_8L = dict(vocab=151936, hidden=2048, layers=8, heads=16, kv_heads=2, head_dim=256, ffn=5120, ctx=262144,
-                    rope_base=10000000.0, k_heads=16, v_heads=32, ssm_dim=128, conv=4, interval=4, experts=512,
-                    used=10, expert_ffn=512)
-
-
-def write_qwen3next(path: str, s: dict = QWEN3NEXT_8L, seed: int = 0) -> None:
-    rng = np.random.default_rng(seed)
-    arch, h, e, eff = "qwen3next", s["hidden"], s["experts"], s["expert_ffn"]
-    key_dim, value_dim = s["k_heads"] * s["ssm_dim"], s["v_heads"] * s["ssm_dim"]
-    conv_dim = 2 * key_dim + value_dim
-    with GGUFWriter(path) as w:
-        _header(w, arch, "synthetic Qwen3-Next-80B-A3B, 8 of 48 layers", s)
-        _moe_keys(w, arch, s)
-        w.add(f"{arch}.expert_shared_feed_forward_length", eff)
-        for key, value in {"ssm.conv_kernel": s["conv"], "ssm.state_size": s["ssm_dim"], "ssm.group_count": s["k_heads"],
-                           "ssm.time_step_rank": s["v_heads"], "ssm.inner_size": value_dim,
-                           "full_attention_interval": s["interval"], "rope.dimension_count": 64}.items():
-            w.add(f"{arch}.{key}", value)
-        _embedding_and_head(w, rng, s, Q4, Q6)
-        for i in range(s["layers"]):
-            p = f"blk.{i}."
-            if (i + 1) % s["interval"] == 0:
-                _attention(w, rng, i, s, 2 * s["heads"] * s["head_dim"])  # query and gate per head
-            else:
-                _mat(w, rng, p + "attn_qkv.weight", Q4, (conv_dim, h))
-                _mat(w, rng, p + "attn_gate.weight", Q4, (value_dim, h))
-                _mat(w, rng, p + "ssm_ba.weight", Q4, (2 * s["v_heads"], h))
-                _mat(w, rng, p + "ssm_out.weight", Q6 if i % 2 == 0 else Q4, (h, value_dim))
-                w.add_tensor(p + "ssm_conv1d.weight", (rng.standard_normal((conv_dim, s["conv"])) * 0.1).astype(np.float32))
-                w.add_tensor(p + "ssm_a", -np.ones(s["v_heads"], np.float32))
-                w.add_tensor(p + "ssm_dt.bias", np.zeros(s["v_heads"], np.float32))
-                w.add_tensor(p + "ssm_norm.weight", np.ones(s["ssm_dim"], np.float32))
-            w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((e, h)) * 0.02).astype(np.float32))
-            _mat(w, rng, p + "ffn_gate_exps.weight", Q4, (e, eff, h))
-            _mat(w, rng, p + "ffn_up_exps.weight", Q4, (e, eff, h))
-            _mat(w, rng, p + "ffn_down_exps.weight", Q6 if i % 2 == 0 else Q4, (e, h, eff))
-            w.add_tensor(p + "ffn_gate_inp_shexp.weight", (rng.standard_normal((1, h)) * 0.02).astype(np.float32))
-            _mat(w, rng, p + "ffn_gate_shexp.weight", Q4, (eff, h))
-            _mat(w, rng, p + "ffn_up_shexp.weight", Q4, (eff, h))
-            _mat(w, rng, p + "ffn_down_shexp.weight", Q6, (h, eff))
-            for norm in ("attn_norm", "post_attention_norm"):
-                w.add_tensor(f"{p}{norm}.weight", np.ones(h, np.float32))
-
-
-QWEN3VL_8B = dict(vocab=151936, hidden=4096, layers=36, heads=32, kv_heads=8, head_dim=128, ffn=12288, ctx=262144,
-                  rope_base=5000000.0)
-
-
-def write_qwen3vl(path: str, s: dict = QWEN3VL_8B, seed: int = 0) -> None:
-    rng = np.random.default_rng(seed)
-    with GGUFWriter(path) as w:
-        _header(w, "qwen3vl", "synthetic Qwen3-VL-8B (text)", s)
-        w.add("qwen3vl.rope.dimension_sections", [24, 20, 20, 0], (V.ARRAY, V.INT32))
-        w.add("qwen3vl.n_deepstack_layers", 3)
-        _embedding_and_head(w, rng, s, Q4, Q6)
-        for i in range(s["layers"]):
-            _attention(w, rng, i, s, s["heads"] * s["head_dim"])
-            _mlp(w, rng, i, s)
-            for norm in ("attn_norm", "ffn_norm"):
-                w.add_tensor(f"blk.{i}.{norm}.weight", np.ones(s["hidden"], np.float32))
-
-
-DEEPSEEK_V2_LITE = dict(vocab=102400, hidden=2048, layers=27, heads=16, kv_heads=1, head_dim=None, ffn=10944,
-                        ctx=163840, rope_base=10000.0, kv_lora=512, rope_dims=64, nope=128, v_head=128, experts=64,
-                        used=6, shared=2, expert_ffn=1408)
-
-
-def write_deepseek2(path: str, s: dict = DEEPSEEK_V2_LITE, seed: int = 0) -> None:
-    rng = np.random.default_rng(seed)
-    arch, h, nh, r, rd = "deepseek2", s["hidden"], s["heads"], s["kv_lora"], s["rope_dims"]
-    k_head, e, eff = s["nope"] + rd, s["experts"], s["expert_ffn"]
-    with GGUFWriter(path) as w:
-        _header(w, arch, "synthetic DeepSeek-V2-Lite", s)
-        for key, value in {"attention.key_length": r + rd, "attention.value_length": r, "attention.kv_lora_rank": r,
-                           "attention.key_length_mla": k_head, "attention.value_length_mla": s["v_head"],
-                           "rope.dimension_count": rd, "leading_dense_block_count": 1, "expert_shared_count": s["shared"],
-                           "expert_weights_scale": 1.0, "expert_gating_func": 1, "vocab_size": s["vocab"],
-                           "rope.scaling.factor": 40.0, "rope.scaling.original_context_length": 4096,
-                           "rope.scaling.yarn_log_multiplier": 0.0707}.items():
-            w.add(f"{arch}.{key}", value)
-        w.add(f"{arch}.rope.scaling.type", "yarn")
-        _moe_keys(w, arch, s)
-        _embedding_and_head(w, rng, s, Q4, Q6)
-        for i in range(s["layers"]):
-            p = f"blk.{i}."
-            _mat(w, rng, p + "attn_q.weight", Q4, (nh * k_head, h))
-            _mat(w, rng, p + "attn_kv_a_mqa.weight", Q4, (r + rd, h))
-            _mat(w, rng, p + "attn_k_b.weight", Q8, (nh, r, s["nope"]))
-            _mat(w, rng, p + "attn_v_b.weight", Q4, (nh, s["v_head"], r))
-            _mat(w, rng, p + "attn_output.weight", Q4, (h, nh * s["v_head"]))
-            w.add_tensor(p + "attn_kv_a_norm.weight", np.ones(r, np.float32))
-            if i == 0:
-                _mat(w, rng, p + "ffn_gate.weight", Q4, (s["ffn"], h))
-                _mat(w, rng, p + "ffn_up.weight", Q4, (s["ffn"], h))
-                _mat(w, rng, p + "ffn_down.weight", Q8, (h, s["ffn"]))
-            else:
-                w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((e, h)) * 0.02).astype(np.float32))
-                _mat(w, rng, p + "ffn_gate_exps.weight", Q4, (e, eff, h))
-                _mat(w, rng, p + "ffn_up_exps.weight", Q4, (e, eff, h))
-                _mat(w, rng, p + "ffn_down_exps.weight", Q8, (e, h, eff))
-                _mat(w, rng, p + "ffn_gate_shexp.weight", Q4, (s["shared"] * eff, h))
-                _mat(w, rng, p + "ffn_up_shexp.weight", Q4, (s["shared"] * eff, h))
-                _mat(w, rng, p + "ffn_down_shexp.weight", Q6, (h, s["shared"] * eff))
-            for norm in ("attn_norm", "ffn_norm"):
-                w.add_tensor(f"{p}{norm}.weight", np.ones(h, np.float32))
-
-
-WRITERS = {"qwen3-4b": write_qwen3, "qwen3vl-8b": write_qwen3vl, "deepseek-v2-lite": write_deepseek2,
-           "qwen3next-80b-a3b-8l": write_qwen3next, "bert-base": write_bert, "qwen3-embedding-0.6b": write_qwen3_embedding, "qwen35-4b": write_qwen35, "qwen3-30b-a3b-12l": write_qwen3moe,
+WRITERS = {"qwen3-4b": write_qwen3, "bert-base": write_bert, "qwen3-embedding-0.6b": write_qwen3_embedding, "qwen35-4b": write_qwen35, "qwen3-30b-a3b-12l": write_qwen3moe,
            "gpt-oss-20b-12l": write_gpt_oss, "gemma4-e4b": write_gemma4,
            "gemma4-26b-a4b-10l": lambda path: write_gemma4(path, GEMMA4_26B_A4B_10L)}
 

@@ -224,6 +224,7 @@ class Keys:
     DENSE_FEAT_IN = "{arch}.{dense}_feat_in"  # EmbeddingGemma's projections after pooling (dense_2, dense_3)
     DENSE_FEAT_OUT = "{arch}.{dense}_feat_out"
     CLASSIFIER_OUTPUT_LABELS = "{arch}.classifier.output_labels"
+    CLASSIFIER_POOLING_TYPE = "{arch}.classifier.pooling_type"  # a reranker's pooling before its head: 1 mean, 2 CLS
     HIDDEN_ACTIVATION = "{arch}.hidden_activation"  # ModernBERT's feed-forward activation (gelu, silu)
     FEED_FORWARD_LENGTH = "{arch}.feed_forward_length"
     EXPERT_COUNT = "{arch}.expert_count"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import ModernBertConfig, ModernBertModel, PreTrainedTokenizerFast
+from transformers import ModernBertConfig, ModernBertForSequenceClassification, ModernBertModel, PreTrainedTokenizerFast
 
 from tiny_xlmr import CORPUS
 
@@ -32,16 +32,19 @@ def bpe_tokenizer(folder: Path, vocab_size: int = 300) -> PreTrainedTokenizerFas
     return fast
 
 
-def tiny_modernbert(folder: Path, seed: int = 0) -> tuple[Path, ModernBertModel, PreTrainedTokenizerFast]:
+def tiny_modernbert(folder: Path, seed: int = 0, rank: str | None = None):
+    """The folder, the model and the tokenizer: a mean-pooled embedder, or with `rank` ("cls",
+    "mean": its classifier pooling) a ModernBertForSequenceClassification of one label
+    (gte-reranker-modernbert's shape)."""
     hf = folder / "hf"
     hf.mkdir(parents=True, exist_ok=True)
     tok = bpe_tokenizer(hf)
     cfg = ModernBertConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
                            intermediate_size=96, local_attention=8, global_attn_every_n_layers=3,
                            max_position_embeddings=256, pad_token_id=0, cls_token_id=1, sep_token_id=2,
-                           bos_token_id=1, eos_token_id=2)
+                           bos_token_id=1, eos_token_id=2, num_labels=1, classifier_pooling=rank or "cls")
     torch.manual_seed(seed)
-    model = ModernBertModel(cfg).eval()
+    model = (ModernBertForSequenceClassification if rank else ModernBertModel)(cfg).eval()
     with torch.no_grad():  # weights of a trained model's spread, not the initializer's near-zero ones
         for name, p in model.named_parameters():
             p.copy_(1 + 0.1 * torch.randn_like(p) if name.endswith("norm.weight") else 0.2 * torch.randn_like(p))
@@ -50,6 +53,8 @@ def tiny_modernbert(folder: Path, seed: int = 0) -> tuple[Path, ModernBertModel,
     # transformers' norm_eps it writes an RMS epsilon and llama.cpp refuses the file)
     config = json.loads((hf / "config.json").read_text())
     (hf / "config.json").write_text(json.dumps({**config, "layer_norm_eps": config["norm_eps"]}))
+    if rank:
+        return hf, model, tok
     (hf / "modules.json").write_text(json.dumps([
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))

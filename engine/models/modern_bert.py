@@ -47,7 +47,10 @@ class Params(TextParams):
         if act not in ACTS:
             raise ValueError(f"{m.path}: {m.key(Keys.HIDDEN_ACTIVATION)} {act!r}: expected one of {', '.join(ACTS)}")
         eps = m.get(Keys.LAYERNORM_EPS, None)
+        # a ModernBertForSequenceClassification file names no pooling: its classification head ranks
+        ranks = c.get("pooling") is None and (m.has_tensor("cls.output.weight") or m.has_tensor("cls.weight"))
         return dict(window=window, sliding=[s and window > 0 for s in sliding], act=ACTS[act],
+                    pooling="rank" if ranks else c.get("pooling"),
                     local_rope_theta=float(m.get(Keys.ROPE_FREQ_BASE_SWA, 10000.0)),
                     eps=float(eps if eps is not None else c["eps"]))
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...gguf_io import Keys
 from ..errors import WeightError
 from ..modules import Weights
 from .params import TextParams
@@ -26,6 +27,9 @@ class PoolingHead:
     classifier: object = None  # rerankers: cls.output (labels x hidden)
     softmax: bool = False  # the classifier's outputs as probabilities (Qwen3-Reranker)
     dense_tanh: object = None  # rerankers with RoBERTa's head: cls (hidden x hidden), then tanh
+    gelu_norm: torch.Tensor | None = None  # ModernBERT's head: GELU instead of tanh, then this LayerNorm weight
+    rank_mean: bool = False  # a reranker pooling the mean of its tokens (ModernBERT's classifier pooling)
+    eps: float = 1e-5  # gelu_norm's
 
     @classmethod
     def build(cls, p: TextParams, w: Weights) -> "PoolingHead | None":
@@ -49,11 +53,15 @@ class PoolingHead:
                 labels = w.info("cls.output.weight").shape[0]
                 classifier = w.linear("cls.output.weight", labels, width,
                                       bias="cls.output.bias" if w.has("cls.output.bias") else None)
-        return cls(p.pooling, dense, classifier, softmax=p.pooling == "rank" and p.rank_softmax, dense_tanh=head)
+        modern = w.reader.architecture == "modern-bert"
+        norm = w.vector("cls.norm.weight", width) if modern and head is not None and w.has("cls.norm.weight") else None
+        pooling = w.reader.metadata.get(Keys.CLASSIFIER_POOLING_TYPE.format(arch=w.reader.architecture))
+        return cls(p.pooling, dense, classifier, softmax=p.pooling == "rank" and p.rank_softmax, dense_tanh=head,
+                   gelu_norm=norm if modern else None, rank_mean=modern and pooling in (None, 1), eps=p.eps)
 
     def pool(self, hidden: torch.Tensor, causal: bool) -> torch.Tensor:
         """One sequence's pooled vector from its tokens' outputs (n, hidden)."""
-        if self.pooling == "mean":
+        if self.pooling == "mean" or (self.pooling == "rank" and self.rank_mean):
             return hidden.mean(0)
         if self.pooling == "cls":
             return hidden[0]
@@ -63,7 +71,10 @@ class PoolingHead:
         x = pooled
         for layer in self.dense:
             x = layer(x)
-        if self.dense_tanh is not None:
+        if self.dense_tanh is not None and self.gelu_norm is not None:
+            h = torch.nn.functional.gelu(self.dense_tanh(x).float())
+            x = torch.nn.functional.layer_norm(h, self.gelu_norm.shape, self.gelu_norm.float(), None, self.eps)
+        elif self.dense_tanh is not None:
             x = torch.tanh(self.dense_tanh(x).float())
         if self.classifier is not None:
             x = self.classifier(x).float()

@@ -12,8 +12,9 @@ import torch.nn.functional as F
 
 from converter import convert_with_vocab
 from gguf_serve.engine import encode, load_model
-from gguf_serve.engine.embed import embed
-from oracles import llama_cpp_embeddings
+from gguf_serve.engine.embed import embed, rank
+from gguf_serve.server.embeddings.serving import _rerank_inputs
+from oracles import llama_cpp_embeddings, llama_cpp_rank
 from tiny_modernbert import tiny_modernbert
 
 TEXTS = ["Hello world! The quick brown fox jumps over the lazy dog and Paris is the capital of France.",
@@ -39,3 +40,22 @@ def test_tokens_and_embeddings_equal_llama_cpp_and_transformers(tmp_path, outtyp
             with torch.no_grad():
                 hidden = model(torch.tensor([seq])).last_hidden_state[0]
             torch.testing.assert_close(row, hidden.mean(0), rtol=0, atol=1e-3)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_reranker_scores_equal_llama_cpp_and_transformers(tmp_path, pooling):
+    """A ModernBertForSequenceClassification file (gte-reranker-modernbert's kind) ranks: its
+    classifier pooling (the first token or the mean), the head's dense layer, GELU and norm,
+    then the label's projection, on llama-server's query-document pairs."""
+    hf, model, tok = tiny_modernbert(tmp_path, rank=pooling)
+    path = convert_with_vocab(hf, tmp_path / "rerank.gguf", "f32")
+    lm = load_model(path, device="cpu", n_seq=2)
+    assert lm.pooling == "rank"
+    inputs = _rerank_inputs(lm, "What is the capital of France?", ["Paris is the capital of France.", "Café", "dog"])
+    ours = rank(lm, inputs)
+    theirs, _ = llama_cpp_rank(path, inputs)
+    torch.testing.assert_close(ours, torch.tensor(theirs), rtol=0, atol=2e-3 * float(ours.abs().max()))
+    with torch.no_grad():
+        dense = torch.cat([model(torch.tensor([i])).logits[0] for i in inputs])
+    torch.testing.assert_close(ours, dense, rtol=0, atol=2e-3 * float(dense.abs().max()))
+    assert float(ours.max() - ours.min()) > 1e-3

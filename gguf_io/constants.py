@@ -278,6 +278,7 @@ class Keys:
     EXPERT_WEIGHTS_NORM = "{arch}.expert_weights_norm"
     EXPERT_GATING_FUNC = "{arch}.expert_gating_func"  # 1 softmax, 2 sigmoid
     LEADING_DENSE_BLOCK_COUNT = "{arch}.leading_dense_block_count"
+    INTERLEAVE_MOE_LAYER_STEP = "{arch}.interleave_moe_layer_step"  # Llama 4: every n-th layer routed
     EXPERT_GROUP_COUNT = "{arch}.expert_group_count"
     EXPERT_GROUP_USED_COUNT = "{arch}.expert_group_used_count"
     FINAL_LOGIT_SOFTCAPPING = "{arch}.final_logit_softcapping"

@@ -162,8 +162,9 @@ class Attention:
       values (Gemma 4's attention_k_eq_v);
     - `cache_layer`: an earlier layer whose cache the queries attend over, this layer
       having no k/v of its own (Gemma 4's shared key-value layers);
-    - `temperature` (beta, length): each query scaled by 1 + beta ln(1 + floor(position /
-      length)) (Mistral 3; rotary is linear in q, so before it);
+    - `temperature` (beta, length[, offset]): each query scaled by 1 + beta ln(1 +
+      floor((position + offset) / length)) (Mistral 3; Llama 4's NoPE layers with offset 1;
+      rotary is linear in q, so before it);
     - `encoder`: the window is the mask's alone, the cache keeps every position
       (EmbeddingGemma, whose input goes in one forward);
     - `alibi_max_bias`: ALiBi instead of positions in the queries and keys, each head's
@@ -173,7 +174,7 @@ class Attention:
                  eps: float, rope: Rope, scale: float | None = None, window: int = 0, softcap: float | None = None,
                  sinks: bool = False, gated: bool = False, media_both_ways: bool = False, fused_qkv: bool = False,
                  qk_norm: str | None = None, v_norm: bool = False, keys_as_values: bool = False,
-                 cache_layer: int | None = None, temperature: tuple[float, int] | None = None, encoder: bool = False,
+                 cache_layer: int | None = None, temperature: tuple[float, ...] | None = None, encoder: bool = False,
                  alibi_max_bias: float = 0.0):
         if qk_norm not in QK_NORMS:
             raise ValueError(f"qk_norm {qk_norm!r}: expected one of {QK_NORMS}")
@@ -224,13 +225,13 @@ class Attention:
         return self.o(self.ops.self_attention(y, self.spec, batch, cache))
 
 
-def query_temperature(batch: Batch, beta: float, length: int) -> torch.Tensor | None:
-    """(T, 1) query scales 1 + beta ln(1 + floor(position / length)) for the batch's
-    positions, once per forward; None while every position is inside the first `length`
-    (all scales 1)."""
-    key = ("attn_temp", beta, length)
+def query_temperature(batch: Batch, beta: float, length: int, offset: int = 0) -> torch.Tensor | None:
+    """(T, 1) query scales 1 + beta ln(1 + floor((position + offset) / length)) for the
+    batch's positions, once per forward; None while every one is inside the first `length`
+    (all scales 1). Mistral 3: offset 0; Llama 4's NoPE layers: 1."""
+    key = ("attn_temp", beta, length, offset)
     if key not in batch.memo:
-        steps = torch.div(batch.positions, length, rounding_mode="floor")
+        steps = torch.div(batch.positions + offset, length, rounding_mode="floor")
         batch.memo[key] = (1.0 + beta * torch.log1p(steps.float()))[:, None] if bool(steps.any()) else None
     return batch.memo[key]
 

@@ -321,10 +321,9 @@ def test_unsupported_architecture_is_a_clear_error(tmp_path):
     path = tmp_path / "mamba.gguf"
     with GGUFWriter(path) as w:
         w.add("general.architecture", "mamba")
-    with pytest.raises(UnsupportedArchitecture, match="architecture 'mamba' is not supported; supported: bert, deepseek2, "
-                       "gemma-embedding, gemma3, gemma4, glm4moe, gpt-oss, granite, granitehybrid, granitemoe, "
-                       "jina-bert-v2, lfm2, llama, mistral3, modern-bert, nomic-bert"):
+    with pytest.raises(UnsupportedArchitecture, match="architecture 'mamba' is not supported; supported: ") as e:
         load_model(path, device="cpu")
+    assert str(e.value).endswith("supported: " + ", ".join(sorted(architectures())))  # every one, in order
     assert set(architectures()) >= {"llama", "qwen2", "qwen3", "gemma3", "phi3"}
 
 

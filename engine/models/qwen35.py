@@ -43,6 +43,9 @@ class Params(TextParams):
     expert_ffn: int = 0
     shared_ffn: int = 0
     rope_sections: list[int] = field(default_factory=lambda: [11, 11, 10, 0])  # time, rows, columns (, unused)
+    # qwen3next: the value heads in the checkpoint's grouped order (head h reads key head h // (n_v / n_k))
+    # and beta / alpha in one matrix (ssm_ba); Qwen3.5's converter tiles the heads
+    grouped_v: bool = False
 
     @staticmethod
     def read(m: Metadata, c: dict) -> dict:
@@ -64,31 +67,49 @@ class GatedDeltaNet:
         self.key_dim, self.value_dim = p.n_k_heads * p.k_dim, p.n_v_heads * p.v_dim
         self.conv_dim = 2 * self.key_dim + self.value_dim
         self.conv_kernel = p.conv_kernel
+        gates = [w.linear(pre + "ssm_ba.weight", 2 * p.n_v_heads, p.hidden)] if p.grouped_v else \
+            [w.linear(pre + "ssm_beta.weight", p.n_v_heads, p.hidden), w.linear(pre + "ssm_alpha.weight", p.n_v_heads,
+                                                                                 p.hidden)]
         self.inputs = LinearGroup([w.linear(pre + "attn_qkv.weight", self.conv_dim, p.hidden),
-                                   w.linear(pre + "attn_gate.weight", self.value_dim, p.hidden),
-                                   w.linear(pre + "ssm_beta.weight", p.n_v_heads, p.hidden),
-                                   w.linear(pre + "ssm_alpha.weight", p.n_v_heads, p.hidden)])
+                                   w.linear(pre + "attn_gate.weight", self.value_dim, p.hidden)] + gates)
         self.out = w.linear(pre + "ssm_out.weight", p.hidden, self.value_dim)
         self.conv_w = w.vector(pre + "ssm_conv1d.weight").reshape(self.conv_dim, p.conv_kernel).t().contiguous()
         self.a_neg = w.vector(pre + "ssm_a", p.n_v_heads)  # -exp(A_log)
         self.dt_bias = w.vector(pre + "ssm_dt.bias", p.n_v_heads)
         self.norm = w.vector(pre + "ssm_norm.weight", p.v_dim)
+        self.to_tiled = self.to_grouped = None
+        if p.grouped_v:  # the delta rule runs in the tiled order: tiled head t = j n_k + k is grouped head k r + j
+            r = self.n_v // self.n_k
+            self.to_tiled = torch.tensor([(t % self.n_k) * r + t // self.n_k for t in range(self.n_v)])
+            self.to_grouped = torch.argsort(self.to_tiled)
+            self.a_neg = self.a_neg.float()[self.to_tiled].contiguous()
+            self.dt_bias = self.dt_bias.float()[self.to_tiled].contiguous()
 
     def cache_spec(self) -> LayerCache:
         return linear(self.conv_dim, self.conv_kernel, self.n_v, self.dk, self.dv)
 
     def __call__(self, x, batch, cache):
         ops, t = self.ops, x.shape[0]
-        y = self.inputs(x)  # qkv | z | b | a
+        y = self.inputs(x)  # qkv | z | b | a (grouped: per key head its betas, then its alphas)
         c, v = self.conv_dim, self.value_dim
-        qkv, z, b, a = y[:, :c], y[:, c:c + v], y[:, c + v:c + v + self.n_v], y[:, c + v + self.n_v:]
+        qkv, z = y[:, :c], y[:, c:c + v]
+        if self.to_tiled is None:
+            b, a = y[:, c + v:c + v + self.n_v], y[:, c + v + self.n_v:]
+        else:
+            ba = y[:, c + v:].reshape(t, self.n_k, 2, self.n_v // self.n_k)
+            b, a = (ba[:, :, j].reshape(t, self.n_v)[:, self.to_tiled] for j in (0, 1))
         conv_state, state = cache.linear_state(self.layer)
-        mixed = ops.causal_conv(qkv, conv_state, self.conv_w, batch)
+        mixed = ops.causal_conv(qkv, conv_state, self.conv_w, batch)  # per channel: the file's order throughout
         q, k, v = mixed.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        beta = torch.sigmoid(b.float())
-        g = self.a_neg * F.softplus(a.float() + self.dt_bias)
-        o = ops.gated_delta_rule(q.reshape(t, self.n_k, self.dk), k.reshape(t, self.n_k, self.dk),
-                                 v.reshape(t, self.n_v, self.dv), g, beta, state, batch)
+        v = v.reshape(t, self.n_v, self.dv)
+        if self.to_tiled is not None:
+            v = v[:, self.to_tiled].contiguous()
+        beta = torch.sigmoid(b.float()).contiguous()
+        g = (self.a_neg * F.softplus(a.float() + self.dt_bias)).contiguous()
+        o = ops.gated_delta_rule(q.reshape(t, self.n_k, self.dk), k.reshape(t, self.n_k, self.dk), v, g, beta, state,
+                                 batch)
+        if self.to_grouped is not None:  # back to the file's order before the norm, the gate and ssm_out
+            o = o[:, self.to_grouped].contiguous()
         o = ops.rms_norm(o.to(x.dtype), self.norm, self.eps)
         o = ops.act_mul(z.reshape(t, self.n_v, self.dv), o, "silu")  # norm(o) * silu(z)
         return self.out(o.reshape(t, self.value_dim))

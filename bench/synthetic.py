@@ -197,8 +197,7 @@ QWEN35_4B = dict(vocab=248320, hidden=2560, layers=32, heads=16, kv_heads=4, hea
 def write_qwen35(path: str, s: dict = QWEN35_4B, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     arch, h = "qwen35", s["hidden"]
-    key_dim, value_dim = s["k_heads"] * s["ssm_dim"], s["v_heads"] * s["ssm_dim"]
-    conv_dim = 2 * key_dim + value_dim
+    value_dim = s["v_heads"] * s["ssm_dim"]
     with GGUFWriter(path) as w:
         _header(w, arch, "synthetic Qwen3.5-4B", s)
         w.add(f"{arch}.ssm.conv_kernel", s["conv"])
@@ -216,18 +215,30 @@ def write_qwen35(path: str, s: dict = QWEN35_4B, seed: int = 0) -> None:
             if (i + 1) % s["interval"] == 0:
                 _attention(w, rng, i, s, 2 * s["heads"] * s["head_dim"])  # query and gate per head
             else:
-                _mat(w, rng, p + "attn_qkv.weight", Q4, (conv_dim, h))
-                _mat(w, rng, p + "attn_gate.weight", Q4, (value_dim, h))
-                _mat(w, rng, p + "ssm_alpha.weight", Q4, (s["v_heads"], h))
-                _mat(w, rng, p + "ssm_beta.weight", Q4, (s["v_heads"], h))
-                _mat(w, rng, p + "ssm_out.weight", Q6 if i % 2 == 0 else Q4, (h, value_dim))
-                w.add_tensor(p + "ssm_conv1d.weight", (rng.standard_normal((conv_dim, s["conv"])) * 0.1).astype(np.float32))
-                w.add_tensor(p + "ssm_a", -np.ones(s["v_heads"], np.float32))
-                w.add_tensor(p + "ssm_dt.bias", np.zeros(s["v_heads"], np.float32))
-                w.add_tensor(p + "ssm_norm.weight", np.ones(s["ssm_dim"], np.float32))
+                _delta_net(w, rng, i, s, fused_ba=False)
             _mlp(w, rng, i, s)
             for norm in ("attn_norm", "post_attention_norm"):
                 w.add_tensor(f"{p}{norm}.weight", np.ones(h, np.float32))
+
+
+def _delta_net(w, rng, i, s, fused_ba: bool) -> None:
+    """Layer i's Gated DeltaNet: beta and alpha as two matrices (Qwen3.5's files) or one
+    (ssm_ba, Qwen3-Next's)."""
+    p, h = f"blk.{i}.", s["hidden"]
+    key_dim, value_dim = s["k_heads"] * s["ssm_dim"], s["v_heads"] * s["ssm_dim"]
+    conv_dim = 2 * key_dim + value_dim
+    _mat(w, rng, p + "attn_qkv.weight", Q4, (conv_dim, h))
+    _mat(w, rng, p + "attn_gate.weight", Q4, (value_dim, h))
+    if fused_ba:
+        _mat(w, rng, p + "ssm_ba.weight", Q4, (2 * s["v_heads"], h))
+    else:
+        _mat(w, rng, p + "ssm_alpha.weight", Q4, (s["v_heads"], h))
+        _mat(w, rng, p + "ssm_beta.weight", Q4, (s["v_heads"], h))
+    _mat(w, rng, p + "ssm_out.weight", Q6 if i % 2 == 0 else Q4, (h, value_dim))
+    w.add_tensor(p + "ssm_conv1d.weight", (rng.standard_normal((conv_dim, s["conv"])) * 0.1).astype(np.float32))
+    w.add_tensor(p + "ssm_a", -np.ones(s["v_heads"], np.float32))
+    w.add_tensor(p + "ssm_dt.bias", np.zeros(s["v_heads"], np.float32))
+    w.add_tensor(p + "ssm_norm.weight", np.ones(s["ssm_dim"], np.float32))
 
 
 QWEN3_30B_A3B_12L = dict(vocab=151936, hidden=2048, layers=12, heads=32, kv_heads=4, head_dim=128, ffn=6144,

@@ -26,7 +26,7 @@ import sys
 import numpy as np
 
 from gguf_serve.gguf_io import GGUFValueType as V, GGUFWriter
-from synthetic import Q4, Q6, Q8, _attention, _embedding_and_head, _header, _mat, _mlp, _moe_keys
+from synthetic import Q4, Q6, Q8, _attention, _delta_net, _embedding_and_head, _header, _mat, _mlp, _moe_keys
 
 
 NEMOTRON_H_8B_8L = dict(vocab=131072, hidden=4096, layers=8, heads=32, kv_heads=None, head_dim=128, ffn=None,
@@ -142,8 +142,7 @@ QWEN3NEXT_8L = dict(vocab=151936, hidden=2048, layers=8, heads=16, kv_heads=2, h
 def write_qwen3next(path: str, s: dict = QWEN3NEXT_8L, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     arch, h, e, eff = "qwen3next", s["hidden"], s["experts"], s["expert_ffn"]
-    key_dim, value_dim = s["k_heads"] * s["ssm_dim"], s["v_heads"] * s["ssm_dim"]
-    conv_dim = 2 * key_dim + value_dim
+    value_dim = s["v_heads"] * s["ssm_dim"]
     with GGUFWriter(path) as w:
         _header(w, arch, "synthetic Qwen3-Next-80B-A3B, 8 of 48 layers", s)
         _moe_keys(w, arch, s)
@@ -158,14 +157,7 @@ def write_qwen3next(path: str, s: dict = QWEN3NEXT_8L, seed: int = 0) -> None:
             if (i + 1) % s["interval"] == 0:
                 _attention(w, rng, i, s, 2 * s["heads"] * s["head_dim"])  # query and gate per head
             else:
-                _mat(w, rng, p + "attn_qkv.weight", Q4, (conv_dim, h))
-                _mat(w, rng, p + "attn_gate.weight", Q4, (value_dim, h))
-                _mat(w, rng, p + "ssm_ba.weight", Q4, (2 * s["v_heads"], h))
-                _mat(w, rng, p + "ssm_out.weight", Q6 if i % 2 == 0 else Q4, (h, value_dim))
-                w.add_tensor(p + "ssm_conv1d.weight", (rng.standard_normal((conv_dim, s["conv"])) * 0.1).astype(np.float32))
-                w.add_tensor(p + "ssm_a", -np.ones(s["v_heads"], np.float32))
-                w.add_tensor(p + "ssm_dt.bias", np.zeros(s["v_heads"], np.float32))
-                w.add_tensor(p + "ssm_norm.weight", np.ones(s["ssm_dim"], np.float32))
+                _delta_net(w, rng, i, s, fused_ba=True)
             w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((e, h)) * 0.02).astype(np.float32))
             _mat(w, rng, p + "ffn_gate_exps.weight", Q4, (e, eff, h))
             _mat(w, rng, p + "ffn_up_exps.weight", Q4, (e, eff, h))

@@ -27,6 +27,22 @@ def prompt_logits(lm, ids: list[int]) -> torch.Tensor:
         lm.cache.free(slot)
 
 
+def stepped_logits(lm, ids: list[int]) -> torch.Tensor:
+    """Every position's logits with each token its own forward through one fresh slot (the
+    cache, and a recurrent layer's state, carried from step to step)."""
+    slot = lm.cache.allocate()
+    try:
+        return torch.cat([lm.forward(Batch.of([(slot, [t], i)], want="last")) for i, t in enumerate(ids)])
+    finally:
+        lm.cache.free(slot)
+
+
+def dense_logits(model, ids: list[int]) -> torch.Tensor:
+    """A transformers causal LM's logits for the prompt."""
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).logits[0]
+
+
 def llama_cpp_logits(path: str, ids: list[int]) -> torch.Tensor:
     """Every position's logits as llama.cpp computes them for the file (its float16 KV cache)."""
     p = subprocess.run([sys.executable, "-c", LLAMA_CPP_LOGITS, path, json.dumps(ids)], capture_output=True,

@@ -28,11 +28,27 @@ def tiny_bert(folder: Path, pooling: str = "mean", seed: int = 0) -> tuple[Path,
     torch.manual_seed(seed)
     model = BertModel(cfg, add_pooling_layer=False).eval()
     model.save_pretrained(folder)
+    sentence_transformers_pooling(folder, 64, pooling)
+    return folder, model
+
+
+def sentence_transformers_pooling(folder: Path, width: int, pooling: str) -> None:
+    """sentence-transformers' modules.json and pooling config (mean or CLS), from which the
+    converter writes the file's pooling type."""
     (folder / "modules.json").write_text(json.dumps([
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
     (folder / "1_Pooling").mkdir(exist_ok=True)
     (folder / "1_Pooling" / "config.json").write_text(json.dumps({
-        "word_embedding_dimension": 64, "pooling_mode_mean_tokens": pooling == "mean",
+        "word_embedding_dimension": width, "pooling_mode_mean_tokens": pooling == "mean",
         "pooling_mode_cls_token": pooling == "cls"}))
-    return folder, model
+
+
+def wordpiece_folder(folder: Path, seed: int = 0) -> tuple[Path, int]:
+    """`folder` with tiny_bert's WordPiece tokenizer and mean pooling only, for a checkpoint of
+    another layout to be written beside them (nomic-bert's, jina-bert-v2's), and the
+    vocabulary's size."""
+    tiny_bert(folder, "mean", seed=seed)
+    for f in ("config.json", "model.safetensors"):
+        (folder / f).unlink()
+    return folder, len(json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"])

@@ -8,24 +8,20 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from tiny_bert import tiny_bert
+from tiny_bert import wordpiece_folder
 
 HIDDEN, LAYERS, HEADS, INNER, EPS = 64, 2, 4, 128, 1e-12
 
 
 def tiny_jina(folder: Path, seed: int = 0) -> tuple[Path, dict]:
     """The checkpoint folder and its weights by name."""
-    hf, _ = tiny_bert(folder / "base", "mean", seed=seed)  # its tokenizer and pooling config, not its weights
-    for f in ("config.json", "model.safetensors"):
-        (hf / f).unlink()
-    vocab = len(json.loads((hf / "tokenizer.json").read_text())["model"]["vocab"])
+    hf, vocab = wordpiece_folder(folder / "hf", seed)
     (hf / "config.json").write_text(json.dumps({
         "architectures": ["JinaBertModel"], "model_type": "bert", "vocab_size": vocab, "hidden_size": HIDDEN,
         "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "intermediate_size": INNER,
@@ -47,11 +43,7 @@ def tiny_jina(folder: Path, seed: int = 0) -> tuple[Path, dict]:
               p + "mlp.wo.bias": rand(HIDDEN), p + "mlp.layernorm.weight": 1 + rand(HIDDEN, s=0.1),
               p + "mlp.layernorm.bias": rand(HIDDEN, s=0.1)}
     save_file({k: v.contiguous() for k, v in t.items()}, str(hf / "model.safetensors"))
-    out = folder / "hf"
-    if out.exists():
-        shutil.rmtree(out)
-    shutil.move(str(hf), str(out))
-    return out, t
+    return hf, t
 
 
 def reference(t: dict, ids: list[int]) -> torch.Tensor:

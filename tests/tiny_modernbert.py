@@ -12,6 +12,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import ModernBertConfig, ModernBertForSequenceClassification, ModernBertModel, PreTrainedTokenizerFast
 
+from tiny_bert import sentence_transformers_pooling
 from tiny_xlmr import CORPUS
 
 SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
@@ -55,10 +56,5 @@ def tiny_modernbert(folder: Path, seed: int = 0, rank: str | None = None):
     (hf / "config.json").write_text(json.dumps({**config, "layer_norm_eps": config["norm_eps"]}))
     if rank:
         return hf, model, tok
-    (hf / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
-    (hf / "1_Pooling").mkdir(exist_ok=True)
-    (hf / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 64,
-                                                              "pooling_mode_mean_tokens": True}))
+    sentence_transformers_pooling(hf, 64, "mean")
     return hf, model, tok

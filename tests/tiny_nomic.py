@@ -10,24 +10,20 @@ would otherwise take."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 from transformers import NomicBertConfig, NomicBertModel
 
-from tiny_bert import tiny_bert
+from tiny_bert import wordpiece_folder
 
 HIDDEN, LAYERS, HEADS, INNER = 64, 2, 4, 128
 
 
 def tiny_nomic(folder: Path, seed: int = 0) -> tuple[Path, NomicBertModel]:
     """The checkpoint folder and transformers' model of its weights."""
-    hf, _ = tiny_bert(folder / "base", "mean", seed=seed)  # its tokenizer and pooling config, not its weights
-    for f in ("config.json", "model.safetensors"):
-        (hf / f).unlink()
-    vocab = len(json.loads((hf / "tokenizer.json").read_text())["model"]["vocab"])
+    hf, vocab = wordpiece_folder(folder / "hf", seed)
     (hf / "config.json").write_text(json.dumps({
         "architectures": ["NomicBertModel"], "model_type": "nomic_bert", "vocab_size": vocab, "n_embd": HIDDEN,
         "n_layer": LAYERS, "n_head": HEADS, "n_inner": INNER, "n_positions": 8192, "max_trained_positions": 2048,
@@ -49,11 +45,7 @@ def tiny_nomic(folder: Path, seed: int = 0) -> tuple[Path, NomicBertModel]:
               p + "mlp.fc2.weight": rand(HIDDEN, INNER), p + "norm2.weight": 1 + rand(HIDDEN, s=0.1),
               p + "norm2.bias": rand(HIDDEN, s=0.1)}
     save_file({k: v.contiguous() for k, v in t.items()}, str(hf / "model.safetensors"))
-    out = folder / "hf"
-    if out.exists():
-        shutil.rmtree(out)
-    shutil.move(str(hf), str(out))
-    return out, reference(t, vocab)
+    return hf, reference(t, vocab)
 
 
 def reference(t: dict, vocab: int) -> NomicBertModel:

@@ -14,7 +14,7 @@ import torch
 from transformers import (AutoTokenizer, BertConfig, BertForSequenceClassification, XLMRobertaConfig,
                           XLMRobertaForSequenceClassification, XLMRobertaModel)
 
-from tiny_bert import tiny_bert
+from tiny_bert import sentence_transformers_pooling, tiny_bert
 
 CORPUS = """The quick brown fox jumps over the lazy dog. Hello world! Café au lait, naïve résumé.
 Ein schneller brauner Fuchs springt über den faulen Hund. Le renard brun rapide saute par-dessus le chien.
@@ -55,13 +55,7 @@ def tiny_xlmr(folder: Path, head: str = "mean", seed: int = 0):
             torch.nn.init.normal_(model.classifier.out_proj.weight, std=1.0)
     else:
         model = XLMRobertaModel(cfg, add_pooling_layer=False).eval()
-        (hf / "modules.json").write_text(json.dumps([
-            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
-        (hf / "1_Pooling").mkdir(exist_ok=True)
-        (hf / "1_Pooling" / "config.json").write_text(json.dumps({
-            "word_embedding_dimension": 64, "pooling_mode_mean_tokens": head == "mean",
-            "pooling_mode_cls_token": head == "cls"}))
+        sentence_transformers_pooling(hf, 64, head)
     model.save_pretrained(hf)
     return hf, model, tok
 
@@ -70,8 +64,7 @@ def tiny_bert_ranker(folder: Path, seed: int = 0):
     """A BertForSequenceClassification of one label over tiny_bert's WordPiece vocabulary
     (the ms-marco cross-encoders' shape): the folder and the model."""
     hf, _ = tiny_bert(folder / "base", seed=seed)
-    for f in ("modules.json",):
-        (hf / f).unlink()
+    (hf / "modules.json").unlink()  # a cross-encoder names no pooling
     shutil.rmtree(hf / "1_Pooling")
     cfg = BertConfig.from_pretrained(hf)
     cfg.num_labels = 1

@@ -12,8 +12,7 @@ import torch
 
 from converter import convert_with_vocab
 from gguf_serve.engine import load_model
-from gguf_serve.engine.batch import Batch
-from oracles import llama_cpp_logits, prompt_logits
+from oracles import dense_logits, llama_cpp_logits, prompt_logits, stepped_logits
 from tiny_deepseek import tiny_deepseek
 
 IDS = [5, 17, 200, 3, 99, 42, 7, 128, 64, 11, 250, 1, 299, 77, 30, 31, 32, 33, 34, 35]  # past YaRN's 16
@@ -31,18 +30,11 @@ def test_logits_equal_llama_cpp_and_transformers(tmp_path, kind, outtype):
     scale = float(theirs.abs().max())
     assert float((ours - theirs).abs().max()) < (2e-3 if outtype == "f32" else 5e-2) * scale
     if outtype == "f32":
-        with torch.no_grad():
-            dense = model(input_ids=torch.tensor([IDS])).logits[0]
-        assert float((ours - dense).abs().max()) < 2e-3 * scale
+        assert float((dense_logits(model, IDS) - ours).abs().max()) < 2e-3 * scale
 
 
 def test_decode_token_by_token_equals_the_prompt(tmp_path):
     hf, _ = tiny_deepseek(tmp_path, "v2")
     lm = load_model(convert_with_vocab(hf, tmp_path / "deepseek.gguf", "f32"), device="cpu", n_seq=2)
     whole = prompt_logits(lm, IDS)
-    slot = lm.cache.allocate()
-    try:
-        steps = torch.cat([lm.forward(Batch.of([(slot, [tok], i)], want="last")) for i, tok in enumerate(IDS)])
-    finally:
-        lm.cache.free(slot)
-    torch.testing.assert_close(steps, whole, rtol=0, atol=1e-3 * float(whole.abs().max()))
+    torch.testing.assert_close(stepped_logits(lm, IDS), whole, rtol=0, atol=1e-3 * float(whole.abs().max()))

@@ -12,8 +12,7 @@ from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
 from converter import convert_with_vocab
 from gguf_serve.engine import load_model
-from gguf_serve.engine.batch import Batch
-from oracles import llama_cpp_logits, prompt_logits
+from oracles import dense_logits, llama_cpp_logits, prompt_logits, stepped_logits
 from tiny_deepseek import unstack_experts
 from tiny_modernbert import bpe_tokenizer
 
@@ -56,13 +55,6 @@ def test_logits_equal_llama_cpp_and_transformers(tmp_path, outtype):
     # Q8_0: llama.cpp's activations quantized to 8 bits in every product (the recurrent layers' too)
     # move it further from the float model (6.6 % of the largest logit) than ours (2.3 %)
     assert float((ours - theirs).abs().max()) < (2e-3 if outtype == "f32" else 1e-1) * scale
-    with torch.no_grad():
-        dense = model(input_ids=torch.tensor([IDS])).logits[0]
-    assert float((ours - dense).abs().max()) < (2e-3 if outtype == "f32" else 5e-2) * scale
+    assert float((dense_logits(model, IDS) - ours).abs().max()) < (2e-3 if outtype == "f32" else 5e-2) * scale
     if outtype == "f32":
-        slot = lm.cache.allocate()
-        try:
-            steps = torch.cat([lm.forward(Batch.of([(slot, [t], i)], want="last")) for i, t in enumerate(IDS)])
-        finally:
-            lm.cache.free(slot)
-        torch.testing.assert_close(steps, ours, rtol=0, atol=1e-3 * scale)
+        torch.testing.assert_close(stepped_logits(lm, IDS), ours, rtol=0, atol=1e-3 * scale)

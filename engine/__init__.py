@@ -23,8 +23,9 @@ _PUBLIC = (  # (the submodule that defines them, the public names)
     # model files: Hub IDs, files and the vision files that go with them
     ("fetch", "ModelRef best_companion cached_gguf_models companion_kind download is_model_file model_id parse"),
     ("vision", "goes_with"),
-    # prompts: tokenizing, the chat template, images
-    ("vision", "ImageError"),
+    # prompts: tokenizing, the chat template, images and audio
+    ("errors", "AudioError ImageError MediaError"),
+    ("sound", "MAX_AUDIO_BYTES MAX_AUDIO_SECONDS audio_header"),
     ("errors", "TemplateError"),
     ("templates", "TemplateWorkers"),
     ("tokenizer", "encode token_bytes"),

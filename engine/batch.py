@@ -15,7 +15,7 @@ never split between batches)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Sequence
+from typing import AbstractSet, Literal, Mapping, Sequence
 
 import torch
 
@@ -73,12 +73,14 @@ class Batch:
     @classmethod
     def of(cls, items: Sequence[tuple[int, Sequence[int], int]], want: Want | Sequence[Want] = "last",
            device: torch.device | str = "cpu", media: Mapping[int, torch.Tensor] | None = None,
-           whole_media: bool = True, rope_positions: Sequence[torch.Tensor | None] | None = None) -> "Batch":
+           causal_media: AbstractSet[int] = frozenset(),
+           rope_positions: Sequence[torch.Tensor | None] | None = None) -> "Batch":
         """A batch of (slot, token ids, position of the first) items; `want` says, for all
         items or per item, whose logits come back: the last token's, every token's, none,
         or (an int m) the last m tokens'. `media`: the embeddings (n, hidden) of the
-        images whose tokens (negative ids) the items hold, by content key (each image whole
-        in the batch unless `whole_media` is False). `rope_positions`: per item, its
+        media whose tokens (negative ids) the items hold, by content key: each whole in
+        the batch, its span recorded for attention both ways, except those in
+        `causal_media` (read causally, in pieces if the prompt is chunked). `rope_positions`: per item, its
         tokens' (n, 3) multi-section rotary positions (None: the plain positions)."""
         wants = [want] * len(items) if isinstance(want, (str, int)) else list(want)
         if len(wants) != len(items):
@@ -112,14 +114,14 @@ class Batch:
         as_long = lambda v: torch.tensor(v, dtype=torch.long, device=device)  # noqa: E731
         batch = cls(as_long(tokens), as_long(slots), as_long(positions), tuple(seqs), as_long(rows))
         if any(t < 0 for t in tokens):
-            batch._place_media(tokens, media or {}, whole_media)
+            batch._place_media(tokens, media or {}, causal_media)
         if rope_positions is not None and any(r is not None for r in rope_positions):
             parts = [r if r is not None else torch.arange(pos, pos + len(ids))[:, None].expand(-1, 3)
                      for r, (_, ids, pos) in zip(rope_positions, items)]
             batch.mrope = torch.cat(parts).to(device=device, dtype=torch.long)
         return batch
 
-    def _place_media(self, tokens: list[int], media: Mapping[int, torch.Tensor], whole: bool) -> None:
+    def _place_media(self, tokens: list[int], media: Mapping[int, torch.Tensor], causal: AbstractSet[int]) -> None:
         rows, parts = [], []
         for s in self.seqs:
             run = None  # (key, first row) of the image being read
@@ -130,10 +132,12 @@ class Batch:
                     n = r - run[1]
                     emb = media[run[0]]
                     first, last = media_of(tokens[run[1]])[1], media_of(tokens[r - 1])[1]
-                    if whole and (last != emb.shape[0] - 1 or first != 0):
-                        raise ValueError(f"batch: slot {s.slot} holds part of an image ({n} of its "
-                                         f"{emb.shape[0]} tokens); an image goes in one batch")
-                    self.media_spans.setdefault(s.slot, []).append((s.pos + run[1] - s.start, s.pos + r - s.start))
+                    if run[0] not in causal:
+                        if last != emb.shape[0] - 1 or first != 0:
+                            raise ValueError(f"batch: slot {s.slot} holds part of an image ({n} of its "
+                                             f"{emb.shape[0]} tokens); an image goes in one batch")
+                        self.media_spans.setdefault(s.slot, []).append((s.pos + run[1] - s.start,
+                                                                        s.pos + r - s.start))
                     rows.extend(range(run[1], r))
                     parts.append(emb[first:last + 1])
                     run = None

@@ -1,7 +1,7 @@
 """Chat templates: the file's `tokenizer.chat_template`, or a documented fallback per
 architecture where a file has none (the Gemma 3 270M file has none). Rendering is
 transformers' `apply_chat_template` (sandboxed Jinja). A rendered prompt's ids:
-tokenizer.rendered_ids; the template's image parts: vision.template_images."""
+tokenizer.rendered_ids; the template's media parts: vision.template_media."""
 
 from __future__ import annotations
 

@@ -63,8 +63,16 @@ class GrammarError(ValueError):
     """A grammar or schema the engine cannot compile."""
 
 
-class ImageError(ValueError):
+class MediaError(ValueError):
+    """Media (an image or an audio clip) this model cannot take, or a prompt whose media marks do not fit it."""
+
+
+class ImageError(MediaError):
     """An image this model cannot take: it does not decode, is over a limit, or the model has no vision file."""
+
+
+class AudioError(MediaError):
+    """Audio this model cannot take: it does not decode, is empty, is over a limit, or is not the format named."""
 
 
 class TemplateError(ValueError):

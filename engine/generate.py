@@ -14,7 +14,7 @@ from .sampling import SamplingParams
 from .scheduler import run_one
 from .text import Step
 from .tokenizer import encode
-from .vision import template_images
+from .vision import template_media
 
 
 def prompt_ids_for(lm, prompt, **template_kwargs) -> list[int]:
@@ -24,12 +24,13 @@ def prompt_ids_for(lm, prompt, **template_kwargs) -> list[int]:
 
 
 def prompt_for(lm, prompt, **template_kwargs) -> tuple[list[int], dict]:
-    """prompt_ids_for, and the images of chat messages by content key: parts
-    {"type": "image", "image": <PNG, JPEG, WebP or GIF bytes>} (with a vision file)."""
+    """prompt_ids_for, and the media of chat messages by content key: parts
+    {"type": "image", "image": <PNG, JPEG, WebP or GIF bytes>} and {"type": "audio",
+    "audio": <WAV, MP3, FLAC bytes>, "format": optional} (with an mmproj file that takes them)."""
     if isinstance(prompt, str):
         return encode(lm.tokenizer, prompt), {}
     if prompt and isinstance(prompt[0], dict):
-        messages, images = template_images(lm, list(prompt))
+        messages, images = template_media(lm, list(prompt))
         return prompt_ids(lm, render(lm.tokenizer, lm.chat_template, messages, **template_kwargs), images)
     return [int(i) for i in prompt], {}
 

@@ -32,7 +32,7 @@ from .modules import Weights
 from .sampling import file_sampling
 from .threads import ThreadPolicy
 from .tokenizer import load_tokenizer
-from .vision import load_vision, vision_products
+from .vision import load_vision, vision_products, whole_media_tokens
 from .errors import DraftMismatch
 
 log = logging.getLogger("gguf_serve.engine")
@@ -274,9 +274,14 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     if any(t.quantized for t in types) and dev.type != "cpu":
         raise ValueError(f"cache types {types[0].name}/{types[1].name}: a quantized KV cache runs on CPU only "
                          f"(device {dev}); use f16, bf16 or f32")
-    ctx, seqs, why = cache_size(specs, params.context_length, cfg.n_ctx, cfg.n_seq, types, cfg.max_batch)
-    budget = checkpoint_budget(cfg.cache_ram, checkpoint_bytes(specs, ctx, cfg.max_batch, types))
-    cache = KVCache(specs, seqs, ctx, cfg.max_batch, dtype, dev, checkpoint_budget=budget, types=types)
+    max_batch = cfg.max_batch
+    if cfg.mmproj and (whole := whole_media_tokens(resolve_path(cfg.mmproj))) > max_batch:
+        log.info("forward passes of up to %d tokens (not %d): an image of the mmproj file goes in one", whole,
+                 max_batch)
+        max_batch = whole
+    ctx, seqs, why = cache_size(specs, params.context_length, cfg.n_ctx, cfg.n_seq, types, max_batch)
+    budget = checkpoint_budget(cfg.cache_ram, checkpoint_bytes(specs, ctx, max_batch, types))
+    cache = KVCache(specs, seqs, ctx, max_batch, dtype, dev, checkpoint_budget=budget, types=types)
     log.info("%s (%s): %s", cache.describe(), dtype, why)
     step(LOAD_STAGES[2])
     tokenizer = load_tokenizer(reader, cfg.cache_dir)

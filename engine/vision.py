@@ -1,18 +1,12 @@
-"""Images in: a vision file (llama.cpp's `mmproj` GGUF: `general.architecture` "clip",
-`clip.projector_type` naming the tower) loaded beside its text model, images decoded
-with Pillow within limits, and the prompt's image tokens.
+"""Media in: a model's mmproj file (llama.cpp's `mmproj` GGUF: `general.architecture`
+"clip", its vision and/or audio encoder named by their projector types) loaded beside
+its text model; images decoded with Pillow and audio with engine.sound, within limits;
+the prompt's media tokens (engine.media).
 
-An image in a prompt is a run of its tokens, each a negative id that names the image's
-content hash and the token's place in the image (`batch.media_token`): the prefix cache
-compares prompts id by id, so a later prompt with the same image at the same place
-reuses its cached state, and a different image never matches. The ids the tokenizer
-gave those places (the family's image token) never reach the model: the batch carries
-the image's embeddings for them (`Batch.media`).
-
-The tower runs an encoder layer per scheduler step (`encode_steps`), so that streams
-decoding beside a request with an image wait at most one layer per step; encoded
-images are kept (least recently used dropped) so that a follow-up about the same image
-does not encode it again even where the prefix cache no longer holds it."""
+The towers run an encoder layer per scheduler step (`encode_steps`), so that streams
+decoding beside a request with an image or a clip wait at most one layer per step;
+encoded media are kept (least recently used dropped) so that a follow-up about the
+same image does not encode it again even where the prefix cache no longer holds it."""
 
 from __future__ import annotations
 
@@ -27,21 +21,24 @@ from types import ModuleType
 import torch
 
 from ..gguf_io import GGUFError, GGUFReader, Keys
-from .batch import KEY_BITS, media_of, media_token
+from .batch import KEY_BITS, media_of
 from .kernels import KernelSettings
 from .kernels.cpu import has_native_bf16
 from .models import projectors
-from .models.vision import ImagePlan, VisionMetadata
+from .media import MediaKind, MediaPrompts, PromptMedia
+from .models.audio import SAMPLE_RATE
+from .models.vision import VisionMetadata
 from .modules import Weights
-from .tokenizer import rendered_ids
-from .errors import ImageError, VisionFileError
+from .sound import audio_header, decode_audio, resampled_length
+from .errors import AudioError, ImageError, VisionFileError
 
 log = logging.getLogger("gguf_serve.engine")
 
 MAX_IMAGE_BYTES = 20 << 20  # an image's encoded size
 MAX_IMAGE_PIXELS = 40_000_000  # width x height once decoded (Pillow's bomb check warns at ~89M)
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
-KEEP_ENCODED = 16  # encoded images kept for follow-ups
+KEEP_ENCODED = 16  # encoded images and clips kept for follow-ups
+MEDIA_PARTS = ("image", "audio")  # the content parts template_media takes
 
 
 MEDIA_TYPES = {"PNG": ("image/png",), "JPEG": ("image/jpeg", "image/jpg"), "WEBP": ("image/webp",),
@@ -107,183 +104,189 @@ def decode_image(data: bytes, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: int 
         raise ImageError(f"the image does not decode as PNG, JPEG, WebP or GIF ({type(e).__name__}: {e})") from None
 
 
-@dataclass(eq=False)
-class PromptImage:
-    """One image of a prompt: what the tower takes, its content key, its embeddings once encoded."""
+class VisionModel(MediaPrompts):
+    """A model's mmproj file loaded for its text model: its image tower and/or its audio
+    tower (`towers`: kind -> (family, tower)). `prepare` / `prepare_audio` (bytes ->
+    PromptMedia), `encode_steps` / `encode` (-> embeddings (n_tokens, text width)), and
+    the prompt side (MediaPrompts: the template's marks -> the media's token runs)."""
 
-    plan: ImagePlan
-    key: int
-    embeddings: torch.Tensor | None = None
-
-    @property
-    def n_tokens(self) -> int:
-        return self.plan.n_tokens
-
-
-class VisionModel:
-    """A vision file loaded for a text model: `prepare` (bytes -> PromptImage),
-    `encode_steps`/`encode` (-> embeddings (n_tokens, text width)), and the prompt
-    side: `expand` (the template's image marks -> the image token runs) and `prompt_ids`."""
-
-    def __init__(self, path: str, reader: GGUFReader, family: ModuleType, tower, nbytes: int):
-        self.path, self.reader, self.family, self.tower, self.nbytes = path, reader, family, tower, nbytes
-        self.projector = family.PROJECTOR
+    def __init__(self, path: str, reader: GGUFReader, towers: dict[str, tuple[ModuleType, object]], nbytes: int):
+        self.path, self.reader, self.towers, self.nbytes = path, reader, towers, nbytes
+        self.family, self.tower = towers.get("image", (None, None))
+        self.audio_family, self.audio_tower = towers.get("audio", (None, None))
+        self.kinds = {name: MediaKind(name, fam, fam.IMAGE_TOKEN if name == "image" else fam.AUDIO_TOKEN)
+                      for name, (fam, _) in towers.items()}
+        self.projector = "+".join(fam.PROJECTOR for fam, _ in towers.values())
         self.encoded: OrderedDict[int, torch.Tensor] = OrderedDict()
-        self.image_token_id: int | None = None  # set by `bind` from the text model's vocabulary
-        self.threads = None  # the text model's ThreadPolicy (set by the loader): the tower runs as a long prefill
+        self.threads = None  # the text model's ThreadPolicy (set by the loader): a tower runs as a long prefill
 
     def _threads(self):
         return self.threads.run(1 << 20) if self.threads is not None else contextlib.nullcontext()
 
     def bind(self, tokenizer) -> None:
-        """The text model's id of the family's image token, where its vocabulary has one
-        (then a prompt is tokenized whole, as the family's processor does); else None, and
-        the text around each image is tokenized on its own (as llama.cpp's mtmd does)."""
-        token = self.family.IMAGE_TOKEN
-        tid = tokenizer.convert_tokens_to_ids(token)
-        if tid is None or tid == tokenizer.unk_token_id or tokenizer.convert_ids_to_tokens(tid) != token:
-            tid = None
-        self.image_token_id = tid
-        self.tokenizer = tokenizer
+        """The text model's ids of the families' media tokens (MediaPrompts.bind_kinds)."""
+        self.bind_kinds(tokenizer)
+
+    @property
+    def mrope(self) -> bool:
+        """Whether images move the text's rotary positions (Qwen3.5's multi-section rotary)."""
+        return self.family is not None and self.family.MROPE
 
     # ------------------------------------------------------------ images
+
+    def _image_tower(self):
+        if self.tower is None:
+            raise ImageError(f"this model's mmproj file ({self.projector}) has no vision encoder: it takes audio, "
+                             "not images")
+        return self.tower
 
     def count(self, data: bytes, detail: str = "auto", **limits) -> tuple[ImageHeader, int]:
         """The image's header and the tokens it will take, from its header alone (nothing
         decoded), or ImageError: a request's images are checked against the context so."""
+        tower = self._image_tower()
         head = read_header(data, **limits)
-        return head, self.tower.n_tokens(head.width, head.height, detail)
+        return head, tower.n_tokens(head.width, head.height, detail)
 
-    def prepare(self, data: bytes, detail: str = "auto", **limits) -> PromptImage:
-        image = decode_image(data, **limits)
-        plan = self.tower.plan(image, detail)
+    def prepare(self, data: bytes, detail: str = "auto", **limits) -> PromptMedia:
+        tower = self._image_tower()
+        plan = tower.plan(decode_image(data, **limits), detail)
         digest = hashlib.blake2b(data, digest_size=8, person=detail.encode()[:16]).digest()
-        return PromptImage(plan, int.from_bytes(digest, "little") & ((1 << KEY_BITS) - 1))
+        return PromptMedia(plan, int.from_bytes(digest, "little") & ((1 << KEY_BITS) - 1), "image",
+                           both_ways=bool(self.family.BIDIRECTIONAL))
 
-    def encode_steps(self, image: PromptImage):
-        """A generator: None per piece of work, then the embeddings (also kept on `image`)."""
-        if image.embeddings is None and image.key in self.encoded:
-            self.encoded.move_to_end(image.key)
-            image.embeddings = self.encoded[image.key]
-        if image.embeddings is not None:
-            yield image.embeddings
+    # ------------------------------------------------------------ audio
+
+    def _audio_tower(self):
+        if self.audio_tower is None:
+            raise AudioError("this model takes no audio" + (f" (its mmproj file, {self.projector}, has no audio "
+                                                            "encoder)" if self.towers else ""))
+        return self.audio_tower
+
+    def count_audio(self, data: bytes, fmt: str | None = None, **limits) -> tuple[float, int]:
+        """The clip's seconds and the tokens it will take, from its header alone, or AudioError."""
+        tower = self._audio_tower()
+        _, seconds, rate, _ = audio_header(data, fmt=fmt, **limits)
+        return seconds, tower.n_tokens(resampled_length(round(seconds * rate), rate, SAMPLE_RATE))
+
+    def prepare_audio(self, data: bytes, fmt: str | None = None, **limits) -> PromptMedia:
+        tower = self._audio_tower()
+        plan = tower.plan(decode_audio(data, SAMPLE_RATE, fmt=fmt, **limits))
+        digest = hashlib.blake2b(data, digest_size=8, person=b"audio").digest()
+        return PromptMedia(plan, int.from_bytes(digest, "little") & ((1 << KEY_BITS) - 1), "audio",
+                           both_ways=bool(self.audio_family.BIDIRECTIONAL))
+
+    # ------------------------------------------------------------ encoding
+
+    def encode_steps(self, item: PromptMedia):
+        """A generator: None per piece of work, then the embeddings (also kept on `item`)."""
+        if item.embeddings is None and item.key in self.encoded:
+            self.encoded.move_to_end(item.key)
+            item.embeddings = self.encoded[item.key]
+        if item.embeddings is not None:
+            yield item.embeddings
             return
-        steps = self.tower.encode_steps(image.plan)
+        steps = self.towers[item.kind][1].encode_steps(item.plan)
         while True:
             with torch.inference_mode(), self._threads():  # the tower's torch ops on every kernel thread
                 out = next(steps)
             if out is not None:
-                image.embeddings = out.float().contiguous()
+                item.embeddings = out.float().contiguous()
                 break
             yield None
-        self.encoded[image.key] = image.embeddings
+        self.encoded[item.key] = item.embeddings
         while len(self.encoded) > KEEP_ENCODED:
             self.encoded.popitem(last=False)
-        yield image.embeddings
+        yield item.embeddings
 
-    def encode(self, image: PromptImage) -> torch.Tensor:
-        for out in self.encode_steps(image):
+    def encode(self, item: PromptMedia) -> torch.Tensor:
+        for out in self.encode_steps(item):
             if out is not None:
                 return out
         raise AssertionError("unreachable")
-
-    # ------------------------------------------------------------ prompts
 
     @property
     def mark(self) -> str:
         """What the chat template writes for an image content part."""
         return self.family.TEMPLATE_MARK
 
-    def expand(self, text: str, images: list[PromptImage]) -> str:
-        """The rendered prompt with each image mark replaced by the image's token run."""
-        parts = self._marks(text, images)
-        out = [parts[0]]
-        for image, rest in zip(images, parts[1:]):
-            out += [self.family.expand(image.n_tokens), rest]
-        return "".join(out)
 
-    def _marks(self, text: str, images: list[PromptImage]) -> list[str]:
-        parts = text.split(self.mark)
-        if len(parts) - 1 != len(images):
-            raise ImageError(f"the chat template placed {len(parts) - 1} image(s) for {len(images)} given")
-        return parts
-
-    def rendered_ids(self, text: str, images: list[PromptImage]) -> list[int]:
-        """A rendered chat prompt's ids with its images' media tokens in place."""
-        if self.image_token_id is not None:
-            return self.prompt_ids(rendered_ids(self.tokenizer, self.expand(text, images)), images)
-        parts = self._marks(text, images)  # no image token: the text between images tokenized piece by piece
-        ids, pending = [], parts[0]
-        for image, rest in zip(images, parts[1:]):
-            before, after = self.family.expand(image.n_tokens).split(self.family.IMAGE_TOKEN * image.n_tokens)
-            ids += rendered_ids(self.tokenizer, pending + before)
-            ids += [media_token(image.key, j) for j in range(image.n_tokens)]
-            pending = after + rest
-        return ids + rendered_ids(self.tokenizer, pending)
-
-    def prompt_ids(self, ids: list[int], images: list[PromptImage]) -> list[int]:
-        """Token ids of an expanded prompt with each image's run of image tokens replaced
-        by its media tokens (raises ImageError where the runs do not match the images)."""
-        out, k, i = list(ids), 0, 0
-        while i < len(out):
-            if out[i] != self.image_token_id:
-                i += 1
-                continue
-            if k >= len(images):
-                raise ImageError("the prompt holds more image tokens than the images given")
-            img = images[k]
-            run = out[i:i + img.n_tokens]
-            if len(run) != img.n_tokens or any(t != self.image_token_id for t in run):
-                raise ImageError(f"image {k}: its {img.n_tokens} tokens are not one run in the prompt")
-            out[i:i + img.n_tokens] = [media_token(img.key, j) for j in range(img.n_tokens)]
-            i += img.n_tokens
-            k += 1
-        if k != len(images):
-            raise ImageError(f"the prompt placed {k} of {len(images)} images")
-        return out
-
-
-def template_images(lm, messages: list[dict]) -> tuple[list[dict], list]:
-    """Messages as the template reads them, and their images in order: each content part
-    {"type": "image", "image": bytes or PromptImage} becomes {"type": "image"} (the
-    family's template writes its image mark there). ImageError for an image part when
-    the model has no vision file."""
-    images, out = [], []
+def template_media(lm, messages: list[dict]) -> tuple[list[dict], list]:
+    """Messages as the template reads them, and their media in order: each content part
+    {"type": "image", "image": bytes or PromptMedia} becomes {"type": "image"}, each
+    {"type": "audio", "audio": bytes or PromptMedia, "format": optional} {"type": "audio"}
+    (the family's template writes its mark there). ImageError / AudioError for a part the
+    model cannot take."""
+    items, out = [], []
     for m in messages:
         content = m.get("content")
-        if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "image" for p in content):
-            if lm.vision is None:
-                raise ImageError("this model has no vision file, so it cannot take images (--mmproj)")
+        if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") in MEDIA_PARTS for p in content):
             parts = []
             for p in content:
-                if p.get("type") == "image":
-                    image = p.get("image")
-                    images.append(image if isinstance(image, PromptImage) else lm.vision.prepare(bytes(image)))
-                    parts.append({"type": "image"})
-                else:
+                kind = p.get("type") if isinstance(p, dict) else None
+                if kind not in MEDIA_PARTS:
                     parts.append(p)
+                    continue
+                if lm.vision is None:
+                    raise (ImageError("this model has no vision file, so it cannot take images (--mmproj)")
+                           if kind == "image" else AudioError("this model has no mmproj file with an audio encoder, "
+                                                              "so it cannot take audio (--mmproj)"))
+                given = p.get(kind)
+                if isinstance(given, PromptMedia):
+                    items.append(given)
+                elif kind == "image":
+                    items.append(lm.vision.prepare(bytes(given)))
+                else:
+                    items.append(lm.vision.prepare_audio(bytes(given), p.get("format")))
+                parts.append({"type": kind})
             m = {**m, "content": parts}
         out.append(m)
-    return out, images
+    return out, items
+
+
+def encoders(m: VisionMetadata) -> dict[str, str]:
+    """The file's encoders: kind ("image", "audio") -> llama.cpp's projector type (a file
+    with both names each in clip.vision / clip.audio.projector_type; one with a single
+    encoder may name it in clip.projector_type)."""
+    out = {}
+    for kind, has, key in (("image", Keys.CLIP_HAS_VISION, Keys.VISION_PROJECTOR_TYPE),
+                           ("audio", Keys.CLIP_HAS_AUDIO, Keys.AUDIO_PROJECTOR_TYPE)):
+        if m.get(has, False):
+            out[kind] = m.get(key, None) or m.get(Keys.CLIP_PROJECTOR_TYPE, None)
+    return out
 
 
 def goes_with(path: str, text_path: str) -> bool:
-    """Whether the vision file at `path` is one for the text model at `text_path` (its
-    architecture and width, from the headers): a folder's vision file is paired with the
+    """Whether the mmproj file at `path` is one for the text model at `text_path` (its
+    architecture and width, from the headers): a folder's mmproj file is paired with the
     models it fits, not with every model beside it."""
     try:
         m = VisionMetadata(GGUFReader(path))
-        kind = m.get(Keys.VISION_PROJECTOR_TYPE, None) or m.get(Keys.CLIP_PROJECTOR_TYPE, None)
-        family = projectors().get(kind)
         text = GGUFReader(text_path)
-        if family is None or text.architecture not in family.TEXT_ARCHITECTURES:
-            return False
         width = text.get(f"{text.architecture}.embedding_length")
-        return width is None or family.Params.from_gguf(m).projection_dim == width  # not another size's
+        for name in encoders(m).values():
+            family = projectors().get(name)
+            if family is None or text.architecture not in family.TEXT_ARCHITECTURES:
+                return False
+            if width is not None and family.Params.from_gguf(m).projection_dim != width:  # another size's
+                return False
+        return bool(encoders(m))
     except (GGUFError, OSError, ValueError, KeyError) as e:  # a file that cannot be read: paired, its load says why
         log.warning("%s: cannot tell whether it goes with %s (%s); paired with it, its load will say", path,
                     text_path, e)
         return True
+
+
+def whole_media_tokens(path: str) -> int:
+    """The most tokens one medium of the mmproj file at `path` takes in one forward (an
+    image that goes whole: Gemma 4's up to 1,120), from its header; 0 where none goes
+    whole or the file does not say (its load will)."""
+    try:
+        m = VisionMetadata(GGUFReader(path))
+    except (GGUFError, OSError, ValueError) as e:
+        log.debug("%s: not read for its batch size (%s)", path, e)
+        return 0
+    families = [projectors().get(name) for name in encoders(m).values()]
+    return max([getattr(f, "MAX_TOKENS", 0) for f in families if f is not None and f.BIDIRECTIONAL] + [0])
 
 
 def vision_products(setting: str | None, device: torch.device, native: bool | None = None) -> torch.dtype | None:
@@ -301,43 +304,48 @@ def vision_products(setting: str | None, device: torch.device, native: bool | No
 
 def load_vision(path: str, text_reader: GGUFReader, text_hidden: int, device: torch.device, dtype: torch.dtype,
                 settings: KernelSettings, products: torch.dtype | None = None) -> VisionModel:
-    """A vision file for a text model (VisionFileError where it is not one, or not this model's);
-    `settings`: the text model's kernel settings; `products`: the dtype its F16/BF16 matrices
-    multiply in (vision_products)."""
+    """A model's mmproj file (its vision and/or audio encoder) for a text model
+    (VisionFileError where it is not one, or not this model's); `settings`: the text
+    model's kernel settings; `products`: the dtype its F16/BF16 matrices multiply in
+    (vision_products)."""
     reader = GGUFReader(path)
     if reader.architecture != "clip":
         raise VisionFileError(f"{path}: not a vision file (general.architecture is {reader.architecture!r}, "
                               "a vision file's is 'clip')")
     m = VisionMetadata(reader)
-    if not m.get(Keys.CLIP_HAS_VISION, False):
-        raise VisionFileError(f"{path}: the file has no vision encoder (clip.has_vision_encoder)")
-    kind = m.get(Keys.VISION_PROJECTOR_TYPE, None) or m.get(Keys.CLIP_PROJECTOR_TYPE, None)
-    family = projectors().get(kind)
-    if family is None:
-        raise VisionFileError(f"{path}: vision projector {kind!r} is not supported; supported: "
-                              f"{', '.join(sorted(projectors()))}")
-    text_arch = text_reader.architecture
-    if text_arch not in family.TEXT_ARCHITECTURES:
-        raise VisionFileError(f"{path}: a {kind} vision file goes with {', '.join(family.TEXT_ARCHITECTURES)} "
-                              f"text models, not {text_arch}")
-    try:
-        params = family.Params.from_gguf(m)
-    except ValueError as e:  # a key that says the file is not one this tower runs
-        raise VisionFileError(str(e)) from None
-    if params.projection_dim != text_hidden:
-        raise VisionFileError(f"{path}: its images are {params.projection_dim} wide; the text model's embeddings "
-                              f"are {text_hidden} (a vision file of another model size?)")
+    kinds = encoders(m)
+    if not kinds:
+        raise VisionFileError(f"{path}: the file has no vision or audio encoder (clip.has_vision_encoder, "
+                              "clip.has_audio_encoder)")
+    chosen = {}
+    for kind, name in kinds.items():
+        family = projectors().get(name)
+        if family is None or getattr(family, "KIND", "image") != kind:
+            supported = sorted(n for n, f in projectors().items() if getattr(f, "KIND", "image") == kind)
+            raise VisionFileError(f"{path}: {'vision' if kind == 'image' else 'audio'} projector {name!r} is not "
+                                  f"supported; supported: {', '.join(supported)}")
+        if text_reader.architecture not in family.TEXT_ARCHITECTURES:
+            raise VisionFileError(f"{path}: a {name} mmproj file goes with {', '.join(family.TEXT_ARCHITECTURES)} "
+                                  f"text models, not {text_reader.architecture}")
+        try:
+            params = family.Params.from_gguf(m)
+        except ValueError as e:  # a key that says the file is not one this tower runs
+            raise VisionFileError(str(e)) from None
+        if params.projection_dim != text_hidden:
+            raise VisionFileError(f"{path}: its {kind} embeddings are {params.projection_dim} wide; the text model's "
+                                  f"are {text_hidden} (a file of another model size?)")
+        chosen[kind] = (family, params)
     reader.populate()
     w = Weights(reader, device, dtype, settings, views=True,  # the towers never write into weights
                 products=products)
-    tower = family.build(params, w)
+    towers = {kind: (family, family.build(params, w)) for kind, (family, params) in chosen.items()}
     w.release_copies()
     nbytes = sum(t.nbytes for t in reader.tensors.values())
     products_said = "; float matrices multiplied in bfloat16 (vision_dtype float32 keeps float32)" \
         if products is torch.bfloat16 else ""
-    log.info("vision file %s (%s): %d layers, %d tokens per image%s", path, kind, params.n_layers,
-             getattr(params, "n_tokens", 0), products_said)
-    return VisionModel(path, reader, family, tower, nbytes)
+    said = ", ".join(f"{kind} ({family.PROJECTOR}, {params.n_layers} layers)" for kind, (family, params) in chosen.items())
+    log.info("mmproj file %s: %s%s", path, said, products_said)
+    return VisionModel(path, reader, towers, nbytes)
 
 
 class RopePlan:
@@ -346,7 +354,7 @@ class RopePlan:
     what follows goes on from t + max(rows, columns), so each image moves the rotary
     positions of everything after it back by its tokens less that."""
 
-    def __init__(self, prompt: list[int], media: dict[int, PromptImage]):
+    def __init__(self, prompt: list[int], media: dict[int, PromptMedia]):
         self.images = []  # (first cache position, tokens, rows, columns, shift before it)
         shift, i = 0, 0
         while i < len(prompt):

@@ -306,6 +306,17 @@ class Keys:
     VISION_HEAD_COUNT = "clip.vision.attention.head_count"
     VISION_LAYERNORM_EPS = "clip.vision.attention.layer_norm_epsilon"
     VISION_PROJECTOR_SCALE_FACTOR = "clip.vision.projector.scale_factor"
+    # audio encoders (in the same file as a vision tower, or alone)
+    CLIP_HAS_AUDIO = "clip.has_audio_encoder"
+    AUDIO_PROJECTOR_TYPE = "clip.audio.projector_type"  # files with several encoders
+    AUDIO_EMBEDDING_LENGTH = "clip.audio.embedding_length"
+    AUDIO_FEED_FORWARD_LENGTH = "clip.audio.feed_forward_length"
+    AUDIO_PROJECTION_DIM = "clip.audio.projection_dim"
+    AUDIO_BLOCK_COUNT = "clip.audio.block_count"
+    AUDIO_HEAD_COUNT = "clip.audio.attention.head_count"
+    AUDIO_LAYERNORM_EPS = "clip.audio.attention.layer_norm_epsilon"
+    AUDIO_NUM_MEL_BINS = "clip.audio.num_mel_bins"
+    AUDIO_STACK_FACTOR = "clip.audio.projector.stack_factor"
 
     TOKENIZER_MODEL = "tokenizer.ggml.model"
     TOKENIZER_PRE = "tokenizer.ggml.pre"

@@ -71,11 +71,15 @@ class Model:
         else:  # image tokens: their embeddings stand for the (negative) ids
             rows, emb = batch.media
             x = self.embed(batch.tokens.clamp(min=0))
-            x[rows] = emb.to(x.dtype)
+            x[rows] = emb[:, :x.shape[1]].to(x.dtype)
         if self.before_layers is not None:
             self.before_layers(x, batch)
-        for layer in self.layers:
+        deep = 0 if batch.media is None else batch.media[1].shape[1] // x.shape[1] - 1
+        for i, layer in enumerate(self.layers):
             x = layer(x, batch, cache)
+            if i < deep:  # deepstack (Qwen3-VL): the media rows' i-th further slice added after layer i
+                rows, emb = batch.media
+                x[rows] += emb[:, (i + 1) * x.shape[1]:(i + 2) * x.shape[1]].to(x.dtype)
         if batch.keep_hidden:  # every token's output after the final norm (what an MTP head reads)
             batch.hidden = x = x if self.norm is None else self.ops.rms_norm(x, self.norm, self.eps)
         if batch.rows.numel() == 0:

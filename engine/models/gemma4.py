@@ -23,7 +23,9 @@ query scaling (1.0), embeddings scaled by sqrt(hidden), GeGLU (tanh GELU), and:
   times ffn_gate_inp.scale; softmax, top k, renormalized, times the chosen experts'
   ffn_down_exps.scale;
 - each layer's output times layer_output_scale where the file has it; the logits
-  soft-capped (final_logit_softcapping)."""
+  soft-capped (final_logit_softcapping);
+- images (gemma4_vision): their tokens see each other both ways in the sliding layers,
+  except in E2B / E4B; media rows take token 0's per-layer embedding (llama.cpp's)."""
 
 from __future__ import annotations
 
@@ -86,6 +88,11 @@ class Params(TextParams):
         raise ValueError(f"shared layer {i} has no earlier {'sliding' if self.sliding[i] else 'full'} layer")
 
 
+# an image's tokens see each other both ways in the sliding layers (the full layers stay
+# causal), except in E2B and E4B (these widths), which read images causally: llama.cpp's rule
+CAUSAL_IMAGE_WIDTHS = (1536, 2560)
+
+
 def attention(w: Weights, i: int, p: Params, rope: Rope, ops) -> Attention:
     """Layer i's attention: its kind's head size, the key-value heads of the layer whose cache
     it uses, no query scaling, q/k heads normalized and v heads without weight."""
@@ -93,6 +100,7 @@ def attention(w: Weights, i: int, p: Params, rope: Rope, ops) -> Attention:
     return Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.kv_heads[src],
                      head_dim=p.head_dim_swa if p.sliding[i] else p.head_dim, eps=p.eps, rope=rope, scale=1.0,
                      window=p.window if p.sliding[i] else 0, qk_norm="head", v_norm=True,
+                     media_both_ways=p.sliding[i] and p.hidden not in CAUSAL_IMAGE_WIDTHS,
                      keys_as_values=not w.has(f"blk.{i}.attn_v.weight"), cache_layer=src)
 class Experts:
     """Gemma 4's routed experts beside the dense MLP: the router reads the attention output

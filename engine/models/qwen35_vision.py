@@ -5,7 +5,10 @@ a pixel budget), a learned position table resampled (bilinear, corners aligned) 
 image's patch grid, 2-D rotary (rows and columns, a quarter of each head each), biased
 fused q/k/v, a tanh-GELU MLP, then the merger: a LayerNorm, each 2x2 block of patches
 concatenated, two matrices with an exact GELU between (`mm.0`, `mm.2`) to the text
-model's width. Qwen3.5 has no deepstack layers.
+model's width. Qwen3-VL's files (the same tower) add deepstack layers: after each of
+them the patches go through a merger of their own (`v.deepstack.{i}`: LayerNorm, tanh
+GELU), and an image token's embedding is the main one followed by those (the text
+model adds them after its first layers: base.Model).
 
 Patches run in merge-block order (each 2x2 block's four patches together), as
 transformers' processor orders them. The temporal patch of two frames (`v.patch_embd.weight`
@@ -27,7 +30,7 @@ from ...gguf_io import Keys
 from .vision import ImagePlan, VisionMetadata, VisionParams, patch_linear, resize_normalized
 
 PROJECTOR = "qwen3vl_merger"
-TEXT_ARCHITECTURES = ("qwen35", "qwen35moe")
+TEXT_ARCHITECTURES = ("qwen35", "qwen35moe", "qwen3vl", "qwen3vlmoe")
 TEMPLATE_MARK = "<|image_pad|>"  # the chat template writes <|vision_start|><|image_pad|><|vision_end|>
 IMAGE_TOKEN = "<|image_pad|>"
 BIDIRECTIONAL = False
@@ -48,13 +51,12 @@ class Params(VisionParams):
     merge: int
     min_pixels: int
     max_pixels: int
+    deepstack: list[int]  # the layers whose output feeds a deepstack merger (Qwen3-VL)
 
     @staticmethod
     def read(m: VisionMetadata, c: dict) -> dict:
-        if any(m.get(Keys.VISION_IS_DEEPSTACK_LAYERS, [])):  # Qwen3-VL's: their features go into the text layers
-            raise ValueError(f"{m.path}: this vision file has deepstack layers (Qwen3-VL); Qwen3.5's have none, "
-                             "and deepstack is not supported")
-        return dict(merge=m.get(Keys.VISION_SPATIAL_MERGE_SIZE, 2),
+        flags = m.get(Keys.VISION_IS_DEEPSTACK_LAYERS, [])
+        return dict(merge=m.get(Keys.VISION_SPATIAL_MERGE_SIZE, 2), deepstack=[i for i, f in enumerate(flags) if f],
                     min_pixels=m.get(Keys.VISION_IMAGE_MIN_PIXELS, MIN_PIXELS),
                     max_pixels=m.get(Keys.VISION_IMAGE_MAX_PIXELS, MAX_PIXELS["auto"]))
 
@@ -135,6 +137,10 @@ class Tower:
         merged = h * p.merge * p.merge
         self.fc1 = w.linear("mm.0.weight", merged, merged, bias="mm.0.bias")
         self.fc2 = w.linear("mm.2.weight", p.projection_dim, merged, bias="mm.2.bias")
+        self.deepstack = {i: (w.vector(f"v.deepstack.{i}.norm.weight", merged), w.vector(f"v.deepstack.{i}.norm.bias", merged),
+                              w.linear(f"v.deepstack.{i}.fc1.weight", merged, merged, bias=f"v.deepstack.{i}.fc1.bias"),
+                              w.linear(f"v.deepstack.{i}.fc2.weight", p.projection_dim, merged,
+                                       bias=f"v.deepstack.{i}.fc2.bias")) for i in p.deepstack}
         head = h // p.n_heads
         self.inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, head // 2, 2, dtype=torch.float32) / (head // 2)))
 
@@ -175,11 +181,16 @@ class Tower:
         freqs = torch.cat([fh, fw, fh, fw], dim=-1)
         cos, sin = freqs.cos(), freqs.sin()
         yield None
-        for block in self.blocks:
+        deep = []
+        for i, block in enumerate(self.blocks):
             x = block(x, cos, sin)
+            if i in self.deepstack:
+                w, b, fc1, fc2 = self.deepstack[i]
+                merged = F.layer_norm(x.reshape(-1, p.hidden * m * m), (p.hidden * m * m,), w, b, p.eps)
+                deep.append(fc2(F.gelu(fc1(merged), approximate="tanh")))
             yield None
         x = F.layer_norm(x, (p.hidden,), *self.post_ln, p.eps).reshape(-1, p.hidden * m * m)
-        yield self.fc2(F.gelu(self.fc1(x)))
+        yield torch.cat([self.fc2(F.gelu(self.fc1(x))), *deep], dim=1)
 
 
 def build(p: Params, w) -> Tower:

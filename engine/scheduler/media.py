@@ -1,7 +1,8 @@
-"""A prompt's images in the scheduler: how a prompt chunk ends around an image, the
-vision tower's encoding step by step while other sequences run, and what the batch
-takes of them (the embeddings by content key, the multi-section rotary positions).
-The images themselves, their tokens and the towers are engine.vision's."""
+"""A prompt's media in the scheduler: how a prompt chunk ends around an image, the
+towers' encoding step by step while other sequences run, and what the batch takes of
+them (the embeddings by content key, which go whole and see each other, the
+multi-section rotary positions). The media themselves, their tokens and the towers are
+engine.media's and engine.vision's."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from .state import Purpose, Request, Row, Running
 
 def rope_plan(lm, req: Request) -> RopePlan | None:
     """Where the request's images move the rotary positions, for families that move them (Qwen3.5)."""
-    return RopePlan(req.prompt_ids, req.media) if req.media and lm.vision.family.MROPE else None
+    return RopePlan(req.prompt_ids, req.media) if req.media and lm.vision.mrope else None
 
 
 def media_chunk(lm, r: Running, n: int, room: int, piecewise: bool) -> int:
@@ -23,8 +24,8 @@ def media_chunk(lm, r: Running, n: int, room: int, piecewise: bool) -> int:
     else at once). Returns 0 to take nothing this step."""
     prompt, lo = r.prompt, r.fed
     end = lo + n
-    whole = lm.vision.family.BIDIRECTIONAL  # else an image may end in a later chunk
-    if whole and end < len(prompt) and prompt[end] < 0 and media_of(prompt[end])[1] != 0:  # inside an image
+    inside = end < len(prompt) and prompt[end] < 0 and media_of(prompt[end])[1] != 0
+    if inside and r.req.media[media_of(prompt[end])[0]].both_ways:  # inside media that goes whole
         start = end - media_of(prompt[end])[1]
         if start > lo:
             end = start  # up to the image
@@ -51,13 +52,15 @@ def media_chunk(lm, r: Running, n: int, room: int, piecewise: bool) -> int:
 
 
 def batch_media(lm, rows: list[Row]) -> dict:
-    """Batch.of's image arguments for a step's rows: the embeddings of the prompts'
-    images, the rotary positions where images moved them, whether images go whole."""
+    """Batch.of's media arguments for a step's rows: the embeddings of the prompts'
+    media, the rotary positions where images moved them, the media that go causally
+    (neither whole nor seeing each other: audio)."""
     media = {k: img.embeddings for row in rows if row.purpose is not Purpose.DECODE and row.run.req.media
              for k, img in row.run.req.media.items() if img.embeddings is not None}
     ropes = None
     if any(row.run.rope is not None for row in rows):
         ropes = [row.run.rope.positions(row.pos, len(row.tokens)) if row.run.rope is not None else None
                  for row in rows]
-    return {"media": media, "rope_positions": ropes,
-            "whole_media": lm.vision is None or lm.vision.family.BIDIRECTIONAL}
+    causal = frozenset(k for row in rows if row.purpose is not Purpose.DECODE and row.run.req.media
+                       for k, img in row.run.req.media.items() if not img.both_ways)
+    return {"media": media, "rope_positions": ropes, "causal_media": causal}

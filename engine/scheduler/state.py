@@ -32,7 +32,7 @@ class Request:
     emit: Callable[[object], None]
     cancel: threading.Event = field(default_factory=threading.Event)
     done: bool = False
-    # the prompt's images by content key (engine.vision.PromptImage; their tokens are media tokens)
+    # the prompt's media by content key (engine.media.PromptMedia; their tokens are media tokens)
     media: dict = field(default_factory=dict)
     progress: bool = False  # emit a progress Step as the prompt is admitted and after each chunk
     lora: tuple[tuple[int, float], ...] = ()  # the LoRA adapters (LoadedModel.adapters ids) and scales it runs with

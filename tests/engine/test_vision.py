@@ -15,7 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
-from gguf_serve.engine import load_model
+from gguf_serve.engine import WeightError, load_model
 from gguf_serve.engine.batch import Batch
 from gguf_serve.engine.config import EngineConfig
 from gguf_serve.engine.generate import prompt_for
@@ -519,10 +519,10 @@ def test_vision_weights_stay_in_the_file(f32, qwen):
             assert lo <= x.data_ptr() < hi, (vlm.vision_path, tuple(x.shape))
 
 
-def test_qwen3vl_deepstack_files_are_refused(tmp_path, qwen):
-    """Qwen3-VL's vision files feed deepstack features into the text layers, which this tower
-    does not: such a file is refused at load, naming why, not run without them."""
+def test_deepstack_flags_without_their_mergers_are_refused(tmp_path, qwen):
+    """A file whose layers are marked deepstack (Qwen3-VL's) but lacks their mergers is
+    refused at load, naming the missing tensor, not run without them."""
     deep = copy_gguf(qwen.vision_path, tmp_path / "mmproj-deepstack.gguf",
                      metadata={"clip.vision.is_deepstack_layers": [True, False]})
-    with pytest.raises(VisionFileError, match="deepstack"):
+    with pytest.raises(WeightError, match="v.deepstack.0.norm.weight"):
         load_model(qwen.text_path, config=EngineConfig.resolve(mmproj=deep, n_ctx=256, n_seq=1))

@@ -11,6 +11,8 @@ from .admin.routes import router as admin_router
 from .admin.serving import AdminServing
 from .anthropic.routes import router as anthropic_router
 from .anthropic.serving import MessagesServing
+from .audio.routes import router as audio_router
+from .audio.serving import TranscriptionServing
 from .chat.routes import router as chat_router
 from ..engine import TemplateWorkers
 from .chat.serving import ChatServing
@@ -33,8 +35,8 @@ from .responses.routes import router as responses_router
 from .responses.serving import ResponsesServing
 from .settings import ServerSettings
 
-ROUTERS = (admin_router, chat_router, responses_router, embeddings_router, anthropic_router, ollama_router,
-           llama_router)
+ROUTERS = (admin_router, chat_router, responses_router, audio_router, embeddings_router, anthropic_router,
+           ollama_router, llama_router)
 
 
 def create_app(settings: ServerSettings) -> FastAPI:
@@ -56,13 +58,14 @@ def create_app(settings: ServerSettings) -> FastAPI:
         webui.mount(app)
     install_handlers(app)
     chat = ChatServing(residency, settings, templates, pools, metrics)
-    on_exit.append(chat.fetcher.aclose)
+    on_exit.append(chat.media.fetcher.aclose)
     app.state.catalog, app.state.residency, app.state.settings = catalog, residency, settings
     app.state.startup = startup  # the CLI reads "fatal" once uvicorn returns
     app.state.admin = AdminServing(catalog, residency, startup, metrics, pools, templates)
     app.state.chat, app.state.templates = chat, templates
     app.state.responses = ResponsesServing(chat)
     app.state.messages = MessagesServing(chat)
+    app.state.transcriptions = TranscriptionServing(chat)
     app.state.embeddings = EmbeddingsServing(residency, pools)
     app.state.ollama = OllamaServing(chat, app.state.embeddings, catalog, residency)
     app.state.llama = LlamaServing(chat, catalog, residency)

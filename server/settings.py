@@ -13,8 +13,8 @@ from pydantic import ByteSize, Field, PrivateAttr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .models.presets import read_presets
-from ..engine import (CacheType, DeviceChoice, EngineConfig, KernelChoice, PoolingChoice, PrefillDtype, SpecChoice,
-                      VisionDtype)
+from ..engine import (MAX_AUDIO_BYTES, MAX_AUDIO_SECONDS, CacheType, DeviceChoice, EngineConfig, KernelChoice,
+                      PoolingChoice, PrefillDtype, SpecChoice, VisionDtype)
 
 
 class ServerSettings(BaseSettings):
@@ -140,6 +140,12 @@ class ServerSettings(BaseSettings):
     max_images: Optional[int] = Field(default=None, ge=1, description=(
         "images one request may hold, refused before any is decoded (default: the context over 256, a Gemma 3 "
         "image's tokens)"))
+    max_audio_bytes: int = Field(default=MAX_AUDIO_BYTES, ge=1, description="largest audio clip accepted, encoded")
+    max_audio_seconds: float = Field(default=MAX_AUDIO_SECONDS, gt=0, description=(
+        "longest audio clip accepted, in seconds (from its header, before it is decoded)"))
+    max_audio: Optional[int] = Field(default=None, ge=1, description=(
+        "audio clips one request may hold, refused before any is decoded (default: the context over 750, 30 s of "
+        "Gemma 4 audio)"))
     offline: bool = Field(default=False, description="never touch the network (HF_HUB_OFFLINE)")
     max_queue: int = Field(default=16, ge=1, description="requests that may wait per model before 429")
     max_loaded: int = Field(default=2, ge=1, json_schema_extra={"flags": ["--models-max"]}, description=(

@@ -1,5 +1,5 @@
 """Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens) over the chat path:
-the request becomes a chat completion request (system, text and image blocks, tool_use
+the request becomes a chat completion request (system, text, image and audio blocks, tool_use
 and tool_result blocks, thinking blocks, tools and tool_choice, thinking, stop
 sequences, structured output), the reply's pieces become content blocks (thinking,
 text, tool_use), streamed as Anthropic's events or folded into one message. Errors
@@ -52,6 +52,20 @@ def _image_part(block: dict, where: str) -> dict:
                      param=f"{where}.source")
 
 
+def _audio_part(block: dict, where: str) -> dict:
+    """An audio block as the chat path's input_audio part: OpenAI's shape as it is
+    ({"type": "input_audio", "input_audio": {"data", "format"}}), or one shaped as an image
+    block ({"type": "audio", "source": {"type": "base64", "media_type": "audio/wav", "data"}})."""
+    if block.get("type") == "input_audio":
+        return {"type": "input_audio", "input_audio": block.get("input_audio")}
+    source = block.get("source") or {}
+    media, data = source.get("media_type"), source.get("data")
+    if source.get("type") != "base64" or not isinstance(data, str) or not isinstance(media, str):
+        raise BadRequest(f"{where}.source: an audio block's source is base64 (media_type, data)",
+                         param=f"{where}.source")
+    return {"type": "input_audio", "input_audio": {"data": data, "format": media}}
+
+
 def _tool_result(block: dict, where: str) -> dict:
     """A tool_result block as the chat path's tool message (its text; an error flagged)."""
     if not isinstance(block.get("tool_use_id"), str):
@@ -100,6 +114,8 @@ def _messages(req: CountTokensRequest) -> tuple[list[dict], list[str]]:
                     parts.append({"type": "text", "text": _text_of(b, at)})
                 elif kind == "image":
                     parts.append(_image_part(b, at))
+                elif kind in ("audio", "input_audio"):
+                    parts.append(_audio_part(b, at))
                 elif kind == "tool_result":
                     if parts:  # text before a result: its own user turn, in order
                         out.append({"role": "user", "content": parts})
@@ -108,8 +124,8 @@ def _messages(req: CountTokensRequest) -> tuple[list[dict], list[str]]:
                     out.append(_tool_result(b, at))
                     origins.append(at)
                 else:
-                    raise BadRequest(f"{at}: {kind!r} blocks are not supported in user messages (text, image and "
-                                     f"tool_result are)", param=f"{at}.type")
+                    raise BadRequest(f"{at}: {kind!r} blocks are not supported in user messages (text, image, "
+                                     f"audio and tool_result are)", param=f"{at}.type")
             if parts:
                 out.append({"role": "user", "content": parts})
                 origins.append(where)

@@ -163,9 +163,12 @@ def max_images(settings, lm) -> int:
     return settings.max_images or max(1, lm.n_ctx // TOKENS_PER_IMAGE)
 
 
-def no_vision_file() -> NoVisionFile:
-    return NoVisionFile("this model has no vision file, so it cannot take images (start it with --mmproj, or put the "
-                        "mmproj .gguf beside the model)")
+def no_vision(lm) -> NoVisionFile:
+    if lm.vision is None:
+        return NoVisionFile("this model has no vision file, so it cannot take images (start it with --mmproj, or put "
+                            "the mmproj .gguf beside the model)")
+    return NoVisionFile(f"this model's mmproj file ({lm.vision.projector}) has no vision encoder: it takes audio, "
+                        "not images")
 
 
 def bad_image(e: ImageError, param: str) -> BadRequest:

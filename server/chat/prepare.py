@@ -114,13 +114,13 @@ def template_tool_calls(calls: list[dict], i: int) -> list[dict]:
 
 
 def refuse_parts(m, i: int) -> None:
-    """Content this server cannot use is refused, never dropped: parts other than text and
-    images (audio, files)."""
+    """Content this server cannot use is refused, never dropped: parts other than text,
+    images and audio (files, for one)."""
     if isinstance(m.content, list):
         for j, part in enumerate(m.content):
-            if part.type not in ("text", "image_url"):
-                raise BadRequest(f"content parts of type {part.type!r} are not supported (text and image_url are)",
-                                 param=f"messages.{i}.content.{j}", code="unsupported_parameter")
+            if part.type not in ("text", "image_url", "input_audio"):
+                raise BadRequest(f"content parts of type {part.type!r} are not supported (text, image_url and "
+                                 f"input_audio are)", param=f"messages.{i}.content.{j}", code="unsupported_parameter")
 
 
 def refuse_unsupported(req) -> None:
@@ -194,7 +194,7 @@ class Prepared:
     job: Job | None = None  # queued before a stream starts
     tools: list = field(default_factory=list)  # the tools the reply may call (their calls parsed out)
     family: Family = HERMES  # how the model writes them
-    media: dict = field(default_factory=dict)  # the prompt's images by content key
+    media: dict = field(default_factory=dict)  # the prompt's images and clips by content key
     text: str = ""  # a chat prompt as its template rendered it (/apply-template)
 
     # the model's tokenizer, kept from the request's start: the model may be unloaded as soon

@@ -19,6 +19,7 @@ class ContentPart(OpenAIModel):
     type: str
     text: Optional[str] = None
     image_url: Optional[Union[dict[str, Any], str]] = None  # {"url": ..., "detail": ...}
+    input_audio: Any = None  # {"data": <base64>, "format": "wav", "mp3", ...}: checked where it is read
 
 
 class ChatMessage(OpenAIModel):

@@ -1,8 +1,9 @@
 """From an OpenAI request to the engine and back: the chat or completion prompt (its
-templating, the context check; the settings themselves come from server.chat.prepare), the
-worker queue, the reasoning and tool-call split of what the model writes, and the
-response in its streamed or folded form (wire details in server.chat.wire). The
-non-streaming reply is built by folding the stream, so there is one generation path."""
+templating, the context check; the settings themselves come from server.chat.prepare,
+the messages' images and audio from server.chat.media), the worker queue, the reasoning
+and tool-call split of what the model writes, and the response in its streamed or folded
+form (wire details in server.chat.wire). The non-streaming reply is built by folding the
+stream, so there is one generation path."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import threading
 import time
 from typing import AsyncIterator
 
-from ...engine import (GrammarError, ImageError, TemplateError, TemplateWorkers, ThinkingBudget, encode, prompt_ids,
+from ...engine import (GrammarError, MediaError, TemplateError, TemplateWorkers, ThinkingBudget, encode, prompt_ids,
                        schema_of)
 from ..core.errors import APIError, BadRequest, ContextLengthExceeded
 from ..core.pools import Pools
@@ -24,8 +25,7 @@ from ..models.presets import sampling_defaults
 from ..models.worker import Job
 from . import harmony
 from .derived_calls import PASSING, PROBE_TOOLS, Derived, marker_of, probe_replies
-from .images import (MAX_REQUEST_PIXELS, Fetcher, ImagePart, bad_image, image_bytes, max_images,
-                     no_vision_file)
+from .media import ChatMedia
 from .prepare import (Prepared, Split, constrain, origin_param, per_choice, refuse_parts, refuse_unsupported, render_chat,
                       template_tool_calls, tools_for, without_billing_header)
 from .protocol import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Completion,
@@ -63,8 +63,8 @@ class ChatServing:
         self.residency = residency
         self.settings = settings
         self.templates = templates  # the chat templates' worker processes, shared by every model
-        self.pools = pools  # tokenizing, grammars and images on bounded threads (server.core.pools)
-        self.fetcher = Fetcher(settings)  # image URLs (--image-urls), on the event loop
+        self.pools = pools  # tokenizing, grammars and media on bounded threads (server.core.pools)
+        self.media = ChatMedia(settings, pools)  # images and audio in messages (server.chat.media)
         self.metrics = metrics
         self._warned_no_switch: set[str] = set()
         self._syntaxes: dict[tuple, Derived | None] = {}  # per loaded model: its template's derived call syntax
@@ -203,11 +203,11 @@ class ChatServing:
     async def _prepare_chat(self, entry, req: ChatCompletionRequest) -> Prepared:
         lm = entry.lm
         messages, pending = [], []
-        self._count_images(lm, req.messages)
+        self.media.count(lm, req.messages)
         for i, m in enumerate(req.messages):
             refuse_parts(m, i)
             msg = {"role": "system" if m.role == "developer" else m.role,
-                   "content": await self._content(m, i, pending)}
+                   "content": await self.media.content(m, i, pending)}
             if msg["role"] == "system" and (content := without_billing_header(msg["content"])) != msg["content"]:
                 if content is None:  # nothing but the billing line
                     continue
@@ -233,14 +233,14 @@ class ChatServing:
             elif entry.id not in self._warned_no_switch:
                 self._warned_no_switch.add(entry.id)
                 log.info("%s: its chat template has no thinking switch; the reasoning setting is ignored", entry.id)
-        images = await self._images(lm, pending)
+        items = await self.media.prepare(lm, pending)  # images and clips, in prompt order
         derived = await self._derived_syntax(entry) if req.tools and req.tool_choice != "none" else None
         tools, grammar_for_tools, family = tools_for(req, lm, messages, kwargs, derived)
         prompt = await render_chat(self.templates, lm, messages, kwargs)
         await self._measure(entry, prompt, "messages")
         try:
-            ids, media = await self.pools.prompts.run(prompt_ids, lm, prompt, images)
-        except ImageError as e:  # the template placed the images otherwise than given
+            ids, media = await self.pools.prompts.run(prompt_ids, lm, prompt, items)
+        except MediaError as e:  # the template placed the media otherwise than given
             raise BadRequest(str(e), param="messages") from None
         max_tokens = req.max_completion_tokens or req.max_tokens
         if req._fit_max_tokens and max_tokens is not None:  # a cap, as llama-server takes Anthropic's max_tokens
@@ -288,73 +288,6 @@ class ChatServing:
             except (GrammarError, ValueError) as e:
                 raise BadRequest(str(e), param="response_format") from None
             await self.pools.prompts.run(constrain, lm, grammar, params, {}, "response_format")
-
-    def _count_images(self, lm, messages) -> None:
-        """Refuse a request with more images than --max-images, or with any for a model that
-        has no vision file, before a byte of them is read."""
-        limit, n = max_images(self.settings, lm), 0
-        for i, m in enumerate(messages):
-            for j, part in enumerate(m.content if isinstance(m.content, list) else []):
-                if part.type != "image_url":
-                    continue
-                where = f"messages.{i}.content.{j}"
-                if lm.vision is None:
-                    raise bad_image(no_vision_file(), where)
-                n += 1
-                if n > limit:
-                    raise BadRequest(f"{where}: a request may hold at most {limit} images (--max-images)",
-                                     param=where, code="invalid_image")
-
-    async def _content(self, m, i: int, pending: list):
-        """A message's content as the template reads it: its text, or, with images, its parts
-        (each image_url part an image, its bytes had and added to `pending`)."""
-        if not isinstance(m.content, list) or not any(p.type == "image_url" for p in m.content):
-            return m.text()
-        parts = []
-        for j, part in enumerate(m.content):
-            where = f"messages.{i}.content.{j}"
-            if part.type == "text":
-                parts.append({"type": "text", "text": part.text or ""})
-                continue
-            if m.role != "user":
-                raise BadRequest(f"{where}: images go in user messages, not {m.role} ones", param=where,
-                                 code="invalid_image")
-            try:
-                pending.append(await image_bytes(part, where, self.settings, self.fetcher))
-            except ImageError as e:
-                raise bad_image(e, where) from None
-            parts.append({"type": "image"})
-        return parts
-
-    async def _images(self, lm, pending: list[ImagePart]) -> list:
-        """The request's images prepared for the vision file: first each one's size and tokens
-        from its header, all of them checked against the context and MAX_REQUEST_PIXELS,
-        then (only then) decoded, on the images pool."""
-        tokens = pixels = 0
-        for p in pending:
-            try:
-                head, n = lm.vision.count(p.data, p.detail, media_type=p.media_type,
-                                          max_bytes=self.settings.max_image_bytes)
-            except ImageError as e:
-                raise bad_image(e, p.where) from None
-            if lm.vision.family.BIDIRECTIONAL and n > lm.cache.max_batch:
-                raise BadRequest(f"{p.where}: the image is {n} tokens; a forward pass takes at most "
-                                 f"{lm.cache.max_batch}", param=p.where, code="invalid_image")
-            tokens, pixels = tokens + n, pixels + head.width * head.height
-            if tokens >= lm.n_ctx:
-                raise ContextLengthExceeded(f"This model's maximum context length is {lm.n_ctx} tokens; the images "
-                                            f"up to {p.where} take {tokens}", param=p.where)
-            if pixels > MAX_REQUEST_PIXELS:
-                raise BadRequest(f"{p.where}: the request's images come to {pixels} pixels; one request may hold "
-                                 f"{MAX_REQUEST_PIXELS}", param=p.where, code="invalid_image")
-        images = []
-        for p in pending:
-            try:
-                images.append(await self.pools.images.run(lm.vision.prepare, p.data, p.detail, media_type=p.media_type,
-                                                          max_bytes=self.settings.max_image_bytes))
-            except ImageError as e:
-                raise bad_image(e, p.where) from None
-        return images
 
     async def pieces(self, prep: Prepared, tally: Tally) -> AsyncIterator[Piece]:
         """The choices' pieces as the scheduler makes them (one prefill, the choices

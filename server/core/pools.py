@@ -1,4 +1,4 @@
-"""Bounded pools for the blocking work a request needs (tokenizing, decoding images,
+"""Bounded pools for the blocking work a request needs (tokenizing, decoding images and audio,
 loading models), one per kind, instead of asyncio's shared default executor: a kind of
 work that stalls (a slow tokenizer call, a large image, a load) fills its own pool, not
 the others'. Each pool has a few threads, room for a bounded number of waiting items
@@ -83,13 +83,13 @@ def loads_pool() -> Pool:
 
 class Pools:
     """The server's pools, sized for the machine: tokenizing (and grammars, measuring), image
-    decoding, and model loads (a request waiting for its model's load, or for room, holds a
+    and audio decoding, and model loads (a request waiting for its model's load, or for room, holds a
     thread of this pool until --load-wait)."""
 
     def __init__(self):
         cpus = os.cpu_count() or 2
         self.prompts = Pool("prompts", max(2, cpus), 64, 60.0, "tokenizing")
-        self.images = Pool("images", max(2, min(4, cpus)), 32, 60.0, "image decoding")
+        self.images = Pool("images", max(2, min(4, cpus)), 32, 60.0, "image and audio decoding")
         self.loads = loads_pool()
 
     def all(self) -> tuple[Pool, ...]:

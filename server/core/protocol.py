@@ -57,9 +57,13 @@ def keep_alive_seconds(value: Any) -> float | None:
     sign = -1.0 if text.startswith("-") else 1.0
     body = text.lstrip("+-")
     try:
-        return sign * float(body)  # "300", "-1"
+        seconds = float(body)  # "300", "-1"
     except ValueError:
         pass
+    else:
+        if seconds != seconds:
+            raise ValueError("keep_alive is not a number (NaN)")
+        return sign * seconds
     parts = _DURATION.findall(body)
     if not body or "".join(n + u for n, u in parts) != body:
         raise ValueError(f"keep_alive {text!r} is neither seconds nor a duration such as '5m' or '1h30m'")

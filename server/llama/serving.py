@@ -169,7 +169,7 @@ class LlamaServing:
                                                "params": params},
                "total_slots": lm.cache.n_seq if lm else s.parallel, "model_path": entry.path, "model_alias": entry.id,
                "chat_template": lm.chat_template if lm else None, "modalities": {"vision": entry.vision,
-                                                                                 "audio": False},
+                                                                                 "audio": _hears(lm)},
                "is_sleeping": lm is None, "build_info": "gguf-serve"}
         if lm is not None:
             tok = lm.tokenizer
@@ -226,6 +226,11 @@ class SlotActions:
                         "n_read": n_bytes, "timings": {"restore_ms": (time.perf_counter() - start) * 1e3}}
             except slots.SlotError as e:
                 raise BadRequest(str(e), param="id_slot") from None
+
+
+def _hears(lm) -> bool:
+    """Whether a loaded model takes audio (its mmproj file has an audio encoder); unloaded: not known, no."""
+    return lm is not None and lm.vision is not None and lm.vision.audio_tower is not None
 
 
 def _settings(prep) -> dict:

@@ -33,7 +33,7 @@ class Job:
     out: asyncio.Queue
     cancel: threading.Event = field(default_factory=threading.Event)
     done_callbacks: list = field(default_factory=list)  # called on the worker's thread once it has ended
-    media: dict = field(default_factory=dict)  # the prompt's images by content key (engine.vision.PromptImage)
+    media: dict = field(default_factory=dict)  # the prompt's media by content key (engine.media.PromptMedia)
     progress: bool = False  # the prompt's processing reported as it goes (llama-server's return_progress)
     lora: tuple = ()  # ((adapter id, scale), ...) it runs with (engine.lora)
 

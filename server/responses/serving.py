@@ -27,6 +27,7 @@ from .protocol import ResponsesRequest
 log = logging.getLogger("gguf_serve.server")
 
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
+MEDIA_PARTS = ("input_image", "input_audio")
 LOGPROBS = "message.output_text.logprobs"
 
 # Hosted tools (OpenAI runs them on its side) and the items of their calls: this server
@@ -63,20 +64,23 @@ def _text(content, where: str) -> str:
 
 
 def _content(content, where: str):
-    """A message item's content for chat: its text, or with input_image parts, chat parts
-    (text and image_url); other parts are refused."""
-    if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") == "input_image"
+    """A message item's content for chat: its text, or with input_image or input_audio
+    parts, chat parts (text, image_url, input_audio); other parts are refused."""
+    if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") in MEDIA_PARTS
                                                 for p in content):
         return _text(content, where)
     parts = []
     for j, part in enumerate(content):
-        if isinstance(part, dict) and part.get("type") == "input_image":
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "input_image":
             if not isinstance(part.get("image_url"), str):
                 raise BadRequest("an input_image part needs image_url (a data: URL or an http(s) URL); file_id "
                                  "needs stored files, which this server does not keep", param=f"{where}.{j}",
                                  code="invalid_image")
             parts.append({"type": "image_url", "image_url": {"url": part["image_url"],
                                                              "detail": part.get("detail") or "auto"}})
+        elif kind == "input_audio":  # checked with the chat path's own (server.chat.audio)
+            parts.append({"type": "input_audio", "input_audio": part.get("input_audio")})
         else:
             parts.append({"type": "text", "text": _text([part], f"{where}.{j}")})
     return parts

@@ -71,6 +71,7 @@ ROUTE_STATUSES = {
     ("post", "/v1/completions"): GENERATING,
     ("post", "/v1/responses"): GENERATING,
     ("post", "/v1/messages"): GENERATING,
+    ("post", "/v1/audio/transcriptions"): GENERATING,
     ("post", "/v1/messages/count_tokens"): MODEL | {413},
     ("post", "/v1/embeddings"): MODEL | {413, 429},
     ("post", "/v1/rerank"): MODEL | {413, 429},

@@ -1,0 +1,1 @@
+"""OpenAI's audio transcriptions (/v1/audio/transcriptions) over the chat path: protocol, serving, routes."""

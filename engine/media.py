@@ -57,8 +57,10 @@ class MediaKind:
     token_id: int | None = None
 
     @property
-    def mark(self) -> str:
-        return self.family.TEMPLATE_MARK
+    def marks(self) -> tuple[str, ...]:
+        """What the chat template writes for a part of this kind (a family may know several
+        forms: Qwen2-Audio's own template writes the begin and end tokens around its token)."""
+        return getattr(self.family, "TEMPLATE_MARKS", (self.family.TEMPLATE_MARK,))
 
 
 def token_id(tokenizer, token: str) -> int | None:
@@ -84,7 +86,7 @@ class MediaPrompts:
     def _split(self, text: str, items: list[PromptMedia]) -> list[str]:
         """The text between the template's marks, checked against the media given (their
         number and, mark by mark, their kind)."""
-        marks = {k.mark: k.name for k in self.kinds.values()}
+        marks = {mark: k.name for k in self.kinds.values() for mark in k.marks}
         found = list(re.finditer("|".join(re.escape(m) for m in sorted(marks, key=len, reverse=True)), text))
         if len(found) != len(items):
             words = " or ".join(sorted(self.kinds))

@@ -66,6 +66,7 @@ rc = m.mtmd_tokenize(mctx, chunks, ctypes.byref(text_in), arr, len(bitmaps))
 assert rc == 0, "mtmd_tokenize returned %d (1: markers and media differ in number, 2: media failed to preprocess)" % rc
 
 n_embd = llama_cpp.llama_model_n_embd(model)
+n_inp = llama_cpp.llama_model_n_embd_inp(model)  # wider than n_embd where media carry deepstack slices (Qwen3-VL)
 kinds = {m.MTMD_INPUT_CHUNK_TYPE_TEXT: "text", m.MTMD_INPUT_CHUNK_TYPE_IMAGE: "image",
          m.MTMD_INPUT_CHUNK_TYPE_AUDIO: "audio"}
 out = {"chunks": [], "embeddings": [], "n_embd": n_embd}
@@ -80,7 +81,7 @@ for i in range(m.mtmd_input_chunks_size(chunks)):
         entry["tokens"] = [toks[j] for j in range(count.value)]
     else:
         assert m.mtmd_encode_chunk(mctx, chunk) == 0, "mtmd could not encode chunk %d" % i
-        embd = np.ctypeslib.as_array(m.mtmd_get_output_embd(mctx), shape=(n * n_embd,)).reshape(n, n_embd)
+        embd = np.ctypeslib.as_array(m.mtmd_get_output_embd(mctx), shape=(n * n_inp,)).reshape(n, n_inp)
         out["embeddings"].append(embd.tolist())
         entry["non_causal"] = bool(m.mtmd_decode_use_non_causal(mctx, chunk))
     out["chunks"].append(entry)
@@ -153,7 +154,8 @@ def mtmd_run(text_path: str, mmproj_path: str, prompt: str, media: list[bytes | 
 
     - chunks: [{"type": "text" | "image" | "audio", "n_tokens", "n_pos", "tokens" (text),
       "non_causal" (media: whether the text model attends both ways inside it)}]
-    - embeddings: per media chunk, its encoded embeddings (n_tokens lists of n_embd floats)
+    - embeddings: per media chunk, its encoded embeddings (n_tokens lists of the model's input
+      width: n_embd, or n_embd x (1 + deepstack layers) for Qwen3-VL)
     - logits: the last prompt position's logits, after mtmd_helper_eval_chunks has decoded
       every chunk (each media chunk in one batch)
     - greedy: `n_predict` greedy tokens (argmax of those logits, then of each following

@@ -7,6 +7,8 @@ model and the projector file (`--mmproj`).
   conversion/gemma.py Gemma4VisionAudioModel; the text side Gemma4Model, E2B-like).
 - `tiny_qwen2_audio`: a Qwen2AudioForConditionalGeneration (Whisper encoder, projector
   "qwen2a", conversion/ultravox.py WhisperEncoderModel; the text side qwen2).
+- `tiny_qwen3vl`: a Qwen3VLForConditionalGeneration (projector "qwen3vl_merger" with
+  deepstack layers, conversion/qwen3vl.py; the text side qwen3vl, interleaved M-RoPE).
 
 What the tokenizers' chat templates write for a media part is in GEMMA4_MEDIA_TOKENS and
 QWEN2_AUDIO_MEDIA_TOKENS; what mtmd writes around a media chunk (for the engine to write
@@ -29,7 +31,8 @@ import torch
 from transformers import (Gemma4AudioFeatureExtractor, Gemma4Config, Gemma4ForConditionalGeneration,
                           Gemma4ImageProcessorPil, GemmaTokenizer,
                           PreTrainedTokenizerBase, Qwen2AudioConfig, Qwen2AudioForConditionalGeneration,
-                          Qwen2AudioProcessor, Qwen2Tokenizer, WhisperFeatureExtractor)
+                          Qwen2AudioProcessor, Qwen2Tokenizer, Qwen3VLConfig, Qwen3VLForConditionalGeneration,
+                          WhisperFeatureExtractor)
 
 from converter import _RUN_WITH_VOCAB, llama_cpp_src
 from tiny_metadata import bytes_to_unicode
@@ -92,6 +95,13 @@ QWEN2_AUDIO_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
+QWEN3VL_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+                    "<|image_pad|>")
+# Qwen3-VL's template writes the three tokens for an image part; mtmd writes nothing around its chunk
+QWEN3VL_MEDIA_TOKENS = {"image": "<|image_pad|>"}
+QWEN3VL_TEMPLATE = QWEN2_AUDIO_TEMPLATE.replace(
+    "{% if item['type'] == 'audio' %}{{ '<|AUDIO|>' }}",
+    "{% if item['type'] == 'image' %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}")
 
 PATCH = 8  # Gemma 4's vision patch (the real one's is 16)
 GEMMA4_WIDTH = 128  # its text model's
@@ -179,6 +189,26 @@ def qwen2_audio_tokenizer(folder: Path) -> Qwen2Tokenizer:
                         chat_template=QWEN2_AUDIO_TEMPLATE).save_pretrained(folder)
     return tok
 
+
+def qwen3vl_tokenizer(folder: Path) -> Qwen2Tokenizer:
+    """Qwen's byte-level BPE as for Qwen2-Audio, with Qwen3-VL's vision tokens, and the
+    image processor's mean and std beside it (the converter reads them)."""
+    b2u = bytes_to_unicode()
+    vocab = {b2u[b]: i for i, b in enumerate(sorted(b2u))}
+    words = ["".join(b2u[b] for b in (" " + w).encode()) for w in CORPUS.split()]
+    merges = learn_merges(words, 120)
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    for t in QWEN3VL_SPECIALS:
+        vocab[t] = len(vocab)
+    tok = Qwen2Tokenizer(vocab=vocab, merges=merges, unk_token=None, bos_token=None, eos_token="<|im_end|>",
+                         pad_token="<|endoftext|>", extra_special_tokens=list(QWEN3VL_SPECIALS[1:]))
+    tok.chat_template = QWEN3VL_TEMPLATE
+    tok.save_pretrained(folder)
+    (folder / "preprocessor_config.json").write_text(json.dumps(
+        {"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "patch_size": 16, "merge_size": 2,
+         "temporal_patch_size": 2}))
+    return tok
 
 def _randomize(model: torch.nn.Module, seed: int, embed_std: float, final_norm: float) -> None:
     """Weights of a trained model's spread, so that no output is degenerate and greedy
@@ -285,6 +315,23 @@ def qwen2_audio_config(tok: Qwen2Tokenizer) -> Qwen2AudioConfig:
                             audio_token_index=tok.convert_tokens_to_ids("<|AUDIO|>"))
 
 
+def qwen3vl_config(tok: Qwen2Tokenizer) -> Qwen3VLConfig:
+    """Qwen3-VL's layout, tiny: a ViT of 3 layers, patches of 16 merged 2x2, an 8x8
+    position table, deepstack after layers 0 and 1; a qwen3vl text model of 3 layers whose
+    head of 16 turns 8 frequencies in interleaved sections (time 4, rows 2, columns 2)."""
+    ids = tok.convert_tokens_to_ids
+    text = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+                rms_norm_eps=1e-6, tie_word_embeddings=False,
+                rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [4, 2, 2],
+                                 "mrope_interleaved": True})
+    vision = dict(depth=3, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16, spatial_merge_size=2,
+                  temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=64,
+                  deepstack_visual_indexes=[0, 1])
+    return Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=ids("<|image_pad|>"),
+                         vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+                         tie_word_embeddings=False)
+
 # convert_with_vocab's runner, naming the pre-tokenizer "qwen2" (what Qwen2-Audio's files have)
 # instead of "default"; Gemma 4's vocabulary has no pre-tokenizer name (its tokenizer model is "gemma4")
 _RUN_QWEN2_PRE = _RUN_WITH_VOCAB.replace('lambda self, tokenizer: "default"', 'lambda self, tokenizer: "qwen2"')
@@ -327,6 +374,8 @@ FAMILIES = {  # Gemma scales its token embeddings by sqrt(width) as it reads the
                       GEMMA4_SPECIALS, _RUN_WITH_VOCAB, embed_std=0.25 / GEMMA4_WIDTH ** 0.5, final_norm=14.0),
     "qwen2a": _Family(qwen2_audio_tokenizer, qwen2_audio_config, Qwen2AudioForConditionalGeneration,
                       QWEN2_AUDIO_TEMPLATE, QWEN2_AUDIO_SPECIALS, _RUN_QWEN2_PRE, embed_std=1.0, final_norm=1.0),
+    "qwen3vl": _Family(qwen3vl_tokenizer, qwen3vl_config, Qwen3VLForConditionalGeneration, QWEN3VL_TEMPLATE,
+                       QWEN3VL_SPECIALS, _RUN_QWEN2_PRE, embed_std=1.0, final_norm=1.0),
 }
 
 # what this process has built: checkpoints per (family, seed), files per (family, seed, role, type);
@@ -366,3 +415,8 @@ def tiny_gemma4_media(folder, outtype: str = "f32", seed: int = 0, mmproj_outtyp
 def tiny_qwen2_audio(folder, outtype: str = "f32", seed: int = 0, mmproj_outtype: str = "f32") -> TinyMedia:
     """A tiny Qwen2-Audio in `folder`, as tiny_gemma4_media."""
     return _build("qwen2a", Path(folder), outtype, mmproj_outtype, seed)
+
+
+def tiny_qwen3vl(folder, outtype: str = "f32", seed: int = 0, mmproj_outtype: str = "f32") -> TinyMedia:
+    """A tiny Qwen3-VL (deepstack) in `folder`, as tiny_gemma4_media."""
+    return _build("qwen3vl", Path(folder), outtype, mmproj_outtype, seed)

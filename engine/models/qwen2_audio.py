@@ -13,8 +13,8 @@ Qwen2.5-Omni's audio files are the same tower), run as mtmd runs them
   width: 750 tokens a chunk (40 ms a token).
 
 In the text model a clip is `<|audio_bos|>`, its tokens, `<|audio_eos|>` (Qwen2-Audio's
-template writes those three tokens for an audio part, the processor repeats the middle
-one); its tokens attend causally."""
+template writes those three tokens for an audio part and the processor repeats the middle
+one; a template that writes the middle one alone gets the same); its tokens attend causally."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ from .audio import SAMPLE_RATE, AudioParams, AudioPlan
 PROJECTOR = "qwen2a"
 KIND = "audio"
 TEXT_ARCHITECTURES = ("qwen2",)
-TEMPLATE_MARK = "<|audio_bos|><|AUDIO|><|audio_eos|>"  # what Qwen2-Audio's chat template writes for an audio part
+# what a chat template writes for an audio part: Qwen2-Audio's own the three tokens, others its token alone
+TEMPLATE_MARKS = ("<|audio_bos|><|AUDIO|><|audio_eos|>", "<|AUDIO|>")
+TEMPLATE_MARK = TEMPLATE_MARKS[0]
 AUDIO_TOKEN = "<|AUDIO|>"
 BIDIRECTIONAL = False
 MROPE = False

@@ -31,7 +31,9 @@ from .vision import ImagePlan, VisionMetadata, VisionParams, patch_linear, resiz
 
 PROJECTOR = "qwen3vl_merger"
 TEXT_ARCHITECTURES = ("qwen35", "qwen35moe", "qwen3vl", "qwen3vlmoe")
-TEMPLATE_MARK = "<|image_pad|>"  # the chat template writes <|vision_start|><|image_pad|><|vision_end|>
+# what a chat template writes for an image part: Qwen's own the three tokens, others the pad alone
+TEMPLATE_MARKS = ("<|vision_start|><|image_pad|><|vision_end|>", "<|image_pad|>")
+TEMPLATE_MARK = TEMPLATE_MARKS[0]
 IMAGE_TOKEN = "<|image_pad|>"
 BIDIRECTIONAL = False
 MROPE = True
@@ -43,7 +45,8 @@ MAX_PIXELS = {"auto": 1003520, "high": 4194304, "low": 262144}
 
 
 def expand(n_tokens: int) -> str:
-    return IMAGE_TOKEN * n_tokens
+    """The text an image mark becomes (Qwen's processor and mtmd: start, pads, end)."""
+    return f"<|vision_start|>{IMAGE_TOKEN * n_tokens}<|vision_end|>"
 
 
 @dataclass

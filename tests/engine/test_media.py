@@ -1,7 +1,7 @@
 """Images and audio against llama.cpp's mtmd (what llama-server --mmproj runs) on tiny
 random models that llama.cpp's converter wrote (tests/tiny_media.py): Gemma 4 (a text
-file and one mmproj file with its vision and audio towers) and Qwen2-Audio (Whisper's
-encoder, the second audio family). The same prompt tokens around each image or clip,
+file and one mmproj file with its vision and audio towers), Qwen2-Audio (Whisper's
+encoder, the second audio family) and Qwen3-VL (deepstack, multi-section rotary). The same prompt tokens around each image or clip,
 the same number of media tokens, the towers' embeddings within float rounding, the
 prompt's last logits close and the first greedy tokens the same."""
 
@@ -17,11 +17,14 @@ from PIL import Image
 
 from gguf_serve.engine import AudioError, EngineConfig, ImageError, load_model
 from gguf_serve.engine.batch import Batch
+from gguf_serve.engine.generate import prompt_for
+from gguf_serve.engine.chat import render
 from gguf_serve.engine.sampling import SamplingParams
 from gguf_serve.engine.scheduler import run_one
+from gguf_serve.engine.vision import RopePlan
 
-from mtmd_oracle import MARKER, mtmd_run
-from tiny_media import tiny_gemma4_media, tiny_qwen2_audio
+from mtmd_oracle import MARKER, mtmd_prompt, mtmd_run
+from tiny_media import tiny_gemma4_media, tiny_qwen2_audio, tiny_qwen3vl
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +72,11 @@ def ours(lm, text: str, items: list) -> tuple[list[int], torch.Tensor, list[int]
     media = {i.key: i for i in items}
     emb = {k: lm.vision.encode(i) for k, i in media.items()}
     causal = frozenset(k for k, i in media.items() if not i.both_ways)
+    ropes = [RopePlan(ids, media).positions(0, len(ids))] if lm.vision.mrope else None
     slot = lm.cache.allocate()
     try:
-        logits = lm.forward(Batch.of([(slot, ids, 0)], "last", media=emb, causal_media=causal))[-1]
+        logits = lm.forward(Batch.of([(slot, ids, 0)], "last", media=emb, causal_media=causal,
+                                     rope_positions=ropes))[-1]
     finally:
         lm.cache.free(slot)
     steps = run_one(lm, ids, SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True), media=media)
@@ -86,13 +91,14 @@ def check(lm, files, mark_text: str, items: list, data: list[bytes], tol: float 
           bos: str = "<bos>"):
     """Our prompt, embeddings, logits and greedy tokens against mtmd's for the same prompt
     (`mark_text` with "{}" where each medium goes; mtmd adds the file's BOS, `bos`)."""
-    marks = [lm.vision.kinds[i.kind].mark for i in items]
+    marks = [lm.vision.kinds[i.kind].marks[-1] for i in items]
     theirs = mtmd_run(files.text_path, files.mmproj_path, mark_text.format(*[MARKER] * len(items)), data)
     ids, logits, greedy = ours(lm, bos + mark_text.format(*marks), items)
     media_chunks = [c for c in theirs["chunks"] if c["type"] != "text"]
     # mtmd cuts clips over 30 s into several chunks, back to back: one run of ours
     assert sum(c["n_tokens"] for c in media_chunks) == sum(i.n_tokens for i in items)
-    assert len(ids) == theirs["n_past"]
+    # positions: with multi-section rotary an image takes max(rows, columns) of them
+    assert len(ids) - (RopePlan(ids, {i.key: i for i in items}).total if lm.vision.mrope else 0) == theirs["n_past"]
     assert [t for t in ids if t >= 0] == [t for tokens in text_tokens(theirs) for t in tokens]
     embeddings = [torch.tensor(e) for e in theirs["embeddings"]]
     at = 0
@@ -183,3 +189,52 @@ def test_qwen2_audio_takes_no_images(qwen2_audio):
     lm = load(qwen2_audio)
     with pytest.raises(ImageError, match="no vision encoder"):
         lm.vision.prepare(png(32, 32))
+
+
+# ----------------------------------------------------------------------------- Qwen3-VL
+
+
+@pytest.fixture(scope="module")
+def qwen3vl(tmp_path_factory):
+    return tiny_qwen3vl(tmp_path_factory.mktemp("qwen3vl"))
+
+
+def test_qwen3vl_deepstack_image_equals_mtmd(qwen3vl):
+    """Qwen3-VL's image tokens carry the main embedding and one per deepstack layer (3 x the
+    text width), added after the first text layers; their rotary positions are (time, row,
+    column). A 256 x 256 image: 64 tokens by llama.cpp's sizing and by Qwen's processor
+    (which ours follows: at least 64 tokens, where llama.cpp's go down to 8)."""
+    lm = load(qwen3vl)
+    data = png(256, 256)
+    item = lm.vision.prepare(data)
+    assert item.n_tokens == 64 and lm.vision.encode(item).shape == (64, 3 * lm.params.hidden)
+    check(lm, qwen3vl, "look {} here", [item], [data], bos="")
+    # without the deepstack slices the prompt's logits are far from llama.cpp's
+    flat = lm.vision.prepare(data)
+    flat.embeddings = lm.vision.encode(item)[:, :lm.params.hidden].contiguous()
+    _, logits, _ = ours(lm, "look <|image_pad|> here", [flat])
+    theirs = mtmd_run(qwen3vl.text_path, qwen3vl.mmproj_path, "look " + MARKER + " here", [data])
+    assert rel(logits, torch.tensor(theirs["logits"])) > 0.1
+
+
+def test_chat_messages_render_as_llama_server_prompts_them(gemma4, qwen2_audio, qwen3vl):
+    """Chat messages with media parts, through each tiny model's own template: our prompt's
+    text tokens and media runs are those mtmd makes of the template's output with each
+    part's placeholder as its marker (what llama-server hands it)."""
+    cases = ((gemma4, ("<|image|>", "<|audio|>"), "<bos>"), (qwen2_audio, ("<|AUDIO|>",), None),
+             (qwen3vl, ("<|vision_start|><|image_pad|><|vision_end|>",), None))
+    for files, tokens, bos in cases:
+        lm = load(files)
+        parts = [{"type": "text", "text": "What is this?"}]
+        if lm.vision.audio_tower is not None:
+            parts.insert(0, {"type": "audio", "audio": wav(0.8)})
+        if lm.vision.tower is not None:
+            parts.insert(0, {"type": "image", "image": png(256, 256)})
+        messages = [{"role": "user", "content": parts}]
+        ids, media = prompt_for(lm, messages)
+        text = render(lm.tokenizer, lm.chat_template, [{"role": "user", "content": [{"type": p["type"]} if p["type"] != "text"
+                                                                                   else p for p in parts]}])
+        theirs = mtmd_run(files.text_path, files.mmproj_path, mtmd_prompt(text, tokens, bos),
+                          [p[p["type"]] for p in parts if p["type"] != "text"])
+        assert [t for t in ids if t >= 0] == [t for chunk in text_tokens(theirs) for t in chunk]
+        assert sum(t < 0 for t in ids) == sum(c["n_tokens"] for c in theirs["chunks"] if c["type"] != "text")

@@ -81,6 +81,17 @@ def _seq_arrays(batch: Batch):
     return batch.memo["seq_arrays"]
 
 
+def _past_chunk(batch, chunk: int) -> bool:
+    """Whether a chunked layer's queries reach past the first chunk (the native kernels
+    attend causally or in a window; chunks past the first are masked in torch)."""
+    if not chunk:
+        return False
+    key = ("past_chunk", chunk)
+    if key not in batch.memo:
+        batch.memo[key] = max(s.pos + s.n for s in batch.seqs) > chunk
+    return batch.memo[key]
+
+
 def _kv_end(batch: Batch) -> torch.Tensor:
     if "kv_end" not in batch.memo:
         batch.memo["kv_end"] = torch.tensor([s.end for s in batch.seqs for _ in range(s.n)], dtype=torch.int64)
@@ -185,7 +196,7 @@ class CpuOps(TorchOps):
 
     def self_attention(self, qkv, spec, batch, cache):
         layer = _native_layer(spec, cache, self._layers)
-        if layer is None or qkv.dtype is not F32 or qkv.stride(1) != 1:
+        if layer is None or qkv.dtype is not F32 or qkv.stride(1) != 1 or _past_chunk(batch, spec.chunk):
             return super().self_attention(qkv, spec, batch, cache)
         memo = batch.memo
         native = memo.get("native_attention")
@@ -212,7 +223,8 @@ class CpuOps(TorchOps):
         q = qkv[:, :layer.k_off].reshape(t, h, -1)[..., :d]
         kbuf, vbuf = cache.kv(spec.layer)
         o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[spec.layer], spec.window, spec.scale,
-                           spec.softcap, spec.media_both_ways, spec.sinks, cache.types, alibi=spec.alibi).reshape(t, hd)
+                           spec.softcap, spec.media_both_ways, spec.sinks, cache.types, alibi=spec.alibi,
+                           chunk=spec.chunk).reshape(t, hd)
         if spec.gated:
             o = o * torch.sigmoid(qkv[:, :layer.k_off].reshape(t, h, 2 * d)[..., d:].reshape(t, hd))
         return o

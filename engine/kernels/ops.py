@@ -132,14 +132,14 @@ class TorchOps:
             k = self.rope(k, cos, sin, spec.rope.neox)
             self.kv_write(kbuf, vbuf, k, v, batch.slots, cache.cells(spec.layer, batch), cache.types)
         o = self.attention(q, kbuf, vbuf, batch, cache.n_cells[spec.layer], spec.window, spec.scale, spec.softcap,
-                           spec.media_both_ways, spec.sinks, cache.types, alibi=spec.alibi)
+                           spec.media_both_ways, spec.sinks, cache.types, alibi=spec.alibi, chunk=spec.chunk)
         o = o.reshape(t, h * d)
         return o if gate is None else o * torch.sigmoid(gate.reshape(t, h * d))
 
     def attention(self, q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, batch: Batch, n_cells: int,
                   window: int, scale: float, softcap: float | None = None, media_both_ways: bool = False,
                   sinks: torch.Tensor | None = None, types: tuple[KVType, KVType] | None = None,
-                  alibi: torch.Tensor | None = None) -> torch.Tensor:
+                  alibi: torch.Tensor | None = None, chunk: int = 0) -> torch.Tensor:
         """Causal attention of q (T, heads, head_dim) over each sequence's cached keys
         and values (already written; rows of `types`, by default the buffers' dtypes),
         grouped-query, optionally within a window of
@@ -147,7 +147,8 @@ class TorchOps:
         `media_both_ways`, an image's tokens (batch.media_spans) also see each other's
         later ones (Gemma 3). `sinks` (heads,): per head a logit that joins each softmax
         with no value (gpt-oss). `alibi` (heads,): ALiBi's slopes, each score less the
-        slope times the key's distance from the query (jina-bert-v2, both ways)."""
+        slope times the key's distance from the query (jina-bert-v2, both ways). `chunk`:
+        each query sees the keys of its own chunk of positions only (Llama 4)."""
         out = torch.empty_like(q)
         for s in batch.seqs:
             qs = q[s.start:s.start + s.n].transpose(0, 1)[None]  # (1, H, n, D)
@@ -157,7 +158,8 @@ class TorchOps:
                 d = q.shape[-1]
                 ks, vs = self.from_rows(ks, types[0], d, q.dtype), self.from_rows(vs, types[1], d, q.dtype)
             ks, vs = ks[None], vs[None]
-            mask = self._mask(batch, s, n_cells, window, batch.media_spans.get(s.slot) if media_both_ways else None)
+            mask = self._mask(batch, s, n_cells, window, batch.media_spans.get(s.slot) if media_both_ways else None,
+                              chunk)
             if alibi is not None:  # distances as a float mask, -inf where the boolean one hides a key
                 dist = (torch.arange(s.pos, s.end)[:, None] - ring_positions(n_cells, s.end)[None, :]).abs()
                 bias = -alibi.float().view(-1, 1, 1) * dist.float()[None]
@@ -171,8 +173,8 @@ class TorchOps:
         return out
 
     @staticmethod
-    def _mask(batch: Batch, s, n_cells: int, window: int, spans=None) -> torch.Tensor | None:
-        key = ("mask", s.slot, n_cells, window, bool(spans))
+    def _mask(batch: Batch, s, n_cells: int, window: int, spans=None, chunk: int = 0) -> torch.Tensor | None:
+        key = ("mask", s.slot, n_cells, window, bool(spans), chunk)
         if key not in batch.memo:
             cell_pos = ring_positions(n_cells, s.end)[None, :]
             q_pos = torch.arange(s.pos, s.end)[:, None]
@@ -186,6 +188,8 @@ class TorchOps:
                     ok |= (q_pos >= lo) & (q_pos < hi) & (cell_pos >= lo) & (cell_pos < hi)
                 if window:
                     ok &= q_pos - cell_pos < window
+                if chunk:
+                    ok &= q_pos // chunk == cell_pos // chunk
             batch.memo[key] = None if bool(ok.all()) else ok.to(batch.tokens.device)
         return batch.memo[key]
 

@@ -134,6 +134,7 @@ class AttentionSpec:
     v_norm: torch.Tensor | None = None  # RMSNorm weight of each v head (Gemma 4: ones, a norm without scale)
     kv_shared: bool = False  # no k/v of its own: attends over `layer`'s cache, which an earlier layer wrote (Gemma 4)
     alibi: torch.Tensor | None = None  # (n_heads,) ALiBi's slopes: scores less slope x distance (jina-bert-v2)
+    chunk: int = 0  # chunked attention: a query sees the keys of its own chunk of positions only (Llama 4: 8192)
 
     @property
     def q_width(self) -> int:
@@ -168,14 +169,16 @@ class Attention:
     - `encoder`: the window is the mask's alone, the cache keeps every position
       (EmbeddingGemma, whose input goes in one forward);
     - `alibi_max_bias`: ALiBi instead of positions in the queries and keys, each head's
-      slope from it as ggml's softmax takes them (jina-bert-v2: 8)."""
+      slope from it as ggml's softmax takes them (jina-bert-v2: 8);
+    - `chunk`: chunked attention, each query over the keys of its own chunk of positions
+      (Llama 4's rotary layers: 8192; llama.cpp's LLAMA_SWA_TYPE_CHUNKED)."""
 
     def __init__(self, w: Weights, layer: int, ops, *, hidden: int, n_heads: int, n_kv_heads: int, head_dim: int,
                  eps: float, rope: Rope, scale: float | None = None, window: int = 0, softcap: float | None = None,
                  sinks: bool = False, gated: bool = False, media_both_ways: bool = False, fused_qkv: bool = False,
                  qk_norm: str | None = None, v_norm: bool = False, keys_as_values: bool = False,
                  cache_layer: int | None = None, temperature: tuple[float, ...] | None = None, encoder: bool = False,
-                 alibi_max_bias: float = 0.0):
+                 alibi_max_bias: float = 0.0, chunk: int = 0):
         if qk_norm not in QK_NORMS:
             raise ValueError(f"qk_norm {qk_norm!r}: expected one of {QK_NORMS}")
         p = f"blk.{layer}."
@@ -190,7 +193,7 @@ class Attention:
             k_norm=w.vector(p + "attn_k_norm.weight", head_dim) if per_head and not kv_shared else None,
             media_both_ways=media_both_ways, sinks=w.vector(p + "attn_sinks.weight", n_heads).contiguous() if sinks
             else None, v_norm=torch.ones(head_dim) if v_norm and not kv_shared else None, kv_shared=kv_shared,
-            alibi=alibi_slopes(n_heads, alibi_max_bias) if alibi_max_bias else None)
+            alibi=alibi_slopes(n_heads, alibi_max_bias) if alibi_max_bias else None, chunk=chunk)
         self.q_rows, self.kv_rows = n_heads * head_dim, n_kv_heads * head_dim  # the queries (without gates), k or v
         self.q_norm = self.k_norm = None  # over the whole projections ("whole")
         if qk_norm == "whole":

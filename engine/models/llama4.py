@@ -6,8 +6,9 @@ the others' q and k heads RMS-normalized without a weight after rotary (not in M
 128-expert files, as llama.cpp); every `interleave_moe_layer_step`-th layer routed experts:
 each token's top expert by the router's logit, its input scaled by the logit's sigmoid
 before the expert (llama.cpp's weight_before_ffn), plus a shared expert on the same input;
-the other layers a dense MLP. The rotary layers attend in chunks of 8192 positions: this
-engine does not chunk, so the context is held to 8192 tokens (the same attention there)."""
+the other layers a dense MLP. The rotary layers attend in chunks of 8192 positions (each
+query over the keys of its own chunk, llama.cpp's LLAMA_SWA_TYPE_CHUNKED), the NoPE layers
+over the whole context; a file whose sliding_window is 0 attends in full everywhere."""
 
 from __future__ import annotations
 
@@ -45,9 +46,7 @@ class Params(TextParams):
         return dict(n_experts=n_experts, n_experts_used=used,
                     expert_ffn=int(m.get(Keys.EXPERT_FEED_FORWARD_LENGTH, 0) or 0),
                     moe_every=int(m.get(Keys.INTERLEAVE_MOE_LAYER_STEP, 1) or 1),
-                    chunked=window is None or window != 0,
-                    context_length=min(c["context_length"], CHUNK) if window is None or window != 0
-                    else c["context_length"])
+                    chunked=window is None or window != 0)
 
 
 class TopOneExperts(MoE):
@@ -69,7 +68,7 @@ def layer(w: Weights, i: int, p: Params, rope: Rope, ops) -> Block:
     nope = (i + 1) % NO_ROPE_EVERY == 0 and p.chunked
     attn = Attention(w, i, ops, hidden=p.hidden, n_heads=p.n_heads, n_kv_heads=p.n_kv_heads, head_dim=p.head_dim,
                      eps=p.eps, rope=Rope.none() if nope else rope,
-                     temperature=(0.1, CHUNK, 1) if nope else None)
+                     temperature=(0.1, CHUNK, 1) if nope else None, chunk=CHUNK if p.chunked and not nope else 0)
     if not nope and p.n_experts != 128:  # llama.cpp: use_kq_norm unless Maverick's 128 experts
         ones = torch.ones(p.head_dim)  # an RMS norm without a weight (it commutes with the rotation)
         attn.spec.q_norm, attn.spec.k_norm = ones, ones

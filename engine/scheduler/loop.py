@@ -230,6 +230,13 @@ class Scheduler:
         cached, free = len(self.prefix.idle), self.cache.free_slots
         return {"running": self.cache.n_seq - cached - free, "cached": cached, "free": free}
 
+    def cells_in_use(self) -> tuple[int, int]:
+        """(KV cells the running sequences hold, cells in all): a finished prefix kept for
+        reuse counts as free, as vLLM counts its cached blocks (it goes when room is needed)."""
+        idle = set(self.prefix.idle)
+        used = sum(n for slot, n in enumerate(self.cache.lengths) if slot not in idle)
+        return used, self.cache.n_seq * self.cache.n_ctx
+
     def room_for(self, req: Request) -> bool:
         return len(req.params) <= self.prefix.available
 

@@ -19,6 +19,18 @@ conventions: a `gguf_serve_` prefix, base units in the name, `_total` on counter
 | gguf_serve_model_memory_bytes | gauge | | bytes the loaded models hold (files and caches) |
 | gguf_serve_model_requests | gauge | model | requests holding the model: waiting for its load, or served |
 | gguf_serve_model_unloads_total | counter | reason | models unloaded: to make room, idle, asked |
+| gguf_serve_kv_cache_usage_ratio | gauge | model | KV cells the running sequences hold over all cells (0-1) |
+
+The Gateway API Inference Extension's model-server protocol (llm-d's endpoint picker
+reads vLLM's names; deploy/README.md): the same values under them, labelled `model_name`.
+
+| metric | type | labels | meaning |
+|---|---|---|---|
+| vllm:num_requests_waiting | gauge | model_name | gguf_serve_queue_depth |
+| vllm:num_requests_running | gauge | model_name | gguf_serve_requests_running |
+| vllm:kv_cache_usage_perc | gauge | model_name | gguf_serve_kv_cache_usage_ratio (a 0-1 ratio, as vLLM's) |
+| vllm:cache_config_info | gauge (1) | model_name, block_size, num_gpu_blocks | the cache in blocks of BLOCK_SIZE cells |
+| vllm:lora_requests_info | gauge (time) | max_lora, running_lora_adapters, waiting_lora_adapters | adapters in use |
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+BLOCK_SIZE = 16  # cells a "block" in vllm:cache_config_info (vLLM's default; the prefix cache itself matches any length)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -77,6 +90,16 @@ class Metrics:
         self.model_requests = Gauge("gguf_serve_model_requests", "Requests holding the model: waiting for its load, "
                                     "or being served", ["model"], registry=r)
         self.unloads = Counter("gguf_serve_model_unloads", "Models unloaded, by reason", ["reason"], registry=r)
+        self.kv_usage = Gauge("gguf_serve_kv_cache_usage_ratio", "KV cells the running sequences hold over all cells",
+                              ["model"], registry=r)
+        # the model-server protocol's names (vLLM's), for Gateway API Inference Extension routers
+        self.vllm_waiting = Gauge("vllm:num_requests_waiting", "Requests waiting", ["model_name"], registry=r)
+        self.vllm_running = Gauge("vllm:num_requests_running", "Requests running", ["model_name"], registry=r)
+        self.vllm_kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV cache usage, 0-1", ["model_name"], registry=r)
+        self.vllm_cache_config = Gauge("vllm:cache_config_info", "KV cache layout",
+                                       ["model_name", "block_size", "num_gpu_blocks"], registry=r)
+        self.vllm_lora = Gauge("vllm:lora_requests_info", "LoRA adapters in use (the value: when last set)",
+                               ["max_lora", "running_lora_adapters", "waiting_lora_adapters"], registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -9,11 +9,13 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ...engine import Request, SamplingParams, Scheduler, embed, embed_tokens, rank
 from ..core.errors import Overloaded
+from ..core.metrics import BLOCK_SIZE
 
 log = logging.getLogger("gguf_serve.server")
 
@@ -120,9 +122,15 @@ class Worker(_Queued):
         self._checkpoint_hits = 0
         self._disk_seen = {"written": 0, "hits": 0, "dropped": 0}
         self._drafted = self._accepted = 0
+        self._lora_seen: tuple[str, str, str] | None = None
         self.live: set[Job] = set()  # submitted and not finished
         self.controls: queue.SimpleQueue[Control] = queue.SimpleQueue()
         self._gauge_lock = threading.Lock()
+        if metrics:  # the cache's layout in vLLM's blocks, for routers that read it (vllm:cache_config_info)
+            cells = self.scheduler.cells_in_use()[1]
+            metrics.vllm_cache_config.labels(name, str(BLOCK_SIZE), str(cells // BLOCK_SIZE)).set(1)
+            metrics.vllm_kv_usage.labels(name).set(0)
+            metrics.kv_usage.labels(name).set(0)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"gen-{name}", daemon=True)
         self.thread.start()
@@ -170,7 +178,9 @@ class Worker(_Queued):
         count could otherwise land after the worker's, the job long done)."""
         if self.metrics:
             with self._gauge_lock:
-                self.metrics.queue_depth.labels(self.name).set(self.jobs.qsize() + len(self.scheduler.waiting))
+                waiting = self.jobs.qsize() + len(self.scheduler.waiting)
+                self.metrics.queue_depth.labels(self.name).set(waiting)
+                self.metrics.vllm_waiting.labels(self.name).set(waiting)
 
     def _take(self) -> bool:
         """Move queued jobs into the scheduler while it has slots for them (waiting for
@@ -219,13 +229,30 @@ class Worker(_Queued):
             if job is not None and job is not WAKE:
                 job.emit(Overloaded("the model was unloaded; retry shortly", headers={"Retry-After": "1"}))
 
+    def _lora_info(self, m, s) -> None:
+        """vllm:lora_requests_info: the adapters of the running and the waiting requests
+        (by id), one series set to now whenever they change (as vLLM's, which routers read
+        for adapter affinity)."""
+        info = (str(len(self.lm.adapters)), _adapters(r.req for r in s.running),
+                _adapters(s.waiting))
+        if info != self._lora_seen:
+            if self._lora_seen is not None:
+                m.vllm_lora.remove(*self._lora_seen)
+            m.vllm_lora.labels(*info).set(time.time())
+            self._lora_seen = info
+
     def _observe(self, n_tokens: int) -> None:
         m, s = self.metrics, self.scheduler
         if not m:
             return
         self._set_queue_depth()
         m.running.labels(self.name).set(len(s.running))
+        m.vllm_running.labels(self.name).set(len(s.running))
         m.sequences_running.labels(self.name).set(s.n_running)
+        used, cells = s.cells_in_use()
+        m.kv_usage.labels(self.name).set(used / cells)
+        m.vllm_kv_usage.labels(self.name).set(used / cells)
+        self._lora_info(m, s)
         if n_tokens:
             m.batch_tokens.labels(self.name).observe(n_tokens)
         if s.prefix_hit_tokens != self._hits:
@@ -251,6 +278,10 @@ class Worker(_Queued):
                     m.prompt_disk.labels(self.name, event).inc(now - seen)
                     self._disk_seen[event] = now
             m.prompt_disk_bytes.labels(self.name).set(disk.nbytes)
+
+
+def _adapters(requests) -> str:
+    return ",".join(sorted({str(a) for r in requests for a, _ in r.lora}))
 
 
 @dataclass(eq=False)

@@ -412,3 +412,23 @@ def test_slot_files_are_refused_by_another_model_and_busy_slots_are_left_alone(m
     assert slots.table(sched)[busy]["is_processing"] is True
     run(sched)
     assert out.done and len(out.tokens()) == 50
+
+
+def test_cells_in_use_follow_the_running_sequences(models, make):
+    """What /metrics reports as KV cache usage (vllm:kv_cache_usage_perc): the cells of the
+    running sequences, a step's worth more each decode step, none once they end (a finished
+    prefix kept for reuse is room, as vLLM counts its cached blocks)."""
+    lm = models["gemma3"]
+    p1, p2 = prompts(6, 9)
+    sched = make(lm, spec=SpecSettings(mode="off"))
+    total = lm.cache.n_seq * lm.cache.n_ctx
+    assert sched.cells_in_use() == (0, total)
+    sched.add(Request(p1, [greedy(20)], Collect()))
+    sched.add(Request(p2, [greedy(5)], Collect()))
+    sched.step()  # both prompts in, their first tokens out
+    used = sched.cells_in_use()[0]
+    assert used == len(p1) + len(p2)
+    sched.step()
+    assert sched.cells_in_use()[0] == used + 2
+    run(sched)
+    assert sched.cells_in_use() == (0, total) and sched.slots()["cached"] == 2

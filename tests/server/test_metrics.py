@@ -122,3 +122,43 @@ def test_speculative_drafts_in_usage_and_metrics(tiny_path):
         bad = httpx.post(f"{base}/v1/completions", json={**kw, "speculative": "mtp"})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "speculative"
         assert "'mtp' is not available" in bad.json()["error"]["message"]
+
+
+def test_model_server_protocol_gauges_follow_the_load(tiny_path):
+    """The Gateway API Inference Extension's gauges under vLLM's names (what llm-d's endpoint
+    picker scrapes): with one sequence slot, a second request waits while a long reply runs
+    (waiting 1, running 1, the KV cache partly used, in the same scrape); all back to 0
+    when both end; the cache's layout and the LoRA series are there. (The ratio's counting,
+    step by step: tests/engine/test_scheduler.py.)"""
+    import threading
+    import time
+
+    name = os.path.basename(tiny_path)
+    with server(tiny_path, "--parallel", "1", "--ctx-size", "256") as base:
+        m = scrape(base)
+        assert value(m, "vllm:cache_config_info", model_name=name, block_size="16", num_gpu_blocks="16") == 1
+        assert value(m, "vllm:kv_cache_usage_perc", model_name=name) == 0
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+        stream = iter(c.completions.create(model=name, prompt="count to a hundred", max_tokens=240, temperature=0,
+                                           stream=True, logit_bias=no_end(tiny_path)))
+        next(stream)  # the reply has started
+        second = threading.Thread(target=lambda: c.completions.create(model=name, prompt="hi", max_tokens=2))
+        second.start()  # one sequence slot: it waits while the reply runs
+        deadline = time.monotonic() + 60
+        while True:
+            m = scrape(base)
+            if value(m, "vllm:num_requests_waiting", model_name=name) == 1:
+                break
+            assert time.monotonic() < deadline, "the second request never showed as waiting"
+        assert value(m, "vllm:num_requests_running", model_name=name) == 1
+        usage = value(m, "vllm:kv_cache_usage_perc", model_name=name)
+        assert 5 / 256 < usage <= 1 and usage == value(m, "gguf_serve_kv_cache_usage_ratio", model=name)
+        for _ in stream:
+            pass
+        second.join(60)
+        end = scrape(base)
+        assert value(end, "vllm:num_requests_running", model_name=name) == 0
+        assert value(end, "vllm:num_requests_waiting", model_name=name) == 0
+        assert value(end, "vllm:kv_cache_usage_perc", model_name=name) == 0  # a finished prefix counts as free
+        assert value(end, "vllm:lora_requests_info", max_lora="0", running_lora_adapters="",
+                     waiting_lora_adapters="") > 0

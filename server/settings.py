@@ -197,6 +197,9 @@ class ServerSettings(BaseSettings):
         "server takes them back); default: none, slot actions are a 501"))
     webui: bool = Field(default=True, description=(
         "serve the chat page at / (public, like /health; the API it calls keeps --api-key); --no-webui: none"))
+    metrics_public: bool = Field(default=False, description=(
+        "answer GET /metrics without the API key, for scrapers that cannot send one (an inference gateway's "
+        "endpoint picker: deploy/README.md); it names models and traffic"))
 
     _presets: dict = PrivateAttr(default_factory=dict)  # --models-preset's sections, read once
 

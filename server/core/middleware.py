@@ -58,7 +58,8 @@ class BodyLimit:
 class Guard:
     """ASGI middleware in front of everything: the Host and Origin a browser sends (DNS
     rebinding, cross-site posts: server.core.hosts), the API key (every path but /health
-    and the chat page's own files: `/metrics` and the docs name models and traffic), a
+    and the chat page's own files, and /metrics with --metrics-public: it and the docs
+    name models and traffic), a
     Content-Length over the body limit refused before the body is read, and the request
     counter by route and status.
     Plain ASGI, so that `receive` reaches the routes untouched (a route watching for the
@@ -89,7 +90,8 @@ class Guard:
         if not self.hosts.origin_allowed(scope.get("method", "GET"), origin, host):
             return Forbidden(f"Origin '{origin[:200]}' may not make requests to this server (--cors-origins)",
                              code="origin_not_allowed")
-        public = path == "/health" or (self.settings.webui and is_public(path))
+        public = (path == "/health" or (self.settings.webui and is_public(path))
+                  or (self.settings.metrics_public and path == "/metrics"))
         if self.keys and not public and not self._authorized(headers):
             return Unauthorized("Incorrect or missing API key")
         length = headers.get("content-length")

@@ -55,6 +55,38 @@ def test_rendered_overlay(overlay):
     assert all(d["metadata"].get("namespace", "gguf-serve") == "gguf-serve" for d in docs.values())
 
 
+def test_inference_gateway_overlay():
+    """The InferencePool selects the server's pods on their API port, its picker is the
+    overlay's EPP Service and Deployment (queue, KV cache and prefix scorers), the route
+    sends to the pool, and the pods expose their metrics to it (vLLM's engine label,
+    /metrics without the key); the CRD check fails on a field the schema does not name."""
+    p = run("kubectl kustomize deploy/k8s/overlays/inference-gateway")
+    assert p.returncode == 0, p.stderr
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(p.stdout) if d}
+    pool = docs["InferencePool", "gguf-serve"]["spec"]
+    server = docs["Deployment", "gguf-serve"]["spec"]["template"]
+    assert pool["selector"]["matchLabels"].items() <= server["metadata"]["labels"].items()
+    assert pool["targetPorts"] == [{"number": 8000}]
+    assert server["metadata"]["labels"]["llm-d.ai/engine-type"] == "vllm"
+    env = {e["name"]: e.get("value") for e in server["spec"]["containers"][0]["env"]}
+    assert env["GGUF_SERVE_METRICS_PUBLIC"] == "true"
+    epp = docs["Deployment", "gguf-serve-epp"]["spec"]["template"]["spec"]
+    service = docs["Service", "gguf-serve-epp"]["spec"]
+    assert pool["endpointPickerRef"]["name"] == "gguf-serve-epp"
+    assert pool["endpointPickerRef"]["port"]["number"] in {q["port"] for q in service["ports"]}
+    assert "--pool-name=gguf-serve" in epp["containers"][0]["args"]
+    config = next(d for (kind, name), d in docs.items() if kind == "ConfigMap" and name.startswith("gguf-serve-epp"))
+    plugins = yaml.safe_load(config["data"]["epp-config.yaml"])
+    assert {p["pluginRef"] for p in plugins["schedulingProfiles"][0]["plugins"]} == {
+        "queue-scorer", "kv-cache-utilization-scorer", "prefix-cache-scorer"}
+    route = docs["HTTPRoute", "gguf-serve"]["spec"]["rules"][0]["backendRefs"][0]
+    assert (route["kind"], route["name"]) == ("InferencePool", "gguf-serve")
+    bad = ROOT / "build" / "bad-pool.yaml"
+    bad.write_text(p.stdout.replace("failureMode: FailOpen", "failureMode: Sometimes"))
+    check = run(f"python3 deploy/k8s/validate_crds.py {bad}")
+    assert check.returncode == 1 and "failureMode" in check.stdout
+
+
 def test_dockerfiles_run_as_non_root_with_a_healthcheck():
     for name in ("Dockerfile.cpu", "Dockerfile.cuda"):
         text = (ROOT / "deploy" / "docker" / name).read_text()

@@ -498,6 +498,15 @@ def test_api_key(tiny_path):
             assert httpx.get(f"{base}/v1/models", headers={"Authorization": header}).status_code == 401
 
 
+def test_metrics_public_opens_metrics_alone(tiny_path):
+    """--metrics-public: /metrics answers without the key (an inference gateway's endpoint
+    picker scrapes it without one); everything else keeps it."""
+    with server(tiny_path, "--api-key", "sekret", "--metrics-public") as base:
+        assert httpx.get(f"{base}/metrics").status_code == 200
+        for path in ("/v1/models", "/docs", "/openapi.json", "/slots"):
+            assert httpx.get(f"{base}{path}").status_code == 401
+
+
 def test_server_flag_reasoning_off(tiny_path):
     with server(tiny_path, "--reasoning", "off") as base:
         c = openai.OpenAI(base_url=f"{base}/v1", api_key="x")

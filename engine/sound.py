@@ -298,7 +298,8 @@ def whisper_log_mel(samples: np.ndarray, n_mel: int) -> list[np.ndarray]:
         raise AudioError("the audio has no samples")
     half = WHISPER_N_FFT // 2
     samples = np.pad(samples, (0, max(0, half + 1 - len(samples))))
-    padded = np.concatenate([samples[1:half + 1][::-1], samples, np.zeros(CHUNK_SECONDS * SAMPLE_RATE + half, np.float32)])
+    silence = np.zeros(CHUNK_SECONDS * SAMPLE_RATE + half, np.float32)
+    padded = np.concatenate([samples[1:half + 1][::-1], samples, silence])
     n_len = (len(padded) - WHISPER_N_FFT) // HOP + 1
     mel = _mel_frames(padded, n_len, _hann(WHISPER_N_FFT), WHISPER_N_FFT, n_mel, magnitude=False, htk=False)
     mel = np.log10(np.maximum(mel, WHISPER_FLOOR)).astype(np.float32).astype(np.float64)

@@ -343,7 +343,7 @@ def load_vision(path: str, text_reader: GGUFReader, text_hidden: int, device: to
     nbytes = sum(t.nbytes for t in reader.tensors.values())
     products_said = "; float matrices multiplied in bfloat16 (vision_dtype float32 keeps float32)" \
         if products is torch.bfloat16 else ""
-    said = ", ".join(f"{kind} ({family.PROJECTOR}, {params.n_layers} layers)" for kind, (family, params) in chosen.items())
+    said = ", ".join(f"{kind} ({fam.PROJECTOR}, {params.n_layers} layers)" for kind, (fam, params) in chosen.items())
     log.info("mmproj file %s: %s%s", path, said, products_said)
     return VisionModel(path, reader, towers, nbytes)
 

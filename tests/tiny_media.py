@@ -170,45 +170,41 @@ def gemma4_tokenizer(folder: Path) -> GemmaTokenizer:
     return tok
 
 
-def qwen2_audio_tokenizer(folder: Path) -> Qwen2Tokenizer:
-    """A byte-level BPE tokenizer as Qwen2's (256 bytes, merges of the corpus, then the
-    specials), with the reduced template, saved in `folder`."""
+def qwen_tokenizer(folder: Path, specials: tuple[str, ...], template: str) -> Qwen2Tokenizer:
+    """A byte-level BPE tokenizer as Qwen's (256 bytes, merges of the corpus, then the
+    `specials`, the first of them the pad), with `template`, saved in `folder`."""
     b2u = bytes_to_unicode()
     vocab = {b2u[b]: i for i, b in enumerate(sorted(b2u))}
     words = ["".join(b2u[b] for b in (" " + w).encode()) for w in CORPUS.split()]
     merges = learn_merges(words, 120)
     for a, b in merges:
         vocab.setdefault(a + b, len(vocab))
-    for t in QWEN2_AUDIO_SPECIALS:
+    for t in specials:
         vocab[t] = len(vocab)
     tok = Qwen2Tokenizer(vocab=vocab, merges=merges, unk_token=None, bos_token=None, eos_token="<|im_end|>",
-                         pad_token="<|endoftext|>", extra_special_tokens=list(QWEN2_AUDIO_SPECIALS[1:]))
-    tok.chat_template = QWEN2_AUDIO_TEMPLATE
+                         pad_token=specials[0], extra_special_tokens=list(specials[1:]))
+    tok.chat_template = template
     tok.save_pretrained(folder)
+    return tok
+
+
+def qwen2_audio_tokenizer(folder: Path) -> Qwen2Tokenizer:
+    """Qwen's tokenizer with Qwen2-Audio's specials and the reduced template, its processor beside it."""
+    tok = qwen_tokenizer(folder, QWEN2_AUDIO_SPECIALS, QWEN2_AUDIO_TEMPLATE)
     Qwen2AudioProcessor(WhisperFeatureExtractor(feature_size=128), tok,
                         chat_template=QWEN2_AUDIO_TEMPLATE).save_pretrained(folder)
     return tok
 
 
 def qwen3vl_tokenizer(folder: Path) -> Qwen2Tokenizer:
-    """Qwen's byte-level BPE as for Qwen2-Audio, with Qwen3-VL's vision tokens, and the
-    image processor's mean and std beside it (the converter reads them)."""
-    b2u = bytes_to_unicode()
-    vocab = {b2u[b]: i for i, b in enumerate(sorted(b2u))}
-    words = ["".join(b2u[b] for b in (" " + w).encode()) for w in CORPUS.split()]
-    merges = learn_merges(words, 120)
-    for a, b in merges:
-        vocab.setdefault(a + b, len(vocab))
-    for t in QWEN3VL_SPECIALS:
-        vocab[t] = len(vocab)
-    tok = Qwen2Tokenizer(vocab=vocab, merges=merges, unk_token=None, bos_token=None, eos_token="<|im_end|>",
-                         pad_token="<|endoftext|>", extra_special_tokens=list(QWEN3VL_SPECIALS[1:]))
-    tok.chat_template = QWEN3VL_TEMPLATE
-    tok.save_pretrained(folder)
+    """Qwen's tokenizer with Qwen3-VL's vision tokens, and the image processor's mean and
+    std beside it (the converter reads them)."""
+    tok = qwen_tokenizer(folder, QWEN3VL_SPECIALS, QWEN3VL_TEMPLATE)
     (folder / "preprocessor_config.json").write_text(json.dumps(
         {"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "patch_size": 16, "merge_size": 2,
          "temporal_patch_size": 2}))
     return tok
+
 
 def _randomize(model: torch.nn.Module, seed: int, embed_std: float, final_norm: float) -> None:
     """Weights of a trained model's spread, so that no output is degenerate and greedy

@@ -182,7 +182,8 @@ class Tower:
         return sum(subsampled(f) for f in gemma4_frames(n_samples))
 
     def plan(self, samples: np.ndarray) -> AudioPlan:
-        chunks = [torch.from_numpy(np.ascontiguousarray(c, dtype=np.float32)) for c in gemma4_log_mel(samples, self.p.n_mel)]
+        mels = gemma4_log_mel(samples, self.p.n_mel)
+        chunks = [torch.from_numpy(np.ascontiguousarray(c, dtype=np.float32)) for c in mels]
         return AudioPlan(chunks, sum(subsampled(c.shape[0]) for c in chunks), seconds=len(samples) / SAMPLE_RATE)
 
     def _subsample(self, mel: torch.Tensor) -> torch.Tensor:

@@ -65,7 +65,8 @@ class Params(VisionParams):
 
     @staticmethod
     def read(m: VisionMetadata, c: dict) -> dict:
-        act = "gelu" if m.get(Keys.CLIP_USE_GELU, False) else "silu" if m.get(Keys.CLIP_USE_SILU, False) else "gelu_quick"
+        gelu, silu = m.get(Keys.CLIP_USE_GELU, False), m.get(Keys.CLIP_USE_SILU, False)
+        act = "gelu" if gelu else "silu" if silu else "gelu_quick"
         return dict(pool=m.get(Keys.VISION_PROJECTOR_SCALE_FACTOR, DEFAULT_POOL), act=act)
 
     @property
@@ -129,7 +130,8 @@ class Layer:
         self.q, self.k, self.v = (Clamped(w, b + n, h, h) for n in ("attn_q", "attn_k", "attn_v"))
         self.o = Clamped(w, b + "attn_out", h, h)
         self.q_norm, self.k_norm = w.vector(b + "attn_q_norm.weight", head), w.vector(b + "attn_k_norm.weight", head)
-        self.post_attn, self.post_ffn = w.vector(b + "attn_post_norm.weight", h), w.vector(b + "ffn_post_norm.weight", h)
+        self.post_attn = w.vector(b + "attn_post_norm.weight", h)
+        self.post_ffn = w.vector(b + "ffn_post_norm.weight", h)
         self.gate, self.up = Clamped(w, b + "ffn_gate", p.ffn, h), Clamped(w, b + "ffn_up", p.ffn, h)
         self.down = Clamped(w, b + "ffn_down", h, p.ffn)
         self.scale = w.vector(b + "out_scale.weight") if w.has(b + "out_scale.weight") else None

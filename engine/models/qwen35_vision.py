@@ -140,10 +140,11 @@ class Tower:
         merged = h * p.merge * p.merge
         self.fc1 = w.linear("mm.0.weight", merged, merged, bias="mm.0.bias")
         self.fc2 = w.linear("mm.2.weight", p.projection_dim, merged, bias="mm.2.bias")
-        self.deepstack = {i: (w.vector(f"v.deepstack.{i}.norm.weight", merged), w.vector(f"v.deepstack.{i}.norm.bias", merged),
-                              w.linear(f"v.deepstack.{i}.fc1.weight", merged, merged, bias=f"v.deepstack.{i}.fc1.bias"),
-                              w.linear(f"v.deepstack.{i}.fc2.weight", p.projection_dim, merged,
-                                       bias=f"v.deepstack.{i}.fc2.bias")) for i in p.deepstack}
+        ds = "v.deepstack.{}.{}".format
+        self.deepstack = {i: (w.vector(ds(i, "norm.weight"), merged), w.vector(ds(i, "norm.bias"), merged),
+                              w.linear(ds(i, "fc1.weight"), merged, merged, bias=ds(i, "fc1.bias")),
+                              w.linear(ds(i, "fc2.weight"), p.projection_dim, merged, bias=ds(i, "fc2.bias")))
+                          for i in p.deepstack}
         head = h // p.n_heads
         self.inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, head // 2, 2, dtype=torch.float32) / (head // 2)))
 

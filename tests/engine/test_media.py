@@ -1,9 +1,10 @@
 """Images and audio against llama.cpp's mtmd (what llama-server --mmproj runs) on tiny
 random models that llama.cpp's converter wrote (tests/tiny_media.py): Gemma 4 (a text
 file and one mmproj file with its vision and audio towers), Qwen2-Audio (Whisper's
-encoder, the second audio family) and Qwen3-VL (deepstack, multi-section rotary). The same prompt tokens around each image or clip,
-the same number of media tokens, the towers' embeddings within float rounding, the
-prompt's last logits close and the first greedy tokens the same."""
+encoder, the second audio family) and Qwen3-VL (deepstack, multi-section rotary). The
+same prompt tokens around each image or clip, the same number of media tokens, the
+towers' embeddings within float rounding, the prompt's last logits close and the first
+greedy tokens the same."""
 
 from __future__ import annotations
 
@@ -232,8 +233,8 @@ def test_chat_messages_render_as_llama_server_prompts_them(gemma4, qwen2_audio, 
             parts.insert(0, {"type": "image", "image": png(256, 256)})
         messages = [{"role": "user", "content": parts}]
         ids, media = prompt_for(lm, messages)
-        text = render(lm.tokenizer, lm.chat_template, [{"role": "user", "content": [{"type": p["type"]} if p["type"] != "text"
-                                                                                   else p for p in parts]}])
+        marked = [{"type": p["type"]} if p["type"] != "text" else p for p in parts]
+        text = render(lm.tokenizer, lm.chat_template, [{"role": "user", "content": marked}])
         theirs = mtmd_run(files.text_path, files.mmproj_path, mtmd_prompt(text, tokens, bos),
                           [p[p["type"]] for p in parts if p["type"] != "text"])
         assert [t for t in ids if t >= 0] == [t for chunk in text_tokens(theirs) for t in chunk]

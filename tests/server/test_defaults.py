@@ -111,7 +111,7 @@ def vlm_base(tmp_path_factory):
 
 def test_vision_towers_default_dtype(vlm_base):
     native = bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
-    said = re.search(r"vision file .*", OUTPUTS[vlm_base]())
+    said = re.search(r"mmproj file .*", OUTPUTS[vlm_base]())
     assert said, OUTPUTS[vlm_base]()
     assert ("multiplied in bfloat16" in said.group(0)) == native, said.group(0)
     client = openai.OpenAI(base_url=f"{vlm_base}/v1", api_key="x")

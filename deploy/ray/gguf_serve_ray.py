@@ -28,11 +28,10 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 
 import httpx
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 from ray.serve.config import RequestRouterConfig
@@ -46,19 +45,17 @@ GONE = (RayActorError, ActorDiedError, ActorUnavailableError)  # the replica die
 START_SECONDS = 600  # a first start may download the model
 
 
-@dataclass
 class Call:
-    """One request as the router sees it: its prompt or messages (what it matches
-    prefixes on), the route and the body to forward."""
+    """One request as the router sees it: its `messages` (chat) or else its `prompt` (the
+    router matches prefixes on the first of the two a call has, so a call has only the one
+    it matches on), the route and the body to forward."""
 
-    path: str
-    body: dict
-    messages: list | None = field(default=None)
-    prompt: str | list | None = field(default=None)
-
-    @classmethod
-    def of(cls, path: str, body: dict) -> "Call":
-        return cls(path, body, messages=body.get("messages"), prompt=body.get("prompt"))
+    def __init__(self, path: str, body: dict):
+        self.path, self.body = path, body
+        if body.get("messages") is not None:
+            self.messages = body["messages"]
+        else:
+            self.prompt = body.get("prompt") or " "  # the router finds nothing to match in "" and waits
 
 
 def _die_with_parent() -> None:
@@ -133,7 +130,7 @@ def replica_deployment(min_replicas: int, max_replicas: int, cpus: float):
                             **scaling)
 
 
-app = FastAPI(title="gguf-serve on Ray Serve")
+ROUTES = ("/v1/chat/completions", "/v1/completions")  # forwarded to a replica the router picks
 
 
 def _retry(name: str) -> JSONResponse:
@@ -142,14 +139,30 @@ def _retry(name: str) -> JSONResponse:
 
 
 @serve.deployment(name="ingress", num_replicas=1, ray_actor_options={"num_cpus": 0})
-@serve.ingress(app)
 class Ingress:
+    """The HTTP side: the OpenAI routes, each request handed to the replicas' router (a
+    plain Starlette handler: Ray pickles deployments, and a FastAPI app does not pickle)."""
+
     def __init__(self, replicas):
         self.replicas = replicas
 
+    async def __call__(self, request: Request):
+        path = request.url.path
+        if request.method == "POST" and path in ROUTES:
+            return await self._forward(path, request)
+        if request.method == "GET" and path == "/v1/models":
+            return JSONResponse(json.loads(await self.replicas.get.remote(Call("/v1/models", {"prompt": "/v1/models"}))))
+        return JSONResponse({"error": {"message": f"{request.method} {path} is not served here; "
+                                                  f"POST {' or '.join(ROUTES)}, GET /v1/models",
+                                       "type": "not_found_error"}}, status_code=404)
+
     async def _forward(self, path: str, request: Request):
-        body = await request.json()
-        call = Call.of(path, body)
+        try:
+            body = await request.json()
+        except ValueError:
+            return JSONResponse({"error": {"message": "the body is not JSON", "type": "invalid_request_error"}},
+                                status_code=400)
+        call = Call(path, body)
         try:
             if body.get("stream"):
                 lines = self.replicas.options(stream=True).stream.remote(call)
@@ -162,18 +175,6 @@ class Ingress:
         if isinstance(answer, str):
             return Response(answer, status_code=status, headers={"x-gguf-serve-replica": name})
         return JSONResponse(answer, status_code=status, headers={"x-gguf-serve-replica": name})
-
-    @app.post("/v1/chat/completions")
-    async def chat(self, request: Request):
-        return await self._forward("/v1/chat/completions", request)
-
-    @app.post("/v1/completions")
-    async def completions(self, request: Request):
-        return await self._forward("/v1/completions", request)
-
-    @app.get("/v1/models")
-    async def models(self):
-        return JSONResponse(json.loads(await self.replicas.get.remote(Call("/v1/models", {}, prompt=""))))
 
 
 async def _rest(lines):

@@ -71,6 +71,22 @@ def test_turns_follow_their_prefix_and_conversations_spread(cluster):
     assert min(hits) > 40  # each later turn found its earlier turns cached where it landed
 
 
+def test_streams_models_and_unknown_routes(cluster):
+    base, model = cluster
+    name = model.rsplit("/", 1)[-1]
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0, timeout=60)
+    ask = dict(model=name, max_tokens=6, temperature=0, extra_body=NO_THINK, logit_bias=no_end(model),
+               messages=[{"role": "user", "content": "stream please"}])
+    chunks = list(client.chat.completions.create(**ask, stream=True))
+    whole = client.chat.completions.create(**ask)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == whole.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    done = client.completions.create(model=name, prompt="once upon a time", max_tokens=5, temperature=0)
+    assert done.choices[0].finish_reason in ("length", "stop") and done.usage.completion_tokens >= 1
+    assert [m.id for m in client.models.list().data] == [name]
+    assert httpx.get(f"{base}/v1/nothing").status_code == 404
+
+
 def test_a_replica_killed_costs_retries_not_errors(cluster):
     base, model = cluster
     name = model.rsplit("/", 1)[-1]

@@ -77,6 +77,7 @@ CASES = {
     "allowed_hosts": ('["env.example"]', ["--allowed-hosts", "cli.example"], ["cli.example"]),
     "cors_origins": ('["https://env.example"]', ["--cors-origins", "https://cli.example"], ["https://cli.example"]),
     "webui": ("false", ["--webui"], True),
+    "metrics_public": ("true", ["--no-metrics-public"], False),
     "strict_model_names": ("true", ["--no-strict-model-names"], False),
     "temp": ("0.5", ["--temp", "0.7"], 0.7),
     "top_k": ("5", ["--top-k", "40"], 40),

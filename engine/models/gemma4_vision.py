@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from ...gguf_io import Keys
+from .audio import rms
 from .vision import ImagePlan, VisionMetadata, VisionParams, patch_linear
 
 PROJECTOR = "gemma4v"
@@ -105,11 +106,6 @@ class Clamped:
         return y.clamp(*self.out) if self.out != (None, None) else y
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
-    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return y * weight if weight is not None else y
-
-
 def _rotate_halves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """NeoX rotary on each half of the heads' dims: (n, heads, d); cos/sin (n, d/2) per half,
     the column's angles in the first quarter-pairs, the row's in the second."""
@@ -139,15 +135,15 @@ class Layer:
 
     def __call__(self, x: torch.Tensor, cos, sin) -> torch.Tensor:
         n, d = x.shape
-        h = _rms(x, self.ln1, self.eps)
-        q = _rms(self.q(h).view(n, self.heads, -1), self.q_norm, self.eps)
-        k = _rms(self.k(h).view(n, self.heads, -1), self.k_norm, self.eps)
-        v = _rms(self.v(h).view(n, self.heads, -1), None, self.eps)
+        h = rms(x, self.ln1, self.eps)
+        q = rms(self.q(h).view(n, self.heads, -1), self.q_norm, self.eps)
+        k = rms(self.k(h).view(n, self.heads, -1), self.k_norm, self.eps)
+        v = rms(self.v(h).view(n, self.heads, -1), None, self.eps)
         q, k = _rotate_halves(q, cos, sin), _rotate_halves(k, cos, sin)
         a = F.scaled_dot_product_attention(*(t.transpose(0, 1)[None] for t in (q, k, v)), scale=1.0)
-        x = x + _rms(self.o(a[0].transpose(0, 1).reshape(n, d)), self.post_attn, self.eps)
-        h = _rms(x, self.ln2, self.eps)
-        x = x + _rms(self.down(self.act(self.gate(h)) * self.up(h)), self.post_ffn, self.eps)
+        x = x + rms(self.o(a[0].transpose(0, 1).reshape(n, d)), self.post_attn, self.eps)
+        h = rms(x, self.ln2, self.eps)
+        x = x + rms(self.down(self.act(self.gate(h)) * self.up(h)), self.post_ffn, self.eps)
         return x * self.scale if self.scale is not None else x
 
 
@@ -220,7 +216,7 @@ class Tower:
         x = F.avg_pool2d(grid, p.pool, p.pool).flatten(2)[0].T * math.sqrt(p.hidden)  # row-major over the pooled grid
         if self.std is not None:
             x = (x - self.std[0]) * self.std[1]
-        yield self.proj(_rms(x, None, p.eps))
+        yield self.proj(rms(x, None, p.eps))
 
 
 def build(p: Params, w) -> Tower:

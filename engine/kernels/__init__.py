@@ -11,7 +11,8 @@ configuration object) and handed to its packed weights, its dense ops and its th
 policy; two models in one process keep their own. Selection order: the implementation
 the settings force (`kernels`: `reference`, `hub`, `cpu`, `triton`; GGUF_SERVE_KERNELS
 through EngineConfig), then the native CPU kernels for CPU weights of a type they take,
-on CUDA our Triton kernels (kernels.triton_ops) for a type they take, on MPS the hub
+on CUDA our Triton kernels (kernels.triton_ops) for a type they take (and Triton's
+attention, kernels.triton_attention, as the dense ops), on MPS the hub
 kernel when it loads, then the reference. One log line per settings object
 says which was chosen and why. The process's are only what is the process's: the
 loaded library and the CPU's ISA levels (kernels.cpu), the hub kernel once loaded.
@@ -26,7 +27,7 @@ import torch
 
 from ...gguf_io import GGMLType
 from ..options import ENV, KERNEL_CHOICES
-from . import cpu, hub_kernel, triton_ops
+from . import cpu, hub_kernel, triton_attention, triton_ops
 from .cpu_ops import CpuOps
 from .interface import REFERENCE, KernelOps
 from .ops import TORCH_OPS
@@ -116,9 +117,13 @@ class KernelSettings:
         return "; ".join(f"{name} for {', '.join(sorted(types))}" for name, types in by.items()) or "none yet"
 
     def ops_for(self, device: torch.device | str):
-        """The dense ops (kernels.ops) for a device: the native CPU ones with these settings
-        where the native kernels are in use, else the torch implementation."""
-        if torch.device(device).type != "cpu" or self.cpu is None:
+        """The dense ops (kernels.ops) for a device: on CUDA, or wherever `kernels=triton` is
+        forced and Triton runs, the Triton ones (kernels.triton_attention); the native CPU ones
+        with these settings where the native kernels are in use; else the torch implementation."""
+        dev = torch.device(device).type
+        if triton_ops.usable_on(dev) and (dev == "cuda" or self.forced == "triton"):
+            return triton_attention.TRITON_OPS
+        if dev != "cpu" or self.cpu is None:
             return TORCH_OPS
         if "ops" not in self._chosen:
             self._chosen["ops"] = CpuOps(self.cpu)

@@ -8,8 +8,11 @@ file's bytes as uint8 rows) and every product decodes them tile by tile in regis
 - `mul_mat_id`: the experts a batch selected, one `mul_mat` each (kernels.reference's
   grouping).
 
-Each type's decoding is one `@triton.jit` function giving a (rows, block) float32 tile,
-with the arithmetic in gguf_io's order (so that a decoded tile equals
+Types decoded: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the k-quants Q2_K to Q6_K, IQ4_NL, IQ4_XS and
+MXFP4 here; the codebook i-quants (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)
+and the ternary TQ1_0, TQ2_0 in kernels.triton_iquants, their grids in the same table
+of values as the IQ4 and MXFP4 ones. Each type's decoding gives a (rows, block) float32
+tile with the arithmetic in gguf_io's order (so that a decoded tile equals
 `gguf_io.dequantize`'s). Float weights (F32, F16, BF16) are torch's matmul.
 
 Triton kernels need a GPU, or `TRITON_INTERPRET=1` set before this module is imported:
@@ -21,10 +24,11 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import torch
 
 from ...gguf_io import TYPE_INFO, GGMLType
-from . import reference
+from . import reference, triton_iquants
 from .interface import KernelOps
 
 try:
@@ -37,10 +41,13 @@ AVAILABLE = triton is not None
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # read by triton.jit when this module is imported
 
 # the types decoded here, by their GGML type code (the kernels' TYPE constant)
-TYPES = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K,
-         GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.MXFP4)
+TYPES = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q2_K,
+         GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS,
+         GGMLType.MXFP4, *triton_iquants.TYPES)
 FLOATS = (GGMLType.F32, GGMLType.F16, GGMLType.BF16)
-_TABLES = (*reference.KVALUES_IQ4NL, *reference.KVALUES_MXFP4)  # IQ4 values at 0, MXFP4's (doubled) at 16
+# IQ4 values at 0, MXFP4's (doubled) at 16, the i-quants' codebooks (triton_iquants.grid_table) from 32
+_TABLES = np.concatenate([np.array(reference.KVALUES_IQ4NL + reference.KVALUES_MXFP4, dtype=np.float32),
+                          triton_iquants.grid_table()])
 
 
 def supports(ggml_type: GGMLType) -> bool:
@@ -54,15 +61,7 @@ def usable_on(device: torch.device | str) -> bool:
 
 
 if AVAILABLE:
-    @triton.jit
-    def _byte(w, off, mask):
-        return tl.load(w + off, mask=mask, other=0).to(tl.int32)
-
-    @triton.jit
-    def _half(w, off, mask):
-        """The little-endian float16 at byte `off`, as float32."""
-        bits = (_byte(w, off, mask) | (_byte(w, off + 1, mask) << 8)).to(tl.uint16)
-        return bits.to(tl.float16, bitcast=True).to(tl.float32)
+    _byte, _half = triton_iquants.byte, triton_iquants.half  # the byte reads every decoder shares
 
     @triton.jit
     def _nibble32(w, qs, e, mask):
@@ -106,6 +105,19 @@ if AVAILABLE:
             x = _byte(w, base, mask)
             bits = tl.where(x < 2, 0x00200000 << x, (x - 1) << 23)
             return bits.to(tl.float32, bitcast=True) * tl.load(tables + 16 + _nibble32(w, base + 1, e, mask))
+        elif TYPE == 10:  # Q2_K: 16 scale-and-min bytes, 64 bytes of 2-bit fields, d, dmin
+            sc = _byte(w, base + e // 16, mask)
+            q = (_byte(w, base + 16 + 32 * (e // 128) + e % 32, mask) >> (2 * ((e % 128) // 32))) & 3
+            dl = _half(w, base + 80, mask) * (sc & 0xF).to(tl.float32)
+            return dl * q.to(tl.float32) - _half(w, base + 82, mask) * (sc >> 4).to(tl.float32)
+        elif TYPE == 11:  # Q3_K: 32 high-bit bytes, 64 bytes of 2-bit fields, 12 of 6-bit scales, d
+            j = e // 16  # scale j: nibble j // 8 of byte j % 8, high bits field j // 4 of byte 8 + j % 4
+            low = (_byte(w, base + 96 + j % 8, mask) >> (4 * (j // 8))) & 0xF
+            high = (_byte(w, base + 104 + j % 4, mask) >> (2 * (j // 4))) & 3
+            scale = ((low | (high << 4)) - 32).to(tl.float32)
+            q = (_byte(w, base + 32 + 32 * (e // 128) + e % 32, mask) >> (2 * ((e % 128) // 32))) & 3
+            q -= (((_byte(w, base + e % 32, mask) >> (e // 32)) & 1) ^ 1) << 2  # a clear high bit: minus 4
+            return (_half(w, base + 108, mask) * scale) * q.to(tl.float32)
         elif TYPE == 12 or TYPE == 13:  # Q4_K, Q5_K: d, dmin, 12 bytes of scales, (Q5_K: 32 high-bit bytes), nibbles
             g = e // 64
             hi = (e % 64) // 32
@@ -125,13 +137,15 @@ if AVAILABLE:
             high = (_byte(w, base + 128 + 32 * n + lane, mask) >> (2 * quarter)) & 3
             scale = _byte(w, base + 192 + 8 * n + lane // 16 + 2 * quarter, mask).to(tl.int8).to(tl.float32)
             return (_half(w, base + 208, mask) * scale) * ((low | (high << 4)) - 32).to(tl.float32)
-        else:  # IQ4_XS (23): d, 2 bytes of high scale bits, 4 of low, 8 sub-blocks of 16 nibble bytes
+        elif TYPE == 23:  # IQ4_XS: d, 2 bytes of high scale bits, 4 of low, 8 sub-blocks of 16 nibble bytes
             j = e // 32
             low = (_byte(w, base + 4 + j // 2, mask) >> (4 * (j % 2))) & 0xF
             high = ((_byte(w, base + 2, mask) | (_byte(w, base + 3, mask) << 8)) >> (2 * j)) & 3
             scale = ((low | (high << 4)) - 32).to(tl.float32)
             nib = _nibble32(w, base + 8 + 16 * j, e % 32, mask)
             return (_half(w, base, mask) * scale) * tl.load(tables + nib)
+        else:  # the codebook and ternary types
+            return triton_iquants.tile(w, tables + 32, base, e, mask, TYPE)
 
     @triton.jit
     def _mul_mat(x, w, y, tables, M, N, row_bytes, stride_x, stride_y, BLOCKS,
@@ -171,7 +185,7 @@ _TABLE_CACHE: dict = {}
 def _tables(device: torch.device) -> torch.Tensor:
     got = _TABLE_CACHE.get(device)
     if got is None:
-        got = _TABLE_CACHE[device] = torch.tensor(_TABLES, dtype=torch.float32, device=device)
+        got = _TABLE_CACHE[device] = torch.from_numpy(_TABLES).to(device)
     return got
 
 

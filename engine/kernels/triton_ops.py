@@ -5,8 +5,10 @@ file's bytes as uint8 rows) and every product decodes them tile by tile in regis
   decodes one GGUF block (32 or 256 values) of BLOCK_N rows to float and multiplies with
   `tl.dot` in the activations' dtype (bfloat16 on CUDA), accumulating in float32.
 - `get_rows` / `dequantize`: the selected rows decoded, one block a program.
-- `mul_mat_id`: the experts a batch selected, one `mul_mat` each (kernels.reference's
-  grouping).
+- `mul_mat_id`: the MoE product in one launch: the (token, slot) pairs sorted by expert
+  on the device, each program BLOCK_M pairs of one expert times that expert's rows, its
+  outputs written to the pairs' rows (no host sync: the grid is sized for the most tiles
+  there can be, and the spare ones return at once).
 
 Types decoded: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the k-quants Q2_K to Q6_K, IQ4_NL, IQ4_XS and
 MXFP4 here; the codebook i-quants (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)
@@ -148,25 +150,51 @@ if AVAILABLE:
             return triton_iquants.tile(w, tables + 32, base, e, mask, TYPE)
 
     @triton.jit
-    def _mul_mat(x, w, y, tables, M, N, row_bytes, stride_x, stride_y, BLOCKS,
-                 TYPE: tl.constexpr, QK: tl.constexpr, TS: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, EXACT: tl.constexpr):
-        rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-        rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        in_m = rm[:, None] < M
-        in_n = rn[:, None] < N
+    def _product(x, xrows, in_m, w, wrows, in_n, tables, stride_x, BLOCKS, TYPE: tl.constexpr, QK: tl.constexpr,
+                 TS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EXACT: tl.constexpr):
+        """x's rows `xrows` ((BLOCK_M, 1)) times the packed rows at byte offsets `wrows`
+        ((BLOCK_N, 1)) of w, over BLOCKS blocks: (BLOCK_M, BLOCK_N) float32."""
         e = tl.arange(0, QK)[None, :]
-        rows = rn[:, None].to(tl.int64) * row_bytes
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for b in range(0, BLOCKS):
-            tile = _tile(w, tables, rows + b * TS, e, in_n, TYPE)  # (BLOCK_N, QK)
-            xs = tl.load(x + rm[:, None].to(tl.int64) * stride_x + b * QK + e, mask=in_m, other=0.0)
+            tile = _tile(w, tables, wrows + b * TS, e, in_n, TYPE)  # (BLOCK_N, QK)
+            xs = tl.load(x + xrows * stride_x + b * QK + e, mask=in_m, other=0.0)
             if EXACT:
                 acc += tl.dot(xs, tl.trans(tile.to(xs.dtype)), input_precision="ieee")
             else:
                 acc += tl.dot(xs, tl.trans(tile.to(xs.dtype)))
-        out = y + rm[:, None].to(tl.int64) * stride_y + rn[None, :]
-        tl.store(out, acc.to(y.dtype.element_ty), mask=in_m & (rn[None, :] < N))
+        return acc
+
+    @triton.jit
+    def _mul_mat(x, w, y, tables, M, N, row_bytes, stride_x, stride_y, BLOCKS,
+                 TYPE: tl.constexpr, QK: tl.constexpr, TS: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, EXACT: tl.constexpr):
+        rm = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None].to(tl.int64)
+        rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        in_m = rm < M
+        acc = _product(x, rm, in_m, w, rn[:, None].to(tl.int64) * row_bytes, rn[:, None] < N, tables, stride_x,
+                       BLOCKS, TYPE, QK, TS, BLOCK_M, BLOCK_N, EXACT)
+        tl.store(y + rm * stride_y + rn[None, :], acc.to(y.dtype.element_ty), mask=in_m & (rn[None, :] < N))
+
+    @triton.jit
+    def _mul_mat_id(x, w, y, tables, tiles, order, N, expert_bytes, row_bytes, slots, stride_x, stride_y, BLOCKS,
+                    TYPE: tl.constexpr, QK: tl.constexpr, TS: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, EXACT: tl.constexpr):
+        """One tile of _expert_tiles: BLOCK_M of the (token, slot) pairs sorted by expert,
+        all of one expert, times that expert's rows; each pair's output row is its index."""
+        t = tl.program_id(0)
+        start = tl.load(tiles + 3 * t + 1)
+        end = tl.load(tiles + 3 * t + 2)
+        if start >= end:  # a tile past the last expert's (the grid is sized for the most there can be)
+            return
+        expert = tl.load(tiles + 3 * t).to(tl.int64)
+        r = start + tl.arange(0, BLOCK_M)
+        pair = tl.load(order + r, mask=r < end, other=0)[:, None].to(tl.int64)
+        in_m = (r < end)[:, None]
+        rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = _product(x, pair // slots, in_m, w + expert * expert_bytes, rn[:, None].to(tl.int64) * row_bytes,
+                       rn[:, None] < N, tables, stride_x, BLOCKS, TYPE, QK, TS, BLOCK_M, BLOCK_N, EXACT)
+        tl.store(y + pair * stride_y + rn[None, :], acc.to(y.dtype.element_ty), mask=in_m & (rn[None, :] < N))
 
     @triton.jit
     def _rows(w, ids, y, tables, cols, row_bytes, TYPE: tl.constexpr, QK: tl.constexpr, TS: tl.constexpr):
@@ -237,9 +265,54 @@ def dequantize(weight: torch.Tensor, ggml_type: GGMLType, rows: int, cols: int, 
     return get_rows(weight, torch.arange(rows, device=weight.device), ggml_type, cols, dtype)
 
 
+def _expert_tiles(ids: torch.Tensor, experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The (token, slot) pairs of ids (T, K) sorted by expert (`order`: pair indices t*K + k),
+    and the tiles that cover each expert's run of them, BLOCK_M pairs at most: (tiles, 3)
+    int32 rows of (expert, first, end) positions in `order`, computed on the device (no
+    host sync). There are as many rows as tiles there can be (n); the ones past the last
+    expert's are empty (first == end)."""
+    flat = ids.reshape(-1).to(torch.int64)
+    pairs = flat.numel()
+    order = torch.argsort(flat, stable=True)
+    counts = torch.zeros(experts, dtype=torch.int64, device=ids.device).scatter_add_(0, flat, torch.ones_like(flat))
+    ends = torch.cumsum(counts, 0)
+    per_expert = (counts + block_m - 1) // block_m
+    tiles_through = torch.cumsum(per_expert, 0)  # tiles of experts 0..e
+    n = triton.cdiv(pairs, block_m) + min(experts, pairs)  # the most: each used expert's last tile partial
+    i = torch.arange(n, device=ids.device)
+    expert = torch.searchsorted(tiles_through, i, right=True)
+    used = expert < experts
+    expert = expert.clamp(max=experts - 1)
+    first = ends[expert] - counts[expert] + (i - tiles_through[expert] + per_expert[expert]) * block_m
+    tiles = torch.stack([expert, torch.where(used, first, 0), torch.where(used, ends[expert], 0)], dim=1)
+    return order, tiles.to(torch.int32), n
+
+
 def mul_mat_id(weight: torch.Tensor, x: torch.Tensor, ids: torch.Tensor, ggml_type: GGMLType,
                out_features: int) -> torch.Tensor:
-    return reference.mul_mat_id(weight, x, ids, ggml_type, out_features, mul_mat=mul_mat)
+    """Mixture-of-experts product (kernels.reference.mul_mat_id's contract): weight (experts,
+    out, row_bytes) packed, x (T, in) for every selected expert or (T, K, in) a row per
+    selection, ids (T, K); (T, K, out). One launch over all selections, grouped by expert
+    (_expert_tiles) and written back in place."""
+    gtype = GGMLType(ggml_type)
+    if gtype in FLOATS:
+        return reference.mul_mat_id(weight, x, ids, gtype, out_features, mul_mat=mul_mat)
+    info = TYPE_INFO[gtype]
+    t, k = ids.shape
+    cols = x.shape[-1]
+    slots = 1 if x.dim() == 3 else k  # the pairs of one x row
+    x2 = x.reshape(-1, cols).contiguous()
+    y = torch.empty(t * k, out_features, dtype=x.dtype, device=x.device)
+    if t * k == 0:
+        return y.reshape(t, k, out_features)
+    experts = weight.shape[0]
+    bm, bn = _blocks(triton.cdiv(t * k, experts))  # the rows an expert gets on average
+    order, tiles, n = _expert_tiles(ids.to(x.device), experts, bm)
+    _mul_mat_id[(n, triton.cdiv(out_features, bn))](
+        x2, weight, y, _tables(x.device), tiles, order, out_features, weight.stride(0), weight.stride(1), slots,
+        x2.stride(0), y.stride(0), cols // info.block_size, TYPE=int(gtype), QK=info.block_size, TS=info.type_size,
+        BLOCK_M=bm, BLOCK_N=bn, EXACT=x.dtype == torch.float32)
+    return y.reshape(t, k, out_features)
 
 
 TRITON = KernelOps("triton", mul_mat, get_rows, dequantize, mul_mat_id)

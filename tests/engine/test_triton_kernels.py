@@ -2,8 +2,8 @@
 interpreter on the CPU (tests/conftest.py sets TRITON_INTERPRET=1): every type's decoding
 (each of triton_ops.TYPES: the legacy types, Q2_K to Q6_K, the i-quants, TQ1_0, TQ2_0,
 MXFP4) equals gguf_io's bit for bit, products equal the reference's to float32 rounding
-at every row count, and a tiny model's logits through the Triton path equal the reference
-path's."""
+at every row count, the grouped MoE product equals the reference's expert by expert, and
+a tiny model's logits through the Triton path equal the reference path's."""
 
 from __future__ import annotations
 
@@ -69,8 +69,8 @@ def test_each_types_blocks_decode_as_gguf_io_and_multiply_as_the_reference(t):
         torch.testing.assert_close(triton_ops.mul_mat(w, x, t, rows), y, rtol=1e-5, atol=1e-5 * float(y.abs().max()))
 
 
-def test_float_weights_and_experts():
-    """F16 and BF16 weights multiply as torch does; mul_mat_id runs each selected expert's rows."""
+def test_float_weights():
+    """F16 and BF16 weights multiply as torch does."""
     x = torch.randn(3, 64)
     for t, dtype in ((GGMLType.F16, torch.float16), (GGMLType.BF16, torch.bfloat16)):
         dense = torch.randn(8, 64).to(dtype)
@@ -78,12 +78,22 @@ def test_float_weights_and_experts():
         torch.testing.assert_close(triton_ops.mul_mat(packed, x, t, 8), x @ dense.float().T)
         assert torch.equal(triton_ops.get_rows(packed, torch.tensor([7, 1]), t, 64, torch.float32),
                            dense.float()[[7, 1]])
-    experts = torch.stack([random_blocks(GGMLType.Q4_K, 16, 256, seed=e) for e in range(4)])
-    x = torch.randn(5, 256)
-    ids = torch.tensor([[0, 3], [3, 2], [1, 0], [2, 2], [3, 1]])
-    got = triton_ops.mul_mat_id(experts, x, ids, GGMLType.Q4_K, 16)
-    expected = reference.mul_mat_id(experts, x, ids, GGMLType.Q4_K, 16)
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * float(expected.abs().max()))
+
+
+@pytest.mark.parametrize("t", (GGMLType.Q4_K, GGMLType.IQ2_XS), ids=lambda t: t.name)
+def test_mul_mat_id_runs_every_selection_in_one_launch_grouped_by_expert(t):
+    """mul_mat_id equals the reference's expert-by-expert products: a token's row shared by
+    its slots or one row per slot, a few selections, an unselected expert, and one expert's
+    rows over two BLOCK_M tiles (20 of 40 selections: 16-row tiles)."""
+    experts = torch.stack([random_blocks(t, 24, 256, seed=e) for e in range(4)])
+    few = torch.tensor([[0, 3], [3, 2], [1, 0], [2, 2], [3, 1]])
+    many = torch.stack([torch.ones(20, dtype=torch.int64), torch.arange(20) % 2 * 2], dim=1)  # experts 1, 0, 2
+    for ids in (few, many):
+        g = torch.Generator().manual_seed(len(ids))
+        for x in (torch.randn(len(ids), 256, generator=g), torch.randn(len(ids), 2, 256, generator=g)):
+            expected = reference.mul_mat_id(experts, x, ids, t, 24)
+            torch.testing.assert_close(triton_ops.mul_mat_id(experts, x, ids, t, 24), expected, rtol=1e-5,
+                                       atol=1e-5 * float(expected.abs().max()))
 
 
 @pytest.fixture(scope="module")

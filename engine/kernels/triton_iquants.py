@@ -47,14 +47,13 @@ if triton is not None:
         return tl.load(w + off, mask=mask, other=0).to(tl.int32)
 
     @triton.jit
-    def half(w, off, mask):
-        """The little-endian float16 at byte `off`, as float32."""
-        bits = (byte(w, off, mask) | (byte(w, off + 1, mask) << 8)).to(tl.uint16)
-        return bits.to(tl.float16, bitcast=True).to(tl.float32)
-
-    @triton.jit
     def _u16(w, off, mask):
         return byte(w, off, mask) | (byte(w, off + 1, mask) << 8)
+
+    @triton.jit
+    def half(w, off, mask):
+        """The little-endian float16 at byte `off`, as float32."""
+        return _u16(w, off, mask).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
 
     @triton.jit
     def _u32(w, off, mask):
@@ -106,8 +105,7 @@ if triton is not None:
         elif TYPE == 21:  # IQ3_S: d, 64 grid bytes, 64 index high bits, 32 sign bytes, 8 scale nibbles
             i = e // 4
             idx = byte(w, base + 2 + i, mask) | (((byte(w, base + 66 + i // 8, mask) >> (i % 8)) & 1) << 8)
-            sc = (byte(w, base + 106 + e // 64, mask) >> (4 * ((e // 32) % 2))) & 0xF
-            db = half(w, base, mask) * (1 + 2 * sc).to(tl.float32)
+            db = half(w, base, mask) * (1 + 2 * _scale4(w, base + 106, e // 32, mask))
             v = db * tl.load(grids + _IQ3S + 4 * idx + e % 4)
             return tl.where(((byte(w, base + 74 + e // 8, mask) >> (e % 8)) & 1) == 1, -v, v)
         elif TYPE == 19:  # IQ1_S: d, 32 grid bytes, 8 u16 of (4 3-bit index highs, a 3-bit scale, the delta's sign)

@@ -3,7 +3,7 @@ interpreter on the CPU (tests/conftest.py sets TRITON_INTERPRET=1): every type's
 (each of triton_ops.TYPES: the legacy types, Q2_K to Q6_K, the i-quants, TQ1_0, TQ2_0,
 MXFP4) equals gguf_io's bit for bit, products equal the reference's to float32 rounding
 at every row count, the grouped MoE product equals the reference's expert by expert, and
-a tiny model's logits through the Triton path equal the reference path's."""
+tiny models' logits (llama's, qwen3moe's) through the Triton path equal the reference path's."""
 
 from __future__ import annotations
 
@@ -96,10 +96,10 @@ def test_mul_mat_id_runs_every_selection_in_one_launch_grouped_by_expert(t):
                                        atol=1e-5 * float(expected.abs().max()))
 
 
-@pytest.fixture(scope="module")
-def k_mix_path(tmp_path_factory):
-    s = spec("llama")
-    path = tmp_path_factory.mktemp("triton") / "tiny-k.gguf"
+@pytest.fixture(scope="module", params=["llama", "qwen3moe"])  # qwen3moe: its experts through mul_mat_id
+def k_mix_path(request, tmp_path_factory):
+    s = spec(request.param)
+    path = tmp_path_factory.mktemp("triton") / f"tiny-{request.param}-k.gguf"
     write_gguf(s, random_model(s), path, "K")  # Q4_K, Q5_K, Q6_K matrices, a Q8_0 embedding
     return str(path)
 

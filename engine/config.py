@@ -42,6 +42,7 @@ class EngineConfig:
     cpu_isa: str | None = None  # force a CPU code path (scalar, avx2, avx512; scalar, neon); None: the best
     cpu_repack: bool = True  # repack weights at load where this CPU's kernels read another layout faster
     prefill_dtype: str | None = None  # long prefills' BLAS dtype (float32, bfloat16); None: bfloat16 with AMX
+    cuda_graphs: bool = True  # on CUDA, decode steps replayed from CUDA graphs captured per step shape (engine.graphs)
     # MiB for state checkpoints (recurrent states, sliding windows) that let a prompt reuse a
     # sequence's history; None: a share of the memory available at load; 0: none
     cache_ram: int | None = None
@@ -123,7 +124,7 @@ class EngineConfig:
 def _parse(name: str, raw: str) -> Any:
     if name in ("threads", "cache_ram", "cache_disk_size"):
         return int(raw)
-    if name == "cpu_repack":
+    if name in ("cpu_repack", "cuda_graphs"):
         return raw.strip().lower() not in ("0", "false", "no", "off")
     if name in ("cache_type_k", "cache_type_v"):
         return raw.strip().lower()

@@ -25,6 +25,7 @@ from .chat_format import ChatFormat
 from .config import MAX_BATCH, EngineConfig  # noqa: F401 (MAX_BATCH: callers know it here)
 from .fetch import download, parse
 from .generate import generate
+from .graphs import StepGraphs
 from .kv_rows import kv_types
 from .lora import Adapter, attach, detach, read_adapter
 from .models import Architecture, Model, TextParams, architecture_for
@@ -88,6 +89,7 @@ class LoadedModel:
     sampling: dict = field(default_factory=dict)  # the sampling the file recommends (SamplingParams fields)
     linears: dict = field(default_factory=dict, repr=False)  # its matrices by tensor name (what adapters attach to)
     adapters: dict[int, Adapter] = field(default_factory=dict)  # LoRA adapters loaded for it, by id
+    graphs: StepGraphs | None = None  # its decode steps' CUDA graphs (engine.graphs; None: every step eager)
 
     def load_adapter(self, path: str, adapter_id: int | None = None) -> Adapter:
         """A LoRA adapter file read, checked against this model and attached (engine.lora);
@@ -128,7 +130,9 @@ class LoadedModel:
         """The batch forward: tokens of several sequences (slots of `cache`) at their
         positions → float32 logits for the batch's rows."""
         with torch.inference_mode(), self.threads.run(batch.n_tokens):
-            logits = self.model.forward(batch, self.cache)
+            logits = self.graphs.forward(batch) if self.graphs is not None else None
+            if logits is None:
+                logits = self.model.forward(batch, self.cache)
         if batch.n_tokens > TRIM_AFTER_TOKENS and self.device.type == "cpu":
             trim_heap()  # a long prompt's activations and dequantized tiles: ~40 MB on Gemma at 512 tokens
         return logits
@@ -271,9 +275,9 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
     # llama.cpp computes them without a cache, in float32 (in f16 rows nomic-bert's vectors moved by 1e-3)
     half = None if model.both_ways else DEFAULT_CACHE_TYPE.get(dtype)
     types = kv_types(dtype, cfg.cache_type_k or half, cfg.cache_type_v or half)
-    if any(t.quantized for t in types) and dev.type != "cpu":
-        raise ValueError(f"cache types {types[0].name}/{types[1].name}: a quantized KV cache runs on CPU only "
-                         f"(device {dev}); use f16, bf16 or f32")
+    if any(t.quantized for t in types) and dev.type != "cpu" and model.ops.name != "triton":
+        raise ValueError(f"cache types {types[0].name}/{types[1].name}: a quantized KV cache runs on CPU, or on "
+                         f"CUDA with Triton (device {dev}, {model.ops.name} ops); use f16, bf16 or f32")
     max_batch = cfg.max_batch
     if cfg.mmproj and (whole := whole_media_tokens(resolve_path(cfg.mmproj))) > max_batch:
         log.info("forward passes of up to %d tokens (not %d): an image of the mmproj file goes in one", whole,
@@ -296,11 +300,12 @@ def load_model(path_or_id: str | os.PathLike, device: str | torch.device | None 
         reader.metadata.pop(key, None)
     _return_freed_memory()  # the tokenizer build's transient Python objects (~35 MB for Gemma's 262k vocabulary)
     threads = ThreadPolicy.decide(dev, settings)
-    log.info("loaded %s (%s) on %s in %s; %s; kernels: %s", path, arch.name, dev, dtype, threads.describe(),
-             settings.describe())
+    graphs, graphs_note = StepGraphs.make(model, cache, dev, cfg.cuda_graphs)
+    log.info("loaded %s (%s) on %s in %s; %s; kernels: %s%s", path, arch.name, dev, dtype, threads.describe(),
+             settings.describe(), f"; {graphs_note}" if graphs_note else "")
     lm = LoadedModel(model, cache, tokenizer, template, params, reader, arch, dev, dtype, threads, cfg,
                      chat_format=ChatFormat.of(template, tokenizer, reader.metadata),
-                     sampling=file_sampling(reader.metadata), linears=weights.linears)
+                     sampling=file_sampling(reader.metadata), linears=weights.linears, graphs=graphs)
     if lm.sampling:
         log.info("%s recommends sampling %s (a request's own settings and the command line's come first)", path,
                  ", ".join(f"{k}={v}" for k, v in lm.sampling.items()))

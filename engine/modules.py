@@ -12,6 +12,7 @@ import torch
 from ..gguf_io import GGMLType, GGUFReader, TensorInfo
 from . import lora as lora_rows
 from .kernels import REFERENCE, KernelSettings, cpu
+from .graphs import capturing
 from .kernels.reference import as_tensor
 from .errors import WeightError
 
@@ -127,7 +128,7 @@ class GgufEmbedding:
         few = None  # a decode step's ids as a list, for the row-by-row lookup
         if self._rows is not None and ids.dim() == 1 and ids.numel() <= self._rows.MAX_IDS:
             few = ids.tolist()
-        if ids.numel():
+        if ids.numel() and not capturing(ids):  # a captured decode step's ids are the model's own samples
             lo, hi = (min(few), max(few)) if few is not None else (int(ids.min()), int(ids.max()))
             if lo < 0 or hi >= self.num_embeddings:
                 raise IndexError(f"token id out of range 0..{self.num_embeddings - 1}")

@@ -37,6 +37,7 @@ ENV = {
     "kernels": "GGUF_SERVE_KERNELS",
     "cpu_isa": "GGUF_SERVE_CPU_ISA",
     "cpu_repack": "GGUF_SERVE_CPU_REPACK",
+    "cuda_graphs": "GGUF_SERVE_CUDA_GRAPHS",
     "prefill_dtype": "GGUF_SERVE_PREFILL_DTYPE",
     "cache_ram": "GGUF_SERVE_CACHE_RAM",
     "cache_disk": "GGUF_SERVE_CACHE_DISK",

@@ -80,6 +80,9 @@ class ServerSettings(BaseSettings):
         "runs"))
     cpu_repack: bool = Field(default=True, description=(
         "repack weights at load into the layout this CPU's kernels read fastest (memory stays the file's size)"))
+    cuda_graphs: bool = Field(default=True, description=(
+        "on an NVIDIA GPU, replay decode steps from CUDA graphs captured per step shape (--no-cuda-graphs: every "
+        "step launched one kernel at a time)"))
     prefill_dtype: Optional[PrefillDtype] = Field(default=None, description=(
         "dtype of long prefills' matmuls (default: bfloat16 where the CPU has AMX, else float32)"))
     cache_ram: Optional[int] = Field(default=None, ge=0, description=(
@@ -239,6 +242,7 @@ class ServerSettings(BaseSettings):
         """The engine's settings for a model this server loads (`mmproj`: its vision file)."""
         return EngineConfig(device=self.device, n_ctx=self.ctx_size, n_seq=self.parallel, threads=self.threads,
                             kernels=self.kernels, cpu_isa=self.cpu_isa, cpu_repack=self.cpu_repack,
+                            cuda_graphs=self.cuda_graphs,
                             prefill_dtype=self.prefill_dtype, cache_ram=self.cache_ram,
                             cache_disk=self.cache_disk, cache_disk_size=self.cache_disk_size,
                             cache_type_k=self.cache_type_k, cache_type_v=self.cache_type_v, spec=self.spec,

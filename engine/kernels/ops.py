@@ -45,6 +45,7 @@ def ring_positions(n_cells: int, end: int) -> torch.Tensor:
 
 class TorchOps:
     name = "torch"
+    graph_safe = False  # its attention reads each sequence's Python-side bounds (engine.graphs)
 
     # ------------------------------------------------------------ norms
 

@@ -46,6 +46,9 @@ class Model:
     before_layers: Callable[[torch.Tensor, Batch], None] | None = None
     pool: PoolingHead | None = None  # embedding and reranking files: pooling and what follows it
     both_ways: bool = False  # an encoder: each sequence's tokens attend both ways (EmbeddingGemma)
+    # whether a decode step's layers read the batch's sequences only from its tensors, so that a captured
+    # step replays for any slots (engine.graphs; Mamba-2's scan walks the Python-side sequences)
+    graphable: bool = True
 
     def cache_specs(self) -> list[LayerCache]:
         specs = [layer.cache_spec() for layer in self.layers]
@@ -66,6 +69,11 @@ class Model:
 
     def _compute(self, batch: Batch, cache: KVCache) -> torch.Tensor:
         cache.begin(batch)
+        return self.run(batch, cache)
+
+    def run(self, batch: Batch, cache: KVCache) -> torch.Tensor:
+        """The forward's tensor work, once the cache has taken the batch's positions
+        (cache.begin): what a captured decode step replays (engine.graphs)."""
         if batch.media is None:
             x = self.embed(batch.tokens)
         else:  # image tokens: their embeddings stand for the (negative) ids

@@ -143,4 +143,6 @@ def layer(w: Weights, i: int, p: Params, rope: Rope, ops) -> Block:
 
 def build(p: Params, w: Weights, ops) -> Model:
     r = granite.rope(p)
-    return granite.model(p, w, ops, [layer(w, i, p, r, ops) for i in range(p.n_layers)])
+    model = granite.model(p, w, ops, [layer(w, i, p, r, ops) for i in range(p.n_layers)])
+    model.graphable = False  # Mamba2's scan walks the batch's sequences
+    return model

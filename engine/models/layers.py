@@ -18,6 +18,7 @@ import torch
 
 from ..batch import Batch
 from ..cache import KVCache, LayerCache, attention, shared
+from ..graphs import capturing
 from ..kernels.ops import rope_tables
 from ..modules import LinearGroup, Weights
 from .params import RopeScaling
@@ -235,7 +236,8 @@ def query_temperature(batch: Batch, beta: float, length: int, offset: int = 0) -
     key = ("attn_temp", beta, length, offset)
     if key not in batch.memo:
         steps = torch.div(batch.positions + offset, length, rounding_mode="floor")
-        batch.memo[key] = (1.0 + beta * torch.log1p(steps.float()))[:, None] if bool(steps.any()) else None
+        scales = (1.0 + beta * torch.log1p(steps.float()))[:, None]  # a captured step keeps them (no host check)
+        batch.memo[key] = scales if capturing(steps) or bool(steps.any()) else None
     return batch.memo[key]
 
 

@@ -40,6 +40,7 @@ CASES = {
     "kernels": ("reference", ["--kernels", "cpu"], "cpu"),
     "cpu_isa": ("scalar", ["--cpu-isa", "avx2"], "avx2"),
     "cpu_repack": ("0", ["--cpu-repack"], True),
+    "cuda_graphs": ("0", ["--cuda-graphs"], True),
     "prefill_dtype": ("bfloat16", ["--prefill-dtype", "float32"], "float32"),
     "cache_ram": ("5", ["--cache-ram", "7"], 7),
     "cache_disk": ("{tmp}/env-disk", ["--cache-disk", "{tmp}/cli-disk"], "{tmp}/cli-disk"),
@@ -141,7 +142,7 @@ def test_the_engine_config_is_the_command_lines_and_a_load_keeps_it(everything_s
     settings = cli.parse_settings(argv)
     config = settings.engine_config(mmproj=settings.mmproj)
     assert config == EngineConfig(
-        device="auto", n_ctx=64, n_seq=2, threads=1, kernels="cpu", cpu_isa="avx2", cpu_repack=True,
+        device="auto", n_ctx=64, n_seq=2, threads=1, kernels="cpu", cpu_isa="avx2", cpu_repack=True, cuda_graphs=True,
         prefill_dtype="float32", cache_ram=7, cache_disk=expected["cache_disk"], cache_disk_size=200,
         cache_type_k="f32", cache_type_v="f16", spec="auto",
         draft_model="cli-draft.gguf", mmproj="cli-mmproj.gguf", vision_dtype="float32", cache_dir=expected["cache"],

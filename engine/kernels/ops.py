@@ -163,7 +163,7 @@ class TorchOps:
                               chunk)
             if alibi is not None:  # distances as a float mask, -inf where the boolean one hides a key
                 dist = (torch.arange(s.pos, s.end)[:, None] - ring_positions(n_cells, s.end)[None, :]).abs()
-                bias = -alibi.float().view(-1, 1, 1) * dist.float()[None]
+                bias = (-alibi.float().cpu().view(-1, 1, 1) * dist.float()[None]).to(q.device)
                 mask = (bias if mask is None else bias.masked_fill(~mask, float("-inf")))[None].to(q.dtype)
             if softcap or sinks is not None:
                 o = self._explicit(qs, ks, vs, mask, scale, softcap, sinks)

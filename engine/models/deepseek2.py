@@ -97,7 +97,7 @@ class HeadMatrices:
         t, h = x.shape[0], x.shape[1]
         ids = self._ids.get(t)
         if ids is None:
-            ids = torch.arange(h).expand(t, h).contiguous()
+            ids = torch.arange(h, device=x.device).expand(t, h).contiguous()
             if t <= 64:  # a decode step's sizes, kept
                 self._ids[t] = ids
         return self.kernels.mul_mat_id(self.weight, x.float().contiguous(), ids, self.type, self.out)

@@ -113,7 +113,7 @@ class Experts:
         self.router = w.linear(pre + "ffn_gate_inp.weight", p.n_experts, p.hidden)
         self.router_scale = w.vector(pre + "ffn_gate_inp.scale", p.hidden) * p.hidden ** -0.5
         self.expert_scale = w.vector(pre + "ffn_down_exps.scale", p.n_experts)
-        self.ones = torch.ones(p.hidden)
+        self.ones = torch.ones(p.hidden, device=w.device)
         self.experts = w.experts(i, p.n_experts, p.hidden, p.expert_ffn)
         self.pre_norm = w.vector(pre + "pre_ffw_norm_2.weight", p.hidden)
 

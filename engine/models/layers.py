@@ -193,7 +193,7 @@ class Attention:
             q_norm=w.vector(p + "attn_q_norm.weight", head_dim) if per_head else None,
             k_norm=w.vector(p + "attn_k_norm.weight", head_dim) if per_head and not kv_shared else None,
             media_both_ways=media_both_ways, sinks=w.vector(p + "attn_sinks.weight", n_heads).contiguous() if sinks
-            else None, v_norm=torch.ones(head_dim) if v_norm and not kv_shared else None, kv_shared=kv_shared,
+            else None, v_norm=torch.ones(head_dim, device=w.device) if v_norm and not kv_shared else None, kv_shared=kv_shared,
             alibi=alibi_slopes(n_heads, alibi_max_bias) if alibi_max_bias else None, chunk=chunk)
         self.q_rows, self.kv_rows = n_heads * head_dim, n_kv_heads * head_dim  # the queries (without gates), k or v
         self.q_norm = self.k_norm = None  # over the whole projections ("whole")

@@ -70,7 +70,7 @@ def layer(w: Weights, i: int, p: Params, rope: Rope, ops) -> Block:
                      eps=p.eps, rope=Rope.none() if nope else rope,
                      temperature=(0.1, CHUNK, 1) if nope else None, chunk=CHUNK if p.chunked and not nope else 0)
     if not nope and p.n_experts != 128:  # llama.cpp: use_kq_norm unless Maverick's 128 experts
-        ones = torch.ones(p.head_dim)  # an RMS norm without a weight (it commutes with the rotation)
+        ones = torch.ones(p.head_dim, device=w.device)  # an RMS norm without a weight (it commutes with the rotation)
         attn.spec.q_norm, attn.spec.k_norm = ones, ones
     moe = p.n_experts and (i + 1) % p.moe_every == 0
     mlp = TopOneExperts(w, i, p, ops) if moe else MLP(w, i, ops, hidden=p.hidden, ffn=p.ffn, act="silu")

@@ -80,7 +80,8 @@ class GatedDeltaNet:
         self.to_tiled = self.to_grouped = None
         if p.grouped_v:  # the delta rule runs in the tiled order: tiled head t = j n_k + k is grouped head k r + j
             r = self.n_v // self.n_k
-            self.to_tiled = torch.tensor([(t % self.n_k) * r + t // self.n_k for t in range(self.n_v)])
+            self.to_tiled = torch.tensor([(t % self.n_k) * r + t // self.n_k for t in range(self.n_v)],
+                                         device=self.a_neg.device)
             self.to_grouped = torch.argsort(self.to_tiled)
             self.a_neg = self.a_neg.float()[self.to_tiled].contiguous()
             self.dt_bias = self.dt_bias.float()[self.to_tiled].contiguous()

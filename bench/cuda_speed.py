@@ -7,10 +7,12 @@ check; `bench/cuda.sh` builds llama.cpp and calls this on a fresh GPU machine):
 - 8 concurrent streams over HTTP against `llama-server -np 8 -ngl 99` (aggregate tok/s);
 - our greedy tokens through the Triton path against the reference path's on the same
   device (Gemma 3 270M, 64 tokens);
-- the device memory a loaded model holds against its file's size.
+- the device memory a loaded model holds against its file's size;
+- decode without CUDA graphs (one file, `--eager-file`) against with them, and whether the
+  graphs replayed (a capture that failed says why).
 
     python bench/cuda_speed.py --llama-bench PATH --llama-server PATH [--files gemma,qwen3-4b,...]
-                               [--decode 128] [--prefill 512] [--streams 8] [--skip-http]
+                               [--decode 128] [--prefill 512] [--streams 8] [--skip-http] [--eager-file NAME]
     TRITON_INTERPRET=1 python bench/cuda_speed.py --dry-run    # a CPU: every path at toy sizes
 
 `--dry-run` checks the script's own paths on a machine without a GPU: toy-sized synthetic
@@ -77,6 +79,8 @@ for rep in range(3):
         stamps.append(time.perf_counter())
     rates.append(n_decode / (stamps[-1] - stamps[0]))
 out["decode"] = statistics.median(rates)
+if lm.graphs is not None:  # whether decode steps went through CUDA graphs (and why they stopped, if they did)
+    out["graph_replays"], out["graph_shapes"], out["graphs_off"] = lm.graphs.replays, len(lm.graphs.steps), lm.graphs.off
 if n_greedy:
     out["greedy"] = [step.token_id for step in lm.generate(ids[:16], greedy(n_greedy)) if step.token_id is not None]
 print("RESULT " + json.dumps(out))
@@ -102,9 +106,11 @@ def synthetic_file(name: str, folder: str, tiny: bool) -> str | None:
     return path
 
 
-def ours(path: str, device: str, kernels: str | None, decode: int, prefill: int, greedy: int = 0) -> dict:
+def ours(path: str, device: str, kernels: str | None, decode: int, prefill: int, greedy: int = 0,
+         graphs: bool = True) -> dict:
     cmd = [sys.executable, "-c", CHILD, path, device, kernels or "", str(decode), str(prefill), str(greedy)]
-    got = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    env = dict(os.environ, GGUF_SERVE_CUDA_GRAPHS="1" if graphs else "0")
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     line = next((x for x in got.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
         raise RuntimeError(f"our run failed:\n{got.stderr[-3000:]}")
@@ -168,6 +174,8 @@ def main() -> None:
     ap.add_argument("--prefill", type=int, default=512)
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--skip-http", action="store_true")
+    ap.add_argument("--eager-file", default="qwen3-4b", help="the file whose decode is also measured without CUDA "
+                    "graphs (none: skip)")
     ap.add_argument("--write-only", action="store_true", help="write the synthetic files and stop")
     ap.add_argument("--dry-run", action="store_true", help="a CPU: toy sizes through Triton's interpreter")
     ap.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "gguf-serve-cuda-bench"))
@@ -191,6 +199,10 @@ def main() -> None:
         theirs = llama_bench(args.llama_bench, path, decode, prefill, gpu) if args.llama_bench else {}
         rows.append((name, os.path.getsize(path) / 1e6, mine, theirs))
         print(f"{name}: ours {json.dumps(mine)}; llama-bench {json.dumps(theirs)}", flush=True)
+        if name == args.eager_file:
+            eager = ours(path, device, kernels, decode, 8, graphs=False)
+            print(f"{name}: decode without CUDA graphs {eager['decode']:.1f} tok/s, with them {mine['decode']:.1f} "
+                  f"({mine['decode'] / eager['decode']:.2f}x)", flush=True)
     print(f"\n| file | decode ours / llama.cpp (tok/s) | prefill {prefill} ours / llama.cpp | device MB / file MB |")
     print("|---|---|---|---|")
     for name, size, mine, theirs in rows:

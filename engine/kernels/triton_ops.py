@@ -217,11 +217,26 @@ def _tables(device: torch.device) -> torch.Tensor:
     return got
 
 
-def _blocks(m: int) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_N) for m rows of activations: a decode step's few rows in the
-    smallest tile tl.dot takes, a prompt's in larger ones."""
+_SMS: dict = {}
+
+
+def _multiprocessors(device: torch.device) -> int:
+    """The device's streaming multiprocessors (an H100 / H200's 132 where it is not a GPU)."""
+    if device not in _SMS:
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+    return _SMS[device]
+
+
+def _blocks(m: int, n: int = 0, device: torch.device | None = None) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N) for m rows of activations times n output rows: a decode step's few
+    rows in the smallest tile tl.dot takes, with output tiles narrowed (64 down to 16 rows) until
+    the launch has two programs a multiprocessor, since a decode step's product only streams
+    the weights; a prompt's rows in larger tiles."""
     if m <= 16:
-        return 16, 64
+        bn = 64
+        while bn > 16 and n and device is not None and triton.cdiv(n, bn) < 2 * _multiprocessors(device):
+            bn //= 2
+        return 16, bn
     return (32, 64) if m <= 64 else (64, 64)
 
 
@@ -237,7 +252,7 @@ def mul_mat(weight: torch.Tensor, x: torch.Tensor, ggml_type: GGMLType, out_feat
     y = torch.empty(m, out_features, dtype=x.dtype, device=x.device)
     if m == 0:
         return y.reshape(*x.shape[:-1], out_features)
-    bm, bn = _blocks(m)
+    bm, bn = _blocks(m, out_features, x.device)
     grid = (triton.cdiv(m, bm), triton.cdiv(out_features, bn))
     _mul_mat[grid](x2, weight, y, _tables(x.device), m, out_features, weight.shape[-1], x2.stride(0), y.stride(0),
                    cols // info.block_size, TYPE=int(gtype), QK=info.block_size, TS=info.type_size,

@@ -34,14 +34,12 @@ if triton_ops.AVAILABLE:
     import triton.language as tl
 
     @triton.jit
-    def _load_rows(buf, tables, row, d, mask, TYPE: tl.constexpr):
+    def _load_rows(buf, tables, row, d, mask, TYPE: tl.constexpr, TS: tl.constexpr):
         """A (cells, D) tile of cache rows starting at element/byte offsets `row` ((cells, 1)):
-        float rows as stored, quantized ones (blocks of 32 along the row) decoded."""
+        float rows as stored, quantized ones (blocks of 32 values in TS bytes) decoded."""
         if TYPE == 0:
             return tl.load(buf + row + d, mask=mask, other=0.0).to(tl.float32)
         else:
-            TS: tl.constexpr = 34 if TYPE == 8 else 18 if TYPE == 2 or TYPE == 20 else \
-                20 if TYPE == 3 else 22 if TYPE == 6 else 24
             return triton_ops._tile(buf, tables, row + (d // 32) * TS, d % 32, mask, TYPE)
 
     @triton.jit
@@ -49,7 +47,8 @@ if triton_ops.AVAILABLE:
                 stride_qt, stride_qh, stride_ks, stride_kh, stride_kc, stride_vs, stride_vh, stride_vc,
                 n_cells, window, chunk, scale, softcap, split_cells, n_splits,
                 GROUP: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
-                BLOCK_N: tl.constexpr, KTYPE: tl.constexpr, VTYPE: tl.constexpr, EXACT: tl.constexpr):
+                BLOCK_N: tl.constexpr, KTYPE: tl.constexpr, KTS: tl.constexpr, VTYPE: tl.constexpr, VTS: tl.constexpr,
+                EXACT: tl.constexpr):
         t = tl.program_id(0)
         h = tl.program_id(1)
         sp = tl.program_id(2)
@@ -79,7 +78,7 @@ if triton_ops.AVAILABLE:
             ok = ok & ((window == 0) | (pos - cpos < window))
             ok = ok & ((chunk == 0) | (pos // tl.maximum(chunk, 1) == cpos // tl.maximum(chunk, 1)))
             cell_mask = live[:, None] & in_d
-            ks = _load_rows(k_base, tables, c[:, None].to(tl.int64) * stride_kc, d, cell_mask, KTYPE)
+            ks = _load_rows(k_base, tables, c[:, None].to(tl.int64) * stride_kc, d, cell_mask, KTYPE, KTS)
             if EXACT:
                 s = tl.dot(qs, tl.trans(ks.to(qs.dtype)), input_precision="ieee")
             else:
@@ -93,7 +92,7 @@ if triton_ops.AVAILABLE:
             p = tl.exp(s - m_use[:, None])
             alpha = tl.exp(m - m_use)
             l_sum = l_sum * alpha + tl.sum(p, axis=1)
-            vs = _load_rows(v_base, tables, c[:, None].to(tl.int64) * stride_vc, d, cell_mask, VTYPE)
+            vs = _load_rows(v_base, tables, c[:, None].to(tl.int64) * stride_vc, d, cell_mask, VTYPE, VTS)
             if EXACT:
                 acc = acc * alpha[:, None] + tl.dot(p.to(qs.dtype), vs.to(qs.dtype), input_precision="ieee")
             else:
@@ -110,11 +109,12 @@ def _pow2(n: int, least: int = 16) -> int:
     return max(least, 1 << (int(n) - 1).bit_length())
 
 
-def _row_type(buf: torch.Tensor, t) -> int:
-    """The kernel's row type: 0 for float rows, else the quantized type's GGML code."""
+def _row_type(t) -> tuple[int, int]:
+    """The kernel's row type and block bytes: (0, 0) for float rows, else the quantized type's
+    GGML code and its blocks' size."""
     if t is None or not t.quantized:
-        return 0
-    return t.ggml
+        return 0, 0
+    return t.ggml, t.block_bytes
 
 
 def decode_attention(q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, slots: torch.Tensor,
@@ -142,7 +142,8 @@ def decode_attention(q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, sl
         vbuf.stride(0), vbuf.stride(1), vbuf.stride(2),
         n_cells, window, chunk, float(scale), float(softcap or 0.0), split, n_splits,
         GROUP=group, GP=_pow2(group), D=d, DP=_pow2(d), BLOCK_N=32 if d <= 128 else 16,
-        KTYPE=_row_type(kbuf, kt), VTYPE=_row_type(vbuf, vt), EXACT=q.dtype == torch.float32)
+        KTYPE=_row_type(kt)[0], KTS=_row_type(kt)[1], VTYPE=_row_type(vt)[0], VTS=_row_type(vt)[1],
+        EXACT=q.dtype == torch.float32)
     m = part_m.view(t, h, n_splits)
     top = m.amax(-1, keepdim=True)
     if sinks is not None:

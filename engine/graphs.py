@@ -5,9 +5,9 @@ as a CUDA graph over static buffers for its tokens, slots and positions, and rep
 every later step of that shape.
 
 What a captured step may read: the batch's tensors, never its Python-side sequences (a
-replay runs the launches recorded, with whatever slots and positions the buffers hold), so
-graphs are used only where the model says its layers read tensors alone (`Model.graphable`)
-and its dense ops do too (`graph_safe`: kernels.triton_attention's, whose decode attention
+replay runs the launches recorded, with whatever slots and positions the buffers hold): the
+layers' decode paths index their states through the slot tensor, and graphs are used only
+with dense ops that do too (`graph_safe`: kernels.triton_attention's, whose decode attention
 takes the sequences' ends as a tensor). The cache's bookkeeping (`KVCache.begin`) runs on
 the host before each replay. A step's first occurrence runs eagerly (and compiles its
 kernels); the capture follows. A capture that fails (an op that syncs with the host) turns
@@ -85,10 +85,8 @@ class StepGraphs:
             return None, ""
         if not enabled:
             return None, "CUDA graphs off (the setting)"
-        if not model.graphable or not getattr(model.ops, "graph_safe", False):
-            why = "its layers read the batch's sequences" if not model.graphable else \
-                f"{model.ops.name} ops (triton is not installed?)"
-            return None, f"CUDA graphs off: {why}"
+        if not getattr(model.ops, "graph_safe", False):
+            return None, f"CUDA graphs off: {model.ops.name} ops (triton is not installed?)"
         return cls(model, cache, device), "CUDA graphs for decode steps"
 
     def key(self, batch: Batch) -> tuple[int, int] | None:

@@ -46,9 +46,6 @@ class Model:
     before_layers: Callable[[torch.Tensor, Batch], None] | None = None
     pool: PoolingHead | None = None  # embedding and reranking files: pooling and what follows it
     both_ways: bool = False  # an encoder: each sequence's tokens attend both ways (EmbeddingGemma)
-    # whether a decode step's layers read the batch's sequences only from its tensors, so that a captured
-    # step replays for any slots (engine.graphs; Mamba-2's scan walks the Python-side sequences)
-    graphable: bool = True
 
     def cache_specs(self) -> list[LayerCache]:
         specs = [layer.cache_spec() for layer in self.layers]

@@ -100,12 +100,19 @@ class Mamba2:
         per = h // g  # heads per group
         b, c = b.repeat_interleave(per, dim=1), c.repeat_interleave(per, dim=1)  # (t, h, state)
         dt = F.softplus(dt + self.dt_bias)  # (t, h)
-        y = torch.empty(t, h, hd, dtype=torch.float32, device=x.device)
-        for s in batch.seqs:
-            state = ssm_state[s.slot]
-            for lo in range(s.start, s.start + s.n, SCAN_CHUNK):
-                hi = min(lo + SCAN_CHUNK, s.start + s.n)
-                y[lo:hi] = ssd_chunk(state, xs[lo:hi], b[lo:hi], c[lo:hi], dt[lo:hi], self.a)
+        if t == len(batch.seqs):  # a token a sequence (a decode step): every slot's state at once, through
+            # the slot tensor (a captured step replays for any slots, engine.graphs)
+            state = ssm_state[batch.slots] * torch.exp(dt * self.a)[:, :, None, None] \
+                + (xs * dt[:, :, None])[..., None] * b[:, :, None, :]  # (t, h, head_dim, N)
+            ssm_state[batch.slots] = state
+            y = torch.einsum("thdn,thn->thd", state, c)
+        else:
+            y = torch.empty(t, h, hd, dtype=torch.float32, device=x.device)
+            for s in batch.seqs:
+                state = ssm_state[s.slot]
+                for lo in range(s.start, s.start + s.n, SCAN_CHUNK):
+                    hi = min(lo + SCAN_CHUNK, s.start + s.n)
+                    y[lo:hi] = ssd_chunk(state, xs[lo:hi], b[lo:hi], c[lo:hi], dt[lo:hi], self.a)
         y = (y + self.d[:, None] * xs).reshape(t, n) * F.silu(z)
         grouped = y.view(t, g, n // g)
         y = (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)).view(t, n) * self.norm
@@ -143,6 +150,4 @@ def layer(w: Weights, i: int, p: Params, rope: Rope, ops) -> Block:
 
 def build(p: Params, w: Weights, ops) -> Model:
     r = granite.rope(p)
-    model = granite.model(p, w, ops, [layer(w, i, p, r, ops) for i in range(p.n_layers)])
-    model.graphable = False  # Mamba2's scan walks the batch's sequences
-    return model
+    return granite.model(p, w, ops, [layer(w, i, p, r, ops) for i in range(p.n_layers)])

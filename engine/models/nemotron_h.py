@@ -149,5 +149,4 @@ class Layer:
 def build(p: Params, w: Weights, ops) -> Model:
     return Model(ops, w.embedding("token_embd.weight", p.vocab_size, p.hidden),
                  [Layer(w, i, p, ops) for i in range(p.n_layers)], w.vector("output_norm.weight", p.hidden),
-                 output_head(w, p.vocab_size, p.hidden), p.eps, p.vocab_size,
-                 graphable=False)  # Mamba2's scan walks the batch's sequences
+                 output_head(w, p.vocab_size, p.hidden), p.eps, p.vocab_size)

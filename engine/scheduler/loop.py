@@ -159,7 +159,9 @@ class Scheduler:
             raise
         for row in rows:
             self.prefix.record(row.slot, row.tokens, row.pos)
-        return logits.cpu() if logits.device.type != "cpu" else logits
+        if logits.device.type == "cpu" or all(c.draws_anywhere for row in rows for c in _drawing(row)):
+            return logits  # on a GPU: greedy draws there, one number back per token, not the vocabulary's row
+        return logits.cpu()
 
     def _sample(self, rows: list[Row], logits: torch.Tensor) -> None:
         """Each row's sequences take their tokens: a decode row's its next and the drafts that
@@ -309,6 +311,13 @@ class Scheduler:
             r.req.done = True
             r.req.emit(e)
         self._retire()
+
+
+def _drawing(row: Row) -> list[Choice]:
+    """The choices that draw from a row's logits."""
+    if row.purpose is Purpose.DECODE:
+        return [row.choice]
+    return list(row.run.choices) if row.purpose is Purpose.PROMPT_END else []
 
 
 def _runs(rows: list[Row]) -> list[Running]:

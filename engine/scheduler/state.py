@@ -100,6 +100,14 @@ class Choice:
                     cached_tokens=self.cached, logprob=logprob, top_logprobs=top,
                     stop_sequence=self.text.matched if finish else None, slot=self.slot)
 
+    @property
+    def draws_anywhere(self) -> bool:
+        """Whether this choice's draws run on the logits' own device: greedy, without DRY, a logits
+        processor (a grammar), mirostat or logprobs (bias and penalties are device ops, and an
+        argmax sends one number back)."""
+        p = self.params
+        return p.greedy and self.dry is None and p.logits_processor is None and p.logprobs is None
+
     def _draw(self, logits: torch.Tensor) -> tuple[int, float | None, list | None]:
         """The next token (bias, penalties, the logits processor, then the sampler) and its logprobs if asked."""
         p = self.params

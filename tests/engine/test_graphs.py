@@ -2,7 +2,8 @@
 (the step run again over its buffers, with placeholder sequences) and Triton's interpreter
 (tests/conftest.py): every family whose steps are captured reads only the batch's tensors,
 so replays for other slots, orders and positions give the eager steps' logits exactly;
-what is not a decode step runs eagerly; the load's choice on CUDA and its reasons."""
+what is not a decode step runs eagerly; the load's choice on CUDA and its reasons; which
+draws the scheduler leaves on the device (greedy ones: an argmax there, one number back)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from gguf_serve.engine import EngineConfig, load_model
 from gguf_serve.engine.batch import Batch
 from gguf_serve.engine.graphs import StepGraphs
 from gguf_serve.engine.kernels import triton_ops
+from gguf_serve.engine.sampling import SamplingParams
+from gguf_serve.engine.scheduler.state import Choice
 
 from tiny_models import random_model, spec, write_gguf
 
@@ -107,3 +110,21 @@ def test_the_load_takes_graphs_on_cuda_where_the_model_and_ops_allow(tmp_path):
     assert StepGraphs.make(lm.model, lm.cache, "cpu", True) == (None, "")
     torch_ops = load_model(str(path), config=EngineConfig(kernels="reference", device="cpu", n_ctx=64))
     assert StepGraphs.make(torch_ops.model, torch_ops.cache, "cuda", True)[1].startswith("CUDA graphs off: torch ops")
+
+
+def test_greedy_draws_without_processors_stay_on_the_device(tmp_path):
+    s = spec("llama")
+    path = tmp_path / "llama.gguf"
+    write_gguf(s, random_model(s), path, "F32")
+    tok = load_model(str(path), config=EngineConfig(device="cpu", n_ctx=64)).tokenizer
+
+    def choice(**kw):
+        return Choice(0, SamplingParams(**kw), tok, [1, 2, 3], 16, set())
+
+    assert choice(temperature=0).draws_anywhere
+    assert choice(temperature=0.8, top_k=1).draws_anywhere  # top-k 1 is greedy
+    assert choice(temperature=0, repetition_penalty=1.3, logit_bias={5: 2.0}).draws_anywhere  # device ops
+    assert not choice(temperature=0.8).draws_anywhere  # a draw from the distribution: on the host
+    assert not choice(temperature=0, logprobs=2).draws_anywhere
+    assert not choice(temperature=0, dry_multiplier=0.8).draws_anywhere
+    assert not choice(temperature=0, logits_processor=lambda ids, z: z).draws_anywhere

@@ -53,8 +53,10 @@ def test_logits_equal_llama_cpp_and_transformers(tmp_path, outtype):
     theirs = llama_cpp_logits(path, IDS)
     scale = float(theirs.abs().max())
     # Q8_0: llama.cpp's activations quantized to 8 bits in every product (the recurrent layers' too)
-    # move it further from the float model (6.6 % of the largest logit) than ours (2.3 %)
+    # move it 6.5 % of the largest logit from the float model; ours 2.3 % where the prompt multiplies in
+    # bfloat16 tiles (AMX), 6.8 % where it quantizes activations as llama.cpp does (AVX-512 VNNI, AVX2:
+    # then 1.2 % from llama.cpp's)
     assert float((ours - theirs).abs().max()) < (2e-3 if outtype == "f32" else 1e-1) * scale
-    assert float((dense_logits(model, IDS) - ours).abs().max()) < (2e-3 if outtype == "f32" else 5e-2) * scale
+    assert float((dense_logits(model, IDS) - ours).abs().max()) < (2e-3 if outtype == "f32" else 8e-2) * scale
     if outtype == "f32":
         torch.testing.assert_close(stepped_logits(lm, IDS), ours, rtol=0, atol=1e-3 * scale)

@@ -267,6 +267,12 @@ class TorchOps:
         """Depthwise causal conv1d over each sequence's channels x (T, C) with weight
         (kernel, C), then SiLU where `silu` (Qwen3.5; LFM2's conv has none); the last
         kernel - 1 inputs of each slot are carried in conv_state (slots, kernel - 1, C)."""
+        if batch.n_tokens == len(batch.seqs):  # a token a sequence (a decode step): every slot at once, through
+            # the slot tensor (a captured step replays for any slots: engine.graphs)
+            full = torch.cat([conv_state[batch.slots], x.float()[:, None, :]], dim=1)  # (T, kernel, C)
+            conv_state[batch.slots] = full[:, 1:]
+            y = (full * weight.float()[None]).sum(1)
+            return (F.silu(y) if silu else y).to(x.dtype)
         out = torch.empty_like(x)
         k, c = weight.shape
         w = weight.t()[:, None, :]  # (C, 1, kernel)
@@ -289,6 +295,12 @@ class TorchOps:
         if hv != hk:
             q, k = q.repeat(1, hv // hk, 1), k.repeat(1, hv // hk, 1)
         v, g, beta = v.float(), g.float(), beta.float()
+        if batch.n_tokens == len(batch.seqs):  # a decode step: _delta_steps' one step for every slot at once
+            S = state[batch.slots] * g.exp()[..., None, None]  # (T, Hv, dk, dv)
+            delta = (v - torch.einsum("thkv,thk->thv", S, k)) * beta[..., None]
+            S = S + k[..., :, None] * delta[..., None, :]
+            state[batch.slots] = S
+            return torch.einsum("thkv,thk->thv", S, q)
         out = torch.empty(v.shape, dtype=torch.float32, device=v.device)
         for s in batch.seqs:
             sl = slice(s.start, s.start + s.n)

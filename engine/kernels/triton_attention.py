@@ -175,33 +175,6 @@ class TritonOps(TorchOps):
         return decode_attention(q, kbuf, vbuf, batch.slots, batch.positions, _ends(batch), n_cells, scale,
                                 window, chunk, softcap, sinks, types)
 
-    # one token per sequence (decode steps): the recurrent layers' states read and written through the
-    # batch's slot tensor, not its Python-side sequences, so that a captured decode step (engine.graphs)
-    # replays for any slots
-
-    def causal_conv(self, x, conv_state, weight, batch, silu=True):
-        if not _single(batch):
-            return super().causal_conv(x, conv_state, weight, batch, silu)
-        full = torch.cat([conv_state[batch.slots], x.float()[:, None, :]], dim=1)  # (T, kernel, C)
-        conv_state[batch.slots] = full[:, 1:]
-        y = (full * weight.float()[None]).sum(1)
-        return (torch.nn.functional.silu(y) if silu else y).to(x.dtype)
-
-    def gated_delta_rule(self, q, k, v, g, beta, state, batch):
-        if not _single(batch):
-            return super().gated_delta_rule(q, k, v, g, beta, state, batch)
-        hv, hk = v.shape[1], k.shape[1]
-        q = self.l2_norm(q.float()) * (q.shape[-1] ** -0.5)
-        k = self.l2_norm(k.float())
-        if hv != hk:
-            q, k = q.repeat(1, hv // hk, 1), k.repeat(1, hv // hk, 1)
-        v, g, beta = v.float(), g.float(), beta.float()
-        s = state[batch.slots] * g.exp()[..., None, None]  # (T, Hv, dk, dv)
-        delta = (v - torch.einsum("thkv,thk->thv", s, k)) * beta[..., None]
-        s = s + k[..., :, None] * delta[..., None, :]
-        state[batch.slots] = s
-        return torch.einsum("thkv,thk->thv", s, q)
-
     @staticmethod
     def to_rows(x: torch.Tensor, t) -> torch.Tensor:
         if not t.quantized:
@@ -212,11 +185,6 @@ class TritonOps(TorchOps):
         if not t.quantized:
             return super().from_rows(rows, t, head_dim, dtype)
         return device_rows.dequantize(rows, t.ggml, head_dim, dtype)
-
-
-def _single(batch) -> bool:
-    """Whether every sequence of the batch has one token (a decode step)."""
-    return batch.n_tokens == len(batch.seqs)
 
 
 def _ends(batch) -> torch.Tensor:

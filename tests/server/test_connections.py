@@ -142,14 +142,14 @@ def test_an_unread_stream_stops_generating(tiny_path):
 
 def test_a_silent_stream_gets_pings_and_clients_read_through_them(tiny_path):
     """With one sequence slot, a streamed request waits while another generates 240 tokens:
-    its stream, silent meanwhile, carries `: ping` comment lines every 0.05 s, and the openai
+    its stream, silent meanwhile, carries `: ping` comment lines every 0.01 s, and the openai
     SDK reads through them to the reply it gets without them; Ollama's NDJSON stream carries
     empty chunks, which its client reads through likewise."""
     import openai
 
     bias = no_end(tiny_path)
     body = {"model": tiny_path, "prompt": "hi", "max_tokens": 4, "temperature": 0, "logit_bias": bias}
-    with server(tiny_path, "--parallel", "1", "--sse-ping-interval", "0.05") as base:
+    with server(tiny_path, "--parallel", "1", "--sse-ping-interval", "0.01") as base:
         def behind_a_long_request(call):
             long = threading.Thread(target=lambda: httpx.post(f"{base}/v1/completions", timeout=120, json={
                 "model": tiny_path, "prompt": "the", "max_tokens": 240, "logit_bias": bias}))

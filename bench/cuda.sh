@@ -37,7 +37,7 @@ if [ -z "${LLAMA_BENCH:-}" ]; then
   mkdir -p "$WORK/llama" && tar xzf .llama/llama.cpp.tar.gz -C "$WORK/llama"
   if [ "$DRY" = "--dry-run" ]; then CUDA="-DGGML_CUDA=OFF"; else CUDA="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90"; fi
   ( cmake -S "$WORK/llama" -B "$WORK/llama/build" -G Ninja -DCMAKE_BUILD_TYPE=Release $CUDA -DLLAMA_CURL=OFF \
-      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF > "$OUT/llama_build.log" 2>&1 \
+      -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF > "$OUT/llama_build.log" 2>&1 \
     && cmake --build "$WORK/llama/build" --target llama-bench llama-server -j "$(nproc)" >> "$OUT/llama_build.log" 2>&1 \
     ; echo "rc=$?" >> "$OUT/llama_build.log" ) &
   BUILD=$!

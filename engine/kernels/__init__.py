@@ -117,11 +117,12 @@ class KernelSettings:
         return "; ".join(f"{name} for {', '.join(sorted(types))}" for name, types in by.items()) or "none yet"
 
     def ops_for(self, device: torch.device | str):
-        """The dense ops (kernels.ops) for a device: on CUDA, or wherever `kernels=triton` is
-        forced and Triton runs, the Triton ones (kernels.triton_attention); the native CPU ones
-        with these settings where the native kernels are in use; else the torch implementation."""
+        """The dense ops (kernels.ops) for a device: on CUDA (unless another implementation is
+        forced), or wherever `kernels=triton` is forced and Triton runs, the Triton ones
+        (kernels.triton_attention); the native CPU ones with these settings where the native
+        kernels are in use; else the torch implementation (a forced `reference`: all of it)."""
         dev = torch.device(device).type
-        if triton_ops.usable_on(dev) and (dev == "cuda" or self.forced == "triton"):
+        if triton_ops.usable_on(dev) and (self.forced == "triton" or (dev == "cuda" and self.forced is None)):
             return triton_attention.TRITON_OPS
         if dev != "cpu" or self.cpu is None:
             return TORCH_OPS

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gguf_serve.engine import EngineConfig, kernels, load_model
-from gguf_serve.engine.kernels import reference, triton_ops
+from gguf_serve.engine.kernels import reference, triton_attention, triton_ops
 from gguf_serve.gguf_io import TYPE_INFO, GGMLType
 
 from oracles import prompt_logits
@@ -121,10 +121,15 @@ def test_a_models_logits_through_the_triton_path_equal_the_reference_paths(k_mix
 
 
 def test_the_selection_takes_triton_only_where_asked_or_on_cuda(monkeypatch):
-    """A CPU never gets the Triton kernels unless they are forced; a type they do not decode
-    falls back to the reference; without the package, forcing them says what to install."""
+    """A CPU never gets the Triton kernels unless they are forced; CUDA gets them by default,
+    with the Triton dense ops (attention over the cache); a type they do not decode falls back
+    to the reference; without the package, forcing them says what to install."""
     default = kernels.settings()
     assert default.select("cpu", GGMLType.Q4_K).name != "triton"
+    assert default.ops_for("cpu") is not triton_attention.TRITON_OPS
+    assert default.select("cuda", GGMLType.Q4_K) is triton_ops.TRITON  # (choosing needs no device)
+    assert default.ops_for("cuda") is triton_attention.TRITON_OPS
+    assert kernels.settings("reference").ops_for("cuda") is not triton_attention.TRITON_OPS  # torch's, all of it
     forced = kernels.settings("triton")
     assert forced.select("cpu", GGMLType.Q4_K) is triton_ops.TRITON
     assert forced.select("cpu", GGMLType.IQ1_M) is triton_ops.TRITON

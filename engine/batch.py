@@ -65,6 +65,9 @@ class Batch:
     mrope: torch.Tensor | None = None  # (T, 3) multi-section rotary positions (time, row, column), with images
     both_ways: bool = False  # each sequence's tokens see each other both ways (an encoder: EmbeddingGemma)
     lora: dict[int, tuple[tuple[int, float], ...]] = field(default_factory=dict)  # slot -> ((adapter id, scale), ...)
+    # its sequences are placeholders (a captured decode step, engine.graphs): layers read the
+    # slots and positions from the tensors alone
+    static: bool = False
 
     @property
     def n_tokens(self) -> int:

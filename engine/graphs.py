@@ -51,7 +51,7 @@ class _Step:
         zeros = lambda: torch.zeros(t, dtype=torch.long, device=device)  # noqa: E731
         # placeholder sequences: the ops of a graphable step read the tensors, not these
         seqs = tuple(Seq(slot=i, start=i * n, n=n, pos=0) for i in range(n_seqs))
-        batch = Batch(zeros(), zeros(), zeros(), seqs, torch.arange(t, device=device))
+        batch = Batch(zeros(), zeros(), zeros(), seqs, torch.arange(t, device=device), static=True)
         offsets = n - torch.arange(t, device=device) % n
         return cls(batch, offsets)
 

@@ -100,8 +100,9 @@ class Mamba2:
         per = h // g  # heads per group
         b, c = b.repeat_interleave(per, dim=1), c.repeat_interleave(per, dim=1)  # (t, h, state)
         dt = F.softplus(dt + self.dt_bias)  # (t, h)
-        if t == len(batch.seqs):  # a token a sequence (a decode step): every slot's state at once, through
-            # the slot tensor (a captured step replays for any slots, engine.graphs)
+        if t == len(batch.seqs) and (batch.static or x.device.type != "cpu"):  # a decode step on a GPU: every
+            # slot's state at once through the slot tensor (a captured step replays for any slots, engine.graphs;
+            # on a CPU the gather and scatter cost more than the in-place scan below)
             state = ssm_state[batch.slots] * torch.exp(dt * self.a)[:, :, None, None] \
                 + (xs * dt[:, :, None])[..., None] * b[:, :, None, :]  # (t, h, head_dim, N)
             ssm_state[batch.slots] = state

@@ -73,6 +73,21 @@ class Batch:
     def n_tokens(self) -> int:
         return self.tokens.shape[0]
 
+    def ends(self) -> torch.Tensor:
+        """Per token, its sequence's length once the batch is in the cache ((T,) int64 on the
+        batch's device), once per forward (a captured step's come from its positions: engine.graphs)."""
+        if "ends" not in self.memo:
+            self.memo["ends"] = torch.tensor([s.end for s in self.seqs for _ in range(s.n)], dtype=torch.long,
+                                             device=self.positions.device)
+        return self.memo["ends"]
+
+    def by_slot_tensor(self, x: torch.Tensor) -> bool:
+        """Whether a recurrent layer's step on x updates every slot's state at once through the
+        slot tensor: a token a sequence (a decode step) on a GPU, or in a captured step (it
+        replays for any slots). On a CPU the per-sequence path, in place, costs less than the
+        gather and scatter."""
+        return self.n_tokens == len(self.seqs) and (self.static or x.device.type != "cpu")
+
     @classmethod
     def of(cls, items: Sequence[tuple[int, Sequence[int], int]], want: Want | Sequence[Want] = "last",
            device: torch.device | str = "cpu", media: Mapping[int, torch.Tensor] | None = None,

@@ -92,12 +92,6 @@ def _past_chunk(batch, chunk: int) -> bool:
     return batch.memo[key]
 
 
-def _kv_end(batch: Batch) -> torch.Tensor:
-    if "kv_end" not in batch.memo:
-        batch.memo["kv_end"] = torch.tensor([s.end for s in batch.seqs for _ in range(s.n)], dtype=torch.int64)
-    return batch.memo["kv_end"]
-
-
 def _native_layer(spec, cache, memo: weakref.WeakKeyDictionary) -> AttnLayer | None:
     """The layer's native description for this cache (built once per spec and cache
     buffer), or None where the native op does not apply (a head count that does not
@@ -205,7 +199,7 @@ class CpuOps(TorchOps):
             if not batch.media_spans and not batch.both_ways:
                 mode = ATTEND_BLOCKS if max(s.n for s in batch.seqs) <= NATIVE_ATTENTION_MAX_TOKENS else ATTEND_TILES
             native = memo["native_attention"] = (mode, batch.slots.data_ptr(), batch.positions.data_ptr(),
-                                                 _kv_end(batch).data_ptr())
+                                                 batch.ends().data_ptr())
         attend, slots, pos, kv_end = native
         if (attend == ATTEND_TILES and spec.head_dim % 16) or spec.alibi is not None:
             attend = ATTEND_TORCH

@@ -267,7 +267,7 @@ class TorchOps:
         """Depthwise causal conv1d over each sequence's channels x (T, C) with weight
         (kernel, C), then SiLU where `silu` (Qwen3.5; LFM2's conv has none); the last
         kernel - 1 inputs of each slot are carried in conv_state (slots, kernel - 1, C)."""
-        if _slot_tensor_step(batch, x):  # every slot at once through the slot tensor
+        if batch.by_slot_tensor(x):  # every slot at once through the slot tensor
             full = torch.cat([conv_state[batch.slots], x.float()[:, None, :]], dim=1)  # (T, kernel, C)
             conv_state[batch.slots] = full[:, 1:]
             y = (full * weight.float()[None]).sum(1)
@@ -294,7 +294,7 @@ class TorchOps:
         if hv != hk:
             q, k = q.repeat(1, hv // hk, 1), k.repeat(1, hv // hk, 1)
         v, g, beta = v.float(), g.float(), beta.float()
-        if _slot_tensor_step(batch, v):  # _delta_steps' one step for every slot at once
+        if batch.by_slot_tensor(v):  # _delta_steps' one step for every slot at once
             S = state[batch.slots] * g.exp()[..., None, None]  # (T, Hv, dk, dv)
             delta = (v - torch.einsum("thkv,thk->thv", S, k)) * beta[..., None]
             S = S + k[..., :, None] * delta[..., None, :]
@@ -350,14 +350,6 @@ class TorchOps:
             last = gam[:, -1:]  # (H, 1)
             S = last.exp()[..., None] * S + (kc * (last - gam).exp()[..., None]).transpose(-1, -2) @ u
         return torch.cat(outs, dim=1).transpose(0, 1), S
-
-
-def _slot_tensor_step(batch: Batch, x: torch.Tensor) -> bool:
-    """Whether a recurrent layer's step updates every slot's state at once through the batch's
-    slot tensor: a token a sequence (a decode step) on a GPU, or in a captured step (engine.graphs:
-    it replays for any slots). On a CPU the per-sequence path, in place, costs less than the
-    gather and scatter."""
-    return batch.n_tokens == len(batch.seqs) and (batch.static or x.device.type != "cpu")
 
 
 # Tokens per chunk of the chunked delta rule (longer sequences use it; shorter ones step).

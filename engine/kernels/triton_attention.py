@@ -135,15 +135,14 @@ def decode_attention(q: torch.Tensor, kbuf: torch.Tensor, vbuf: torch.Tensor, sl
     part_l = torch.empty_like(part_m)
     part_o = torch.empty(t * h * n_splits, d, dtype=torch.float32, device=dev)
     qc = q if q.stride(-1) == 1 else q.contiguous()
-    kt, vt = types if types is not None else (None, None)
+    (ktype, kts), (vtype, vts) = (_row_type(t) for t in (types if types is not None else (None, None)))
     _attend[(t, hkv, n_splits)](
         qc, kbuf, vbuf, triton_ops._tables(dev), part_m, part_l, part_o, slots, positions, ends,
         qc.stride(0), qc.stride(1), kbuf.stride(0), kbuf.stride(1), kbuf.stride(2),
         vbuf.stride(0), vbuf.stride(1), vbuf.stride(2),
         n_cells, window, chunk, float(scale), float(softcap or 0.0), split, n_splits,
         GROUP=group, GP=_pow2(group), D=d, DP=_pow2(d), BLOCK_N=32 if d <= 128 else 16,
-        KTYPE=_row_type(kt)[0], KTS=_row_type(kt)[1], VTYPE=_row_type(vt)[0], VTS=_row_type(vt)[1],
-        EXACT=q.dtype == torch.float32)
+        KTYPE=ktype, KTS=kts, VTYPE=vtype, VTS=vts, EXACT=q.dtype == torch.float32)
     m = part_m.view(t, h, n_splits)
     top = m.amax(-1, keepdim=True)
     if sinks is not None:
@@ -172,7 +171,7 @@ class TritonOps(TorchOps):
         if not few or spans or alibi is not None or batch.both_ways:
             return super().attention(q, kbuf, vbuf, batch, n_cells, window, scale, softcap, media_both_ways,
                                      sinks, types, alibi, chunk)
-        return decode_attention(q, kbuf, vbuf, batch.slots, batch.positions, _ends(batch), n_cells, scale,
+        return decode_attention(q, kbuf, vbuf, batch.slots, batch.positions, batch.ends(), n_cells, scale,
                                 window, chunk, softcap, sinks, types)
 
     @staticmethod
@@ -185,16 +184,6 @@ class TritonOps(TorchOps):
         if not t.quantized:
             return super().from_rows(rows, t, head_dim, dtype)
         return device_rows.dequantize(rows, t.ggml, head_dim, dtype)
-
-
-def _ends(batch) -> torch.Tensor:
-    """Per token of the batch, its sequence's length once the batch is in the cache."""
-    if "ends" not in batch.memo:
-        ends = torch.empty(batch.n_tokens, dtype=torch.long)
-        for s in batch.seqs:
-            ends[s.start:s.start + s.n] = s.end
-        batch.memo["ends"] = ends.to(batch.positions.device)
-    return batch.memo["ends"]
 
 
 TRITON_OPS = TritonOps()

@@ -100,9 +100,7 @@ class Mamba2:
         per = h // g  # heads per group
         b, c = b.repeat_interleave(per, dim=1), c.repeat_interleave(per, dim=1)  # (t, h, state)
         dt = F.softplus(dt + self.dt_bias)  # (t, h)
-        if t == len(batch.seqs) and (batch.static or x.device.type != "cpu"):  # a decode step on a GPU: every
-            # slot's state at once through the slot tensor (a captured step replays for any slots, engine.graphs;
-            # on a CPU the gather and scatter cost more than the in-place scan below)
+        if batch.by_slot_tensor(x):  # a decode step on a GPU or captured: every slot's state at once
             state = ssm_state[batch.slots] * torch.exp(dt * self.a)[:, :, None, None] \
                 + (xs * dt[:, :, None])[..., None] * b[:, :, None, :]  # (t, h, head_dim, N)
             ssm_state[batch.slots] = state

@@ -236,8 +236,8 @@ def query_temperature(batch: Batch, beta: float, length: int, offset: int = 0) -
     key = ("attn_temp", beta, length, offset)
     if key not in batch.memo:
         steps = torch.div(batch.positions + offset, length, rounding_mode="floor")
-        scales = (1.0 + beta * torch.log1p(steps.float()))[:, None]  # a captured step keeps them (no host check)
-        batch.memo[key] = scales if capturing(steps) or bool(steps.any()) else None
+        kept = capturing(steps) or bool(steps.any())  # a captured step keeps them (no host check)
+        batch.memo[key] = (1.0 + beta * torch.log1p(steps.float()))[:, None] if kept else None
     return batch.memo[key]
 
 
